@@ -1,0 +1,321 @@
+"""Answer and retrieval metrics (METHOD.md section 7).
+
+Every number this package reports is named after the metric that produced it. The four
+answer metrics are returned by :func:`answer_metrics` under these keys:
+
+``em``
+    Exact match after SQuAD normalisation (:func:`exact_match`).
+``f1``
+    Token F1 after SQuAD normalisation, with the HotpotQA yes/no/noanswer rule (:func:`f1_score`).
+``cover_em``
+    Token containment, called "Cover EM" or ACC_R by R1-Searcher, HiPRAG and CP-Search
+    (:func:`cover_exact_match`).
+``substring_acc``
+    Substring containment, the metric FlashRAG reports as ``acc`` (:func:`substring_match`).
+
+The two containment metrics are *not* exact match and are never to be reported as EM: a
+long, rambling prediction that mentions the gold answer somewhere scores 1 on both while
+scoring 0 EM. Papers that write "EM" for one of them are not comparable with papers that
+report real EM.
+
+All answer metrics take a prediction and either one gold string or a sequence of gold
+aliases, and return the maximum over the aliases (the best-matching alias counts, as in the
+official SQuAD and HotpotQA scripts). They all share one convention for empty strings: if
+the prediction, or a gold alias, is empty after normalisation (``""``, ``"   "``, ``"The"``,
+``"?!"``), that pair scores 0. The official scripts differ only where *both* sides normalise
+to empty (their EM then gives 1); we give 0 because an empty answer is never a correct
+answer, and because the containment metrics would otherwise credit *every* prediction
+against an empty gold (the empty set of tokens, or the empty string, is contained in
+anything).
+
+Retrieval is scored by :func:`retrieval_recall` (recall of the gold supporting paragraphs
+among the first k hits). :func:`paired_t_test` and :func:`mean_and_spread` support the
+significance tests and the mean +/- spread over seeds that the reports give.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+#: Metric name -> what it measures; the keys are those of :func:`answer_metrics`.
+ANSWER_METRICS: dict[str, str] = {
+    "em": "exact match after SQuAD normalisation, max over gold aliases",
+    "f1": "token F1 after SQuAD normalisation (HotpotQA yes/no/noanswer rule), max over gold aliases",
+    "cover_em": "every normalised gold token occurs in the normalised prediction (Cover EM / ACC_R); not EM",
+    "substring_acc": "normalised gold is a substring of the normalised prediction (FlashRAG acc); not EM",
+}
+
+#: Answers for which HotpotQA's F1 gives no partial credit (see :func:`f1_score`).
+SPECIAL_ANSWERS: frozenset[str] = frozenset({"yes", "no", "noanswer"})
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(s: str) -> str:
+    """Normalise an answer exactly as the official SQuAD v1.1 and HotpotQA scripts do.
+
+    The steps, in this order: lowercase; delete every character of ``string.punctuation``;
+    replace the whole words ``a``, ``an``, ``the`` (regex ``\\b(a|an|the)\\b``) with a space;
+    collapse runs of whitespace into one space and strip the ends.
+
+    Pitfalls worth knowing (all inherited from the official scripts, on purpose, so that our
+    numbers are comparable with published ones):
+
+    * punctuation is *deleted*, not replaced by a space: ``"1,000"`` -> ``"1000"``,
+      ``"U.S."`` -> ``"us"``, ``"well-known"`` -> ``"wellknown"``, ``"don't"`` -> ``"dont"``;
+    * articles are removed only as whole words: ``"theatre"`` and ``"Anna"`` are kept, and
+      since punctuation goes first, ``"The-End"`` becomes the one word ``"theend"`` (kept)
+      while ``"(The) End"`` becomes ``"end"``;
+    * only ASCII punctuation is removed: curly quotes, dashes such as an en dash, and other
+      Unicode punctuation stay in the text and are part of the tokens;
+    * an answer made only of articles or punctuation normalises to ``""``.
+    """
+    text = s.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _gold_list(golds: str | Sequence[str]) -> list[str]:
+    """Return the gold aliases as a list; one string is one alias, not a list of characters."""
+    if isinstance(golds, str):
+        return [golds]
+    gold_list = list(golds)
+    if not gold_list:
+        raise ValueError("no gold answers given: an answer metric needs at least one gold alias")
+    for gold in gold_list:
+        if not isinstance(gold, str):
+            raise TypeError(f"gold answers must be strings, got {type(gold).__name__}: {gold!r}")
+    return gold_list
+
+
+def _check_prediction(prediction: str) -> None:
+    if not isinstance(prediction, str):
+        raise TypeError(f"the prediction must be a string, got {type(prediction).__name__}: {prediction!r}")
+
+
+def _exact_match_normalized(pred: str, gold: str) -> float:
+    return float(bool(pred) and pred == gold)
+
+
+def _f1_normalized(pred: str, gold: str) -> float:
+    if not pred or not gold:
+        return 0.0
+    # HotpotQA: a yes/no/noanswer answer on either side earns no partial token credit.
+    if (pred in SPECIAL_ANSWERS or gold in SPECIAL_ANSWERS) and pred != gold:
+        return 0.0
+    pred_tokens = pred.split()
+    gold_tokens = gold.split()
+    num_same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(pred_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _cover_normalized(pred: str, gold: str) -> float:
+    if not pred or not gold:
+        return 0.0
+    return float(set(gold.split()) <= set(pred.split()))
+
+
+def _substring_normalized(pred: str, gold: str) -> float:
+    if not pred or not gold:
+        return 0.0
+    return float(gold in pred)
+
+
+def exact_match(prediction: str, golds: str | Sequence[str]) -> float:
+    """Exact match: 1.0 if the normalised prediction equals a normalised gold alias, else 0.0.
+
+    ``golds`` is one gold string or a sequence of aliases (max over aliases). An empty
+    normalised prediction or alias never matches (see the module docstring). Raises
+    ``ValueError`` for an empty alias list.
+    """
+    _check_prediction(prediction)
+    pred = normalize_answer(prediction)
+    return max(_exact_match_normalized(pred, normalize_answer(g)) for g in _gold_list(golds))
+
+
+def f1_score(prediction: str, golds: str | Sequence[str]) -> float:
+    """Token F1 between the normalised prediction and the best gold alias, in [0, 1].
+
+    Tokens are the whitespace-separated words of the normalised strings; overlap counts
+    repeated tokens at most as often as they occur on both sides (multiset intersection),
+    precision = overlap / prediction tokens, recall = overlap / gold tokens.
+
+    HotpotQA rule: if the normalised prediction is ``yes``, ``no`` or ``noanswer`` and
+    differs from the normalised gold, or the normalised gold is one of them and differs
+    from the prediction, the score is 0. So ``"yes"`` against ``"yes sir"`` scores 0 even
+    though the tokens overlap: a yes/no answer is either right or wrong.
+
+    An empty normalised prediction (``""``, whitespace, only punctuation or articles)
+    scores 0. Raises ``ValueError`` for an empty alias list.
+    """
+    _check_prediction(prediction)
+    pred = normalize_answer(prediction)
+    return max(_f1_normalized(pred, normalize_answer(g)) for g in _gold_list(golds))
+
+
+def cover_exact_match(prediction: str, golds: str | Sequence[str]) -> float:
+    """Cover EM / ACC_R (R1-Searcher, HiPRAG, CP-Search): token containment, 1.0 or 0.0.
+
+    1.0 if every token of a normalised gold alias occurs among the tokens of the normalised
+    prediction, in any order and anywhere (set containment: repeated gold tokens need to
+    occur only once). Tokens are whole words, so gold ``"art"`` is *not* covered by
+    ``"smart"``; but word order is ignored, so gold ``"new york"`` *is* covered by
+    ``"york is new"``. This is a containment metric, not exact match: never report it as EM.
+    """
+    _check_prediction(prediction)
+    pred = normalize_answer(prediction)
+    return max(_cover_normalized(pred, normalize_answer(g)) for g in _gold_list(golds))
+
+
+def substring_match(prediction: str, golds: str | Sequence[str]) -> float:
+    """FlashRAG ``acc``: 1.0 if a normalised gold alias is a substring of the normalised prediction.
+
+    Pitfall: this is character-level containment, so it credits partial words: gold
+    ``"art"`` matches the prediction ``"the smart cat"``, and a short gold such as ``"1"``
+    matches ``"1990"``. It does respect word order (gold ``"new york"`` does not match
+    ``"york is new"``). A containment metric, not exact match: never report it as EM.
+    """
+    _check_prediction(prediction)
+    pred = normalize_answer(prediction)
+    return max(_substring_normalized(pred, normalize_answer(g)) for g in _gold_list(golds))
+
+
+def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, float]:
+    """All four answer metrics, keyed by metric name (see :data:`ANSWER_METRICS`).
+
+    Returns ``{"em", "f1", "cover_em", "substring_acc"}``; each is the max over gold
+    aliases on its own (the aliases that maximise two metrics may differ).
+    """
+    _check_prediction(prediction)
+    gold_list = _gold_list(golds)
+    pred = normalize_answer(prediction)
+    normalized_golds = [normalize_answer(g) for g in gold_list]
+    return {
+        "em": max(_exact_match_normalized(pred, g) for g in normalized_golds),
+        "f1": max(_f1_normalized(pred, g) for g in normalized_golds),
+        "cover_em": max(_cover_normalized(pred, g) for g in normalized_golds),
+        "substring_acc": max(_substring_normalized(pred, g) for g in normalized_golds),
+    }
+
+
+def retrieval_recall(hit_ids: Sequence[str], gold_ids: Iterable[str], k: int) -> float:
+    """Recall at k: the fraction of the distinct gold ids found among the first ``k`` hit ids.
+
+    Gold ids are deduplicated, and a gold id retrieved twice counts once, so the value is
+    in [0, 1]. Fewer than ``k`` hits is fine (all of them count). Note that duplicates in
+    ``hit_ids`` still occupy ranks: the first ``k`` entries are taken as given, not the
+    first ``k`` distinct ids.
+
+    Raises ``ValueError`` if ``gold_ids`` is empty (recall is undefined: a question without
+    gold evidence must be left out of the retrieval average, not scored 0 or 1) or if
+    ``k < 1``; ``TypeError`` if either argument is a single string (which would otherwise
+    be read as a sequence of one-character ids).
+    """
+    if isinstance(hit_ids, str) or isinstance(gold_ids, str):
+        raise TypeError("hit_ids and gold_ids must be collections of ids, not a single string")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    gold = set(gold_ids)
+    if not gold:
+        raise ValueError("no gold ids given: retrieval recall is undefined without gold supporting paragraphs")
+    found = gold.intersection(hit_ids[:k])
+    return len(found) / len(gold)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Result of :func:`paired_t_test`.
+
+    ``t`` is the t statistic of the differences ``a - b`` (positive when ``a`` scores higher),
+    ``p_value`` the two-sided p-value, ``mean_diff`` the mean of ``a - b``, ``n`` the number
+    of pairs (degrees of freedom ``n - 1``).
+    """
+
+    t: float
+    p_value: float
+    mean_diff: float
+    n: int
+
+
+#: Differences whose spread is within this many units of their scale (at least 1) are
+#: treated as identical, so that rounding noise in computed scores (2/3 - 1/3 != 1/3 in
+#: floating point) does not turn "no variance" into a huge but finite t.
+_IDENTICAL_RTOL = 1e-12
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
+    """Two-sided paired t-test of per-question scores ``a`` and ``b`` (``scipy.stats.ttest_rel``).
+
+    ``a[i]`` and ``b[i]`` must be the scores of two systems on the same question ``i``.
+    Requires equal lengths of at least 2 and finite values (``ValueError`` otherwise).
+
+    Zero variance. When all differences ``a[i] - b[i]`` are identical their standard
+    deviation is 0 and t = mean / (sd / sqrt(n)) is 0/0 or x/0; scipy returns nan (or,
+    depending on version and rounding, inf or a huge finite number), and nan silently
+    poisons any table or comparison it enters. We define the limits explicitly:
+
+    * all differences 0 (the systems agree on every question): no evidence of a
+      difference, so ``t = 0.0`` and ``p_value = 1.0``;
+    * all differences equal and non-zero (one system is better by the same amount on every
+      question): the difference has no noise at all, so ``t = +inf`` or ``-inf`` (the sign
+      of the difference) and ``p_value = 0.0``. Read this as "perfectly consistent", and
+      look at ``n``: with two or three questions it is still weak evidence.
+
+    Differences are treated as identical when their spread is at most ``1e-12`` times
+    ``max(1, max |difference|)``, so floating-point rounding noise does not decide the case.
+    """
+    a_arr = np.asarray(a, dtype=float)
+    b_arr = np.asarray(b, dtype=float)
+    if a_arr.ndim != 1 or b_arr.ndim != 1:
+        raise ValueError("paired_t_test needs two flat sequences of per-question scores")
+    if a_arr.shape != b_arr.shape:
+        raise ValueError(f"paired_t_test needs equal lengths, got {a_arr.size} and {b_arr.size}")
+    n = int(a_arr.size)
+    if n < 2:
+        raise ValueError(f"paired_t_test needs at least 2 pairs, got {n}")
+    if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
+        raise ValueError("paired_t_test needs finite scores (found nan or inf)")
+
+    diffs = a_arr - b_arr
+    mean_diff = float(np.mean(diffs))
+    tolerance = _IDENTICAL_RTOL * max(1.0, float(np.max(np.abs(diffs))))
+    if float(np.max(diffs) - np.min(diffs)) <= tolerance:
+        if float(np.max(np.abs(diffs))) <= tolerance:
+            return PairedTest(t=0.0, p_value=1.0, mean_diff=mean_diff, n=n)
+        return PairedTest(t=math.copysign(math.inf, mean_diff), p_value=0.0, mean_diff=mean_diff, n=n)
+
+    result = stats.ttest_rel(a_arr, b_arr)
+    return PairedTest(t=float(result.statistic), p_value=float(result.pvalue), mean_diff=mean_diff, n=n)
+
+
+def mean_and_spread(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``n - 1`` in the denominator) of ``values``.
+
+    Used to report a metric over seeds as mean +/- std. With a single value the spread is
+    reported as 0.0 (the sample std is undefined for n = 1; a single seed shows no spread,
+    so say how many seeds a number comes from). Raises ``ValueError`` for no values.
+    """
+    value_list = [float(v) for v in values]
+    if not value_list:
+        raise ValueError("mean_and_spread needs at least one value")
+    mean = statistics.fmean(value_list)
+    if len(value_list) == 1:
+        return mean, 0.0
+    return mean, statistics.stdev(value_list)

@@ -208,6 +208,62 @@ def serve_retriever(
     serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk)
 
 
+# ----------------------------------------------------------------------------- evaluation
+
+
+class BaselineKind(str, Enum):
+    naive = "naive"
+    standard_rag = "standard-rag"
+
+
+@app.command("eval")
+@_friendly_errors
+def eval_cmd(
+    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder (or hub id / path of any HF causal LM).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
+    index: Annotated[str | None, typer.Option(help="Index folder or http(s):// URL of a retrieval server.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
+    k: Annotated[int, typer.Option("-k", help="Documents per retrieval.")] = 3,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
+    baseline: Annotated[BaselineKind | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Questions per rollout batch.")] = 32,
+    max_actions: Annotated[int, typer.Option(help="Actions per trajectory (13 at inference).")] = 13,
+    prompt_style: Annotated[str | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed (greedy decoding by default).")] = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
+    compare: Annotated[
+        tuple[Path, Path] | None, typer.Option(help="Compare two predictions.jsonl files with a paired t-test per metric.")
+    ] = None,
+) -> None:
+    """Evaluate a policy or baseline on a record file: predictions, trajectories and metrics.json.
+
+    With --compare A.jsonl B.jsonl, print a paired t-test per metric instead.
+    """
+    import json
+
+    from prorag.evaluate import EvalConfig, compare_predictions, evaluate_files
+
+    if compare is not None:
+        result = compare_predictions(*compare)
+        typer.echo(f"{'metric':<14}{'mean A':>9}{'mean B':>9}{'t':>9}{'p':>9}{'n':>6}")
+        for name, row in result.items():
+            typer.echo(f"{name:<14}{row['mean_a']:>9.4f}{row['mean_b']:>9.4f}{row['t']:>9.3f}{row['p_value']:>9.4f}{row['n']:>6}")
+        return
+    missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index), ("--out", out)) if v is None]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)} (or use --compare A.jsonl B.jsonl)")
+    if prompt_style not in (None, "plain", "chat"):
+        raise ValueError(f"--prompt-style must be plain or chat, got {prompt_style!r}")
+    cfg = EvalConfig(
+        k=k, limit=limit, batch_size=batch_size, max_actions=max_actions, seed=seed,
+        prompt_style=prompt_style, baseline=baseline.value if baseline else None,  # type: ignore[arg-type]
+    )
+    metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
+    shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
+    typer.echo(json.dumps(shown, indent=2))
+    typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")
+
+
 def main() -> None:
     app()
 

@@ -21,18 +21,22 @@ Choices:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import bm25s
-import numpy as np
 
 from prorag.data.jsonl import read_json, write_json
 from prorag.data.records import Passage
 from prorag.errors import DataError
 from prorag.retrieval.base import Hit, check_search_args
 from prorag.retrieval.partitions import PartitionedPassages
+
+# bm25s pins its logger at DEBUG, which prints a line per sub-index built whatever the
+# application's logging level; let the application's configuration decide instead.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 #: Settings file of a BM25 index folder (tokeniser, BM25 parameters, sub-index folders).
 SETTINGS_FILE = "bm25.json"
@@ -103,7 +107,6 @@ class BM25Retriever:
     ) -> None:
         """Search the queries at ``positions`` in one sub-index with a single batched call."""
         index = self._indexes[name]
-        rows = None if name is None else self.corpus.rows[name]
         # Token ids in this sub-index's vocabulary; a query with none of them has no hits.
         active = [(qi, ids) for qi in positions if (ids := index.get_tokens_ids(tokens[qi]))]
         if not active:
@@ -113,11 +116,7 @@ class BM25Retriever:
             [ids for _, ids in active], k=k, show_progress=False, n_threads=self.n_threads, return_as="tuple"
         )
         for (qi, _), doc_row, score_row in zip(active, docs.tolist(), scores.tolist(), strict=True):
-            results[qi] = [
-                self.corpus.hit(d if rows is None else int(rows[d]), s)
-                for d, s in zip(doc_row, score_row, strict=True)
-                if s > 0
-            ]
+            results[qi] = [h for h in self.corpus.hits(name, doc_row, score_row) if h.score > 0]
 
     def settings(self) -> dict[str, Any]:
         """What the index manifest records about this retriever."""

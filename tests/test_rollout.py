@@ -4,12 +4,10 @@ and a KV cache (with padding holes) that gives the same log-probabilities as a c
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from transformers import GenerationConfig
 
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
@@ -17,6 +15,7 @@ from prorag.gold import render_gold, tokenize_segments
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory, sample_next
 from prorag.schema import TAGS, i_traj
+from tests.fakes import CycleLM, ReplayLM
 
 
 @pytest.fixture(scope="module")
@@ -41,46 +40,6 @@ def tokenizer(world: Path) -> Any:
 @pytest.fixture(scope="module")
 def records(world: Path) -> list[Record]:
     return read_records(world / "test.jsonl")[:12]
-
-
-class ReplayLM(torch.nn.Module):
-    """A stand-in causal LM that writes given target completions.
-
-    It keeps, as its "cache", the real (unmasked) tokens fed to each row, finds the target
-    whose prompt they start with, and puts all mass on the target's next token. If the engine
-    feeds anything the target does not contain (a wrong environment insertion, a token at a
-    wrong position), the row goes off-script and emits EOS, which the tests detect.
-    """
-
-    def __init__(self, targets: dict[tuple[int, ...], list[int]], vocab_size: int, eos_id: int) -> None:
-        super().__init__()
-        self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.targets = targets
-        self.vocab_size = vocab_size
-        self.eos_id = eos_id
-        self.generation_config = GenerationConfig(eos_token_id=eos_id)
-        self.off_script = 0
-
-    def _next(self, seen: list[int]) -> int:
-        for prompt, completion in self.targets.items():
-            full = list(prompt) + completion
-            if seen[: len(prompt)] == list(prompt):
-                if seen != full[: len(seen)]:
-                    self.off_script += 1
-                    return self.eos_id
-                return full[len(seen)] if len(seen) < len(full) else self.eos_id
-        self.off_script += 1
-        return self.eos_id
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any = None, **_: Any) -> Any:
-        B, T = input_ids.shape
-        seen = past_key_values if past_key_values is not None else [[] for _ in range(B)]
-        live = attention_mask[:, -T:]
-        logits = torch.full((B, T, self.vocab_size), -30.0)
-        for r in range(B):
-            seen[r].extend(input_ids[r][live[r] == 1].tolist())
-            logits[r, -1, self._next(seen[r])] = 30.0
-        return SimpleNamespace(logits=logits, past_key_values=seen)
 
 
 def _gold_targets(tokenizer: Any, engine: RolloutEngine, golds: list[Any]) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
@@ -117,18 +76,6 @@ def test_replayed_gold_trajectories_come_out_token_exact(tokenizer: Any, retriev
         assert covered == [i for i, m in enumerate(traj.env_mask) if m]
         assert [a.kind for a in traj.actions] == ["search", "conclude"] * len(gold.retrievals) + ["answer"]
         assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.env_mask, strict=True) if not m)
-
-
-class CycleLM(ReplayLM):
-    """Writes ``next_of[last real token]`` (default ``default``) forever."""
-
-    def __init__(self, next_of: dict[int, int], default: int, vocab_size: int, eos_id: int) -> None:
-        super().__init__({}, vocab_size, eos_id)
-        self.next_of = next_of
-        self.default = default
-
-    def _next(self, seen: list[int]) -> int:
-        return self.next_of.get(seen[-1], self.default)
 
 
 def _ids(tokenizer: Any, *words: str) -> list[int]:

@@ -1,0 +1,154 @@
+"""The evaluation harness: metrics from replayed gold trajectories, resume, Figure-6 data,
+baselines, the paired comparison, and the ``prorag eval`` command on a saved tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from prorag.baselines import baseline_answer, naive_prompt, standard_rag_prompt
+from prorag.cli import app
+from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.records import Record, read_passages, read_records
+from prorag.data.world import build_world
+from prorag.evaluate import EvalConfig, compare_predictions, evaluate, steps_distribution, summarise
+from prorag.gold import render_gold, tokenize_segments
+from prorag.models import make_tiny_model, save_policy, train_world_tokenizer, world_tokenizer_texts
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.retrieval.index import build_index
+from prorag.rollout import RolloutEngine
+from tests.fakes import ReplayLM
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("world")
+    build_world(out, seed=1, size="tiny")
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(world: Path) -> BM25Retriever:
+    return BM25Retriever(read_passages(world / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world: Path) -> Any:
+    return train_world_tokenizer(world_tokenizer_texts(world))
+
+
+@pytest.fixture(scope="module")
+def records(world: Path) -> list[Record]:
+    return read_records(world / "test.jsonl")[:10]
+
+
+def _gold_replay(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> ReplayLM:
+    golds = render_gold(records, retriever, k=3)
+    probe = RolloutEngine(ReplayLM({}, len(tokenizer), tokenizer.eos_token_id), tokenizer, retriever)
+    targets = {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds}
+    return ReplayLM(targets, len(tokenizer), tokenizer.eos_token_id)
+
+
+def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _gold_replay(tokenizer, retriever, records)
+    cfg = EvalConfig(batch_size=4)
+    partial = evaluate(model, tokenizer, records[:4], retriever, tmp_path, cfg, progress=False)
+    assert partial["n"] == 4
+    metrics = evaluate(model, tokenizer, records, retriever, tmp_path, cfg, progress=False)
+    rows = list(read_jsonl(tmp_path / "predictions.jsonl"))
+    assert len(rows) == len(records) == len({r["id"] for r in rows}), "resume must not evaluate a question twice"
+    assert metrics["n"] == len(records)
+    for name in ("em", "f1", "cover_em", "substring_acc", "format_valid_rate"):
+        assert metrics[name] == 1.0, name
+    hops = [r.metadata["hops"] for r in records]
+    assert metrics["mean_retrieval_steps"] == pytest.approx(sum(hops) / len(hops))
+    # Recall of gold evidence equals what the gold rendering retrieved.
+    golds = render_gold(records, retriever, k=3)
+    expected = []
+    for r, g in zip(records, golds, strict=True):
+        got = {pid for x in g.retrievals for pid in x["doc_ids"]}
+        gold = r.metadata["gold_doc_ids"]
+        expected.append(sum(pid in got for pid in gold) / len(gold))
+    assert metrics["retrieval_recall"] == pytest.approx(sum(expected) / len(expected))
+    assert len(list(read_jsonl(tmp_path / "trajectories.jsonl"))) == len(records)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["em"] == 1.0 and saved["config"]["k"] == 3
+
+
+def test_steps_distribution_is_figure_6_data() -> None:
+    rows = [
+        {"retrieval_steps": 0, "f1": 0.0}, {"retrieval_steps": 2, "f1": 1.0},
+        {"retrieval_steps": 2, "f1": 0.5}, {"retrieval_steps": 3, "f1": 1.0},
+    ]
+    dist = steps_distribution(rows)
+    assert [d["steps"] for d in dist] == [0, 2, 3]
+    assert [d["count"] for d in dist] == [1, 2, 1]
+    assert [d["f1"] for d in dist] == [0.0, 0.75, 1.0]
+    assert [d["coverage"] for d in dist] == [0.25, 0.75, 1.0]
+    assert dist[1]["cumulative_f1"] == pytest.approx(1.5 / 3)
+    assert dist[2]["cumulative_f1"] == pytest.approx(2.5 / 4)
+
+
+def test_summarise_names_each_metric() -> None:
+    rows = [
+        {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "substring_acc": 1.0, "format_valid": True, "retrieval_steps": 1, "stop_reason": "answer", "retrieval_recall": 1.0, "type": "chain"},
+        {"em": 0.0, "f1": 0.5, "cover_em": 1.0, "substring_acc": 0.0, "format_valid": False, "retrieval_steps": 3, "stop_reason": "max_actions", "type": "compare_same"},
+    ]
+    m = summarise(rows)
+    assert (m["em"], m["f1"], m["cover_em"], m["substring_acc"]) == (0.5, 0.75, 1.0, 0.5)
+    assert m["format_valid_rate"] == 0.5 and m["mean_retrieval_steps"] == 2.0
+    assert m["retrieval_recall"] == 1.0 and m["stop_reasons"] == {"answer": 1, "max_actions": 1}
+    assert m["by_type"]["compare_same"] == {"n": 1, "em": 0.0, "f1": 0.5}
+    with pytest.raises(ValueError):
+        summarise([])
+
+
+def test_baseline_prompts_and_answers(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+    r = records[0]
+    assert naive_prompt(tokenizer, r.question) == f"Question: {r.question}\n"
+    hits = retriever.search([r.question], k=2, partitions=[r.partition])[0]
+    prompt = standard_rag_prompt(tokenizer, r.question, hits)
+    assert prompt.startswith("<retrieval>\nDoc 1(Title: ") and prompt.endswith(f"Question: {r.question}\n")
+    assert baseline_answer("<answer> Kelo </answer>", tokenizer) == "Kelo"
+    assert baseline_answer("\nAnswer: Paris<eos>", tokenizer) == "Paris"
+    assert baseline_answer("<eos>", tokenizer) is None
+
+
+def test_compare_predictions_paired(tmp_path: Path) -> None:
+    def rows(ems: list[float]) -> list[dict[str, Any]]:
+        return [{"id": f"q{i}", "em": e, "f1": e, "cover_em": e, "substring_acc": e} for i, e in enumerate(ems)]
+
+    write_jsonl(tmp_path / "a.jsonl", rows([1, 1, 1, 0, 1, 1]))
+    write_jsonl(tmp_path / "b.jsonl", rows([0, 1, 0, 0, 0, 1]))
+    result = compare_predictions(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    em = result["em"]
+    # differences 1,0,1,0,1,0: mean 0.5, sd sqrt(0.3), t = 0.5 / (sqrt(0.3)/sqrt(6))
+    assert em["n"] == 6 and em["mean_a"] == pytest.approx(5 / 6) and em["mean_b"] == pytest.approx(2 / 6)
+    assert em["t"] == pytest.approx(0.5 / ((0.3**0.5) / 6**0.5))
+    assert 0.0 < em["p_value"] < 0.1
+
+
+@pytest.mark.slow
+def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, world: Path, tokenizer: Any) -> None:
+    policy = save_policy(make_tiny_model(tokenizer, size="tiny", seed=0), tokenizer, tmp_path / "policy")
+    build_index(world / "corpus.jsonl", tmp_path / "index", kind="bm25")
+    runner = CliRunner()
+    base = ["eval", "--policy", str(policy), "--data", str(world / "test.jsonl"), "--index", str(tmp_path / "index"), "--limit", "6", "--batch-size", "3"]
+    for name, extra in (("loop", ["--max-actions", "3"]), ("naive", ["--baseline", "naive"]), ("rag", ["--baseline", "standard-rag"])):
+        out = tmp_path / name
+        result = runner.invoke(app, [*base, "--out", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["n"] == 6
+        for key in ("em", "f1", "cover_em", "substring_acc", "format_valid_rate", "mean_retrieval_steps", "retrieval_recall", "retrieval_steps_distribution"):
+            assert key in metrics, key
+        assert len(list(read_jsonl(out / "trajectories.jsonl"))) == 6
+    assert json.loads((tmp_path / "naive" / "metrics.json").read_text())["mean_retrieval_steps"] == 0
+    cmp = runner.invoke(app, ["eval", "--compare", str(tmp_path / "naive" / "predictions.jsonl"), str(tmp_path / "rag" / "predictions.jsonl")])
+    assert cmp.exit_code == 0 and "substring_acc" in cmp.output, cmp.output
+    missing = runner.invoke(app, ["eval", "--data", str(world / "test.jsonl")])
+    assert missing.exit_code == 2 and "--policy" in missing.output

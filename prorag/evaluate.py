@@ -130,15 +130,24 @@ def steps_distribution(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def baseline_prompts(baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever, k: int, style: str | None) -> list[str]:
-    """Prompts of the naive (no retrieval) or standard RAG (one retrieval with the question) baseline."""
+def baseline_prompts(
+    baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever, k: int, style: str | None
+) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
+    """Prompts of the naive (no retrieval) or standard RAG (one retrieval with the question) baseline.
+
+    Also returns, per record id, the retrievals made while building the prompt (standard RAG's
+    one search, recorded as action -1: before the model's first action), so that retrieval
+    steps and evidence recall are counted for baselines as for policies.
+    """
     from prorag.baselines import naive_prompt, standard_rag_prompt
 
     if baseline == "naive":
-        return [naive_prompt(tokenizer, r.question, style) for r in records]
+        return [naive_prompt(tokenizer, r.question, style) for r in records], {}
     if baseline == "standard-rag":
         hits = retriever.search([r.question for r in records], k=k, partitions=[r.partition for r in records])
-        return [standard_rag_prompt(tokenizer, r.question, h, style) for r, h in zip(records, hits, strict=True)]
+        prompts = [standard_rag_prompt(tokenizer, r.question, h, style) for r, h in zip(records, hits, strict=True)]
+        searched = {r.id: [{"query": r.question, "doc_ids": [x.id for x in h], "action": -1}] for r, h in zip(records, hits, strict=True)}
+        return prompts, searched
     raise ValueError(f"unknown baseline {baseline!r}; expected 'naive' or 'standard-rag'")
 
 
@@ -169,13 +178,17 @@ def evaluate(
     by_id = {r.id: r for r in todo}
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
 
+        prompts, searched = (
+            baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.k, cfg.prompt_style) if cfg.baseline and todo else (None, {})
+        )
+
         def write(batch: list[Trajectory]) -> None:
             for t in batch:
+                t.retrievals = searched.get(t.id, []) + t.retrievals
                 answer = baseline_answer(t.text, tokenizer) if cfg.baseline else extract_answer(t.text)
                 trajs.append(t.to_dict())
                 preds.append(score(by_id[t.id], t, answer))
 
-        prompts = baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.k, cfg.prompt_style) if cfg.baseline and todo else None
         if todo:
             engine.rollout(todo, prompts=prompts, progress=progress, on_batch=write)
     wanted = {r.id for r in records}

@@ -148,7 +148,35 @@ def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, world: Path, tokenizer: 
             assert key in metrics, key
         assert len(list(read_jsonl(out / "trajectories.jsonl"))) == 6
     assert json.loads((tmp_path / "naive" / "metrics.json").read_text())["mean_retrieval_steps"] == 0
+    rag = json.loads((tmp_path / "rag" / "metrics.json").read_text())
+    assert rag["mean_retrieval_steps"] == 1 and rag["retrieval_recall"] is not None
     cmp = runner.invoke(app, ["eval", "--compare", str(tmp_path / "naive" / "predictions.jsonl"), str(tmp_path / "rag" / "predictions.jsonl")])
     assert cmp.exit_code == 0 and "substring_acc" in cmp.output, cmp.output
     missing = runner.invoke(app, ["eval", "--data", str(world / "test.jsonl")])
     assert missing.exit_code == 2 and "--policy" in missing.output
+
+
+@pytest.mark.slow
+def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, tokenizer: Any) -> None:
+    """The harness on real MuSiQue and Bamboogle records over a real pooled corpus (tiny model, byte-level tokenizer)."""
+    from prorag.data.benchmarks import load_benchmark
+    from prorag.data.corpus import build_corpus
+    from prorag.retrieval.index import load_index
+
+    musique = benchmarks_dir / "musique" / "musique_ans_dev_200.jsonl"
+    write_jsonl(tmp_path / "corpus.jsonl", (p.to_dict() for p in build_corpus([musique]).passages))
+    build_index(tmp_path / "corpus.jsonl", tmp_path / "index", kind="bm25")
+    retriever = load_index(tmp_path / "index")
+    model = make_tiny_model(tokenizer, size="tiny", seed=0)
+    for name, fmt, path in (("musique", "musique", musique), ("bamboogle", "flashrag", benchmarks_dir / "bamboogle" / "test.jsonl")):
+        records = load_benchmark(path, fmt).records
+        cfg = EvalConfig(limit=3, batch_size=3, max_actions=3, max_action_tokens=24)
+        metrics = evaluate(model, tokenizer, records, retriever, tmp_path / name, cfg, progress=False)
+        assert metrics["n"] == 3
+        rows = list(read_jsonl(tmp_path / name / "predictions.jsonl"))
+        assert [r["id"] for r in rows] == [r.id for r in records[:3]]
+        assert all(r["golden_answers"] == rec.golden_answers for r, rec in zip(rows, records, strict=False))
+        if name == "musique":
+            assert metrics["retrieval_recall"] is not None  # MuSiQue carries gold paragraph ids
+        else:
+            assert metrics["retrieval_recall"] is None  # Bamboogle has no gold evidence

@@ -148,7 +148,9 @@ def serve(
 ) -> None:
     """Load the index at ``index_dir`` and serve it until interrupted.
 
-    Access logging is off: a training run sends thousands of requests a minute.
+    One search runs before the port opens, so that a dense encoder is loaded by the time
+    ``/health`` answers. Access logging is off: a training run sends thousands of requests a
+    minute. A port that cannot be bound is reported as a ``ValueError`` (one line from the CLI).
     """
     import uvicorn
 
@@ -156,7 +158,11 @@ def serve(
 
     retriever = load_index(index_dir)
     app = create_app(retriever, max_batch=max_batch, max_topk=max_topk)
-    sock = _listening_socket(host, port)
+    retriever.search(["warm-up"], k=1)
+    try:
+        sock = _listening_socket(host, port)
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     log.info(

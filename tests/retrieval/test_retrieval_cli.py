@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -41,3 +42,12 @@ def test_retrieve_errors_are_one_line(mixed_corpus_file: Path, tmp_path: Path) -
     assert result.exit_code == 2 and "incomplete index" in result.output
     result = runner.invoke(app, ["index", "-c", str(mixed_corpus_file), "-o", str(out), "--model", "x"])
     assert result.exit_code == 2 and "only apply to dense" in result.output
+
+
+def test_serve_on_a_busy_port_is_a_clear_error(mixed_corpus_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "idx"
+    assert runner.invoke(app, ["index", "-c", str(mixed_corpus_file), "-o", str(out)]).exit_code == 0
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["serve-retriever", "--index", str(out), "--port", str(port)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output

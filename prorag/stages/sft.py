@@ -1,0 +1,690 @@
+"""Stage 1 of ProRAG: supervised policy warm-up with the format-aware loss (METHOD.md section 2).
+
+Gold trajectories (:mod:`prorag.gold`) become training examples, and a causal LM learns to
+write them with the loss of :mod:`prorag.losses`; the result is ``pi_sft``, saved with
+:func:`~prorag.models.save_policy` so that every later stage loads it with
+:func:`~prorag.models.load_policy`.
+
+The examples
+    One gold trajectory is one example, trained in one pass: ``input_ids = prompt + completion``
+    where the prompt is exactly what the rollout engine feeds at inference
+    (:func:`prompt_token_ids`, the same :func:`~prorag.prompts.build_prompt` + tokenizer call as
+    :meth:`~prorag.rollout.RolloutEngine.prompt_ids`) and the completion is tokenised segment by
+    segment (:func:`~prorag.gold.tokenize_segments`), as the engine tokenises what the
+    environment appends. So the training text equals the inference text token for token. The
+    loss mask is 0 on the prompt and on every environment segment (``<retrieval>`` blocks, the
+    ``<step>`` openers the environment writes) and 1 on what the model writes; every action is a
+    target in the same pass, which METHOD.md notes is equivalent to the paper's
+    (context, action) pairs and cheaper. Nothing is appended after ``</answer>``: generation
+    stops on it (it is one of the policy's EOS ids), so it is the end of a trajectory.
+
+The loss
+    :func:`~prorag.losses.weighted_lm_loss` with per-token weights from
+    :func:`~prorag.losses.format_token_weights`: the reference code's per-tag weights by default
+    (``weight_scheme="reference"``, weighted mean), or the paper's Eq. 1 (``"paper"``:
+    ``control_lambda`` on every tag, ``reduction="sum"`` for its sum form). With gradient
+    accumulation the normaliser (the total weight, or the target count) is summed over all the
+    micro-batches of an optimiser step first, so the step's loss is exactly that of one big batch.
+
+The trainer: :class:`WeightedSFTTrainer`, a subclass of TRL's ``SFTTrainer`` (trl==1.16.0)
+    SFTTrainer wants to tokenise, truncate and pack a text dataset itself and builds its labels
+    during that preparation; here the dataset is already tokenised with masks and weights. What
+    it takes, all through public options plus three overrides:
+
+    * ``dataset_kwargs={"skip_prepare_dataset": True}`` (no re-tokenising, no EOS appended),
+      ``packing=False``, ``padding_free=False``, ``remove_unused_columns=False`` (the
+      ``loss_weights`` column must reach the collator) and our own collator
+      (:class:`WeightedSFTCollator`: right padding, weight 0 on pads);
+    * ``compute_loss`` is overridden: SFTTrainer's own runs the model through its fused LM head
+      with ``labels`` (no per-token weights); ours runs the plain forward and
+      :func:`~prorag.losses.weighted_lm_loss`. (The fused head TRL patches in stays unused: the
+      model's forward without ``fused_lm_head=True`` is the original one, so generation and
+      saving are unaffected.)
+    * ``_get_num_items_in_batch`` is overridden so that ``num_items_in_batch`` is the loss
+      normaliser of the whole accumulated batch (Trainer counts ``labels != -100``, and the
+      batches here have no labels), and ``loss_is_scaled_for_ga = True`` says the loss is
+      already normalised over that batch (Trainer must not divide it again).
+
+    Everything else (optimiser, schedule, checkpoints, resuming, logging, LoRA through
+    ``peft_config``) is SFTTrainer's and Trainer's own.
+
+Outputs in the run directory
+    ``sft_config.json`` (the resolved config), ``checkpoints/checkpoint-N`` (Trainer's, with
+    optimiser state, for resuming), ``metrics.jsonl`` (one line per log: ``step``, ``epoch``,
+    ``loss``, ``learning_rate``, ``grad_norm``, ``mean_token_accuracy``; ``eval_loss`` for the
+    held-out loss; a last ``format_valid_rate`` line from greedy rollouts of held-out questions,
+    the reference code's validation signal), ``eval_trajectories.jsonl`` (those rollouts) and
+    ``policy/`` (the final policy: safetensors, tokenizer, generation config stopping at EOS or
+    ``</answer>``; a LoRA adapter is merged first).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from trl import SFTConfig as TRLSFTConfig
+from trl import SFTTrainer
+from transformers import TrainerCallback
+
+from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json, write_jsonl
+from prorag.data.records import Record
+from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
+from prorag.losses import (
+    DEFAULT_CONTROL_LAMBDA,
+    REDUCTIONS,
+    WEIGHT_SCHEMES,
+    Reduction,
+    WeightScheme,
+    format_token_weights,
+    loss_normalizer,
+    tag_weight_table,
+    weighted_lm_loss,
+)
+from prorag.prompts import PromptStyle, build_prompt
+from prorag.retrieval.base import Retriever
+
+log = logging.getLogger(__name__)
+
+#: Values of ``SFTConfig.model`` that build a randomly initialised model (:func:`~prorag.models.make_tiny_model`).
+BUILTIN_MODELS = ("tiny", "small")
+
+
+@dataclass
+class SFTConfig:
+    """Settings of the SFT stage. Defaults follow the paper and its reference code where they say
+    something (full fine-tuning, 1 epoch, lr 2e-5, reference loss weights), else TRL's.
+
+    ``learning_rate`` 2e-5 is for real pretrained models. A tiny built-in model trained from
+    scratch needs a far higher one (about 3e-3 with batch 16); the demo configs and
+    ``benchmarks/sft_probe.py`` set it.
+    """
+
+    # --- model
+    model: str = "tiny"
+    """A local checkpoint folder or hub id (loaded with :func:`~prorag.models.load_policy`), or
+    ``"tiny"`` / ``"small"`` for a randomly initialised built-in model on the given tokenizer."""
+    tokenizer: str | None = None
+    """Tokenizer folder for a built-in model (e.g. a saved world tokenizer); ``train_sft``'s
+    ``tokenizer`` argument takes precedence. Ignored for checkpoints (they carry their own)."""
+    arch: Literal["llama", "qwen3"] = "llama"
+    """Architecture of a built-in model."""
+    dtype: str = "float32"
+    """Dtype the weights are loaded and trained in (``"auto"``: the checkpoint's own). Mixed
+    precision (``bf16``) autocasts on top of float32 weights; pass ``"bfloat16"`` to hold a
+    large LoRA base model in bf16."""
+
+    # --- data
+    train_file: str | None = None
+    """JSONL of gold trajectories (``GoldTrajectory.to_dict`` rows, with ``segments``) or of
+    records (FlashRAG rows with a gold decomposition in ``metadata``), which are rendered into
+    gold trajectories on the fly with the retriever of ``index``. ``train_sft``'s
+    ``trajectories`` argument replaces it."""
+    index: str | None = None
+    """Retrieval index folder or ``http(s)://`` URL (:func:`~prorag.retrieval.index.open_retriever`):
+    renders record files and runs the held-out rollouts. ``train_sft``'s ``retriever`` argument
+    replaces it."""
+    k: int = 3
+    """Documents per retrieval (rendering and held-out rollouts)."""
+    eval_file: str | None = None
+    """Held-out file (same kinds as ``train_file``); when unset, ``eval_fraction`` of the
+    training trajectories is held out (seeded)."""
+    eval_fraction: float = 0.05
+    missing_gold: Literal["keep", "drop"] = "keep"
+    """What to do with a trajectory in which the retriever missed a hop's gold page
+    (``GoldTrajectory.missing_gold``): keep it, or drop it from the training set."""
+    prompt_style: PromptStyle | None = None
+    """``plain`` or ``chat``; default: chat when the tokenizer has a chat template (as the rollout engine)."""
+    max_length: int = 2048
+    """Longest example in tokens (prompt + completion). Longer ones are dropped (``overlong="drop"``)
+    or cut on the right (``"truncate"``: the prompt and the first actions are kept, the end,
+    including the answer, is lost). Never cut from the left: the prompt would go."""
+    overlong: Literal["drop", "truncate"] = "drop"
+
+    # --- optimisation
+    epochs: float = 1.0
+    max_steps: int = -1
+    """Optimiser steps; > 0 overrides ``epochs``."""
+    max_minutes: float | None = None
+    """Wall-clock budget of the training loop; training stops (and saves) once it is spent."""
+    per_device_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 2e-5
+    lr_scheduler_type: str = "linear"
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    group_by_length: bool = False
+    """Batch examples of similar length together (less padding, faster on CPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (TRL turns it on by default; it only pays for large models)."""
+
+    # --- loss
+    weight_scheme: WeightScheme = "reference"
+    """``"reference"``: the reference code's per-tag weights; ``"paper"``: Eq. 1, ``control_lambda`` on every tag."""
+    control_lambda: float = DEFAULT_CONTROL_LAMBDA
+    """Eq. 1's lambda (> 1) for ``weight_scheme="paper"``; the paper gives no value."""
+    tag_weights: dict[str, float] = field(default_factory=dict)
+    """Per-tag overrides of the scheme's weights, e.g. ``{"</step>": 3.0}``."""
+    reduction: Reduction = "weighted_mean"
+    """``"weighted_mean"`` (reference code) or ``"sum"`` (Eq. 1, divided by the number of target tokens)."""
+
+    # --- LoRA
+    lora: bool = False
+    """Train a LoRA adapter instead of every weight (merged into the saved policy). The rows of the
+    ten tags in the input embedding are trained too (peft ``trainable_token_indices``): they are new
+    tokens for a pretrained model."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: str | list[str] = "all-linear"
+    """Every linear layer but the output head (peft's ``"all-linear"``)."""
+
+    # --- run
+    bf16: bool | Literal["auto"] = "auto"
+    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it (never on CPU)."""
+    seed: int = 0
+    save_steps: int = 500
+    save_total_limit: int | None = 2
+    logging_steps: int = 10
+    eval_steps: int | None = None
+    """Held-out loss every this many steps (default: ``save_steps``); always once at the end."""
+    eval_samples: int = 64
+    """Held-out questions rolled out (greedy) at the end for the format-valid rate; 0 skips."""
+    eval_batch_size: int = 32
+    """Batch size of the held-out loss and of the rollouts."""
+    report_to: str | list[str] = "none"
+    dataloader_num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        choices = {
+            "weight_scheme": WEIGHT_SCHEMES, "reduction": REDUCTIONS, "overlong": ("drop", "truncate"),
+            "missing_gold": ("keep", "drop"), "arch": ("llama", "qwen3"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"SFTConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.weight_scheme == "paper" and not self.control_lambda > 1:
+            raise ValueError(f"SFTConfig.control_lambda must be > 1 (Eq. 1), got {self.control_lambda}")
+        if not 0 <= self.eval_fraction < 1:
+            raise ValueError(f"SFTConfig.eval_fraction must be in [0, 1), got {self.eval_fraction}")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def gold_from_dict(d: Mapping[str, Any]) -> GoldTrajectory:
+    """A :class:`~prorag.gold.GoldTrajectory` from its ``to_dict`` form."""
+    return GoldTrajectory(
+        id=str(d["id"]),
+        question=str(d["question"]),
+        segments=[(str(text), bool(by_model)) for text, by_model in d["segments"]],
+        answer=str(d["answer"]),
+        missing_gold=list(d.get("missing_gold") or []),
+        retrievals=list(d.get("retrievals") or []),
+    )
+
+
+def load_trajectories(
+    path: str | Path, retriever: Retriever | None = None, k: int = 3
+) -> tuple[list[GoldTrajectory], list[Record] | None]:
+    """Read a JSONL file of gold trajectories, or of records rendered on the fly with ``retriever``.
+
+    Returns the trajectories and, for a record file, the records (they carry the retrieval
+    partitions that held-out rollouts need). Records without a gold decomposition are skipped
+    by :func:`~prorag.gold.render_gold`.
+    """
+    rows = list(read_jsonl(path))
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    if "segments" in rows[0]:
+        return [gold_from_dict(r) for r in rows], None
+    records = [Record.from_dict(r, where=f"{path}:{n}") for n, r in enumerate(rows, start=1)]
+    if retriever is None:
+        raise ValueError(f"{path} holds records; rendering them into gold trajectories needs a retriever (set `index`)")
+    return render_gold(records, retriever, k=k), records
+
+
+def prompt_token_ids(tokenizer: Any, question: str, style: PromptStyle | None = None) -> list[int]:
+    """The prompt ids of ``question``, exactly as :meth:`prorag.rollout.RolloutEngine.prompt_ids`."""
+    return tokenizer(build_prompt(tokenizer, question, style), add_special_tokens=False)["input_ids"]
+
+
+def build_sft_examples(
+    trajectories: Sequence[GoldTrajectory],
+    tokenizer: Any,
+    tag_weights: Mapping[int, float],
+    *,
+    prompt_style: PromptStyle | None = None,
+    max_length: int | None = None,
+    overlong: Literal["drop", "truncate"] = "drop",
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One example per trajectory: ``{"id", "input_ids", "loss_mask", "loss_weights", "length"}``.
+
+    ``input_ids`` = prompt ids + completion ids; ``loss_mask`` is 0 on the prompt and on
+    environment segments, 1 on model-written segments; ``loss_weights`` =
+    :func:`~prorag.losses.format_token_weights` of them. Returns the examples and counts
+    (``kept``, ``dropped_overlong``, ``truncated``, ``no_target``).
+    """
+    if overlong not in ("drop", "truncate"):
+        raise ValueError(f"overlong must be 'drop' or 'truncate', got {overlong!r}")
+    out: list[dict[str, Any]] = []
+    stats = {"kept": 0, "dropped_overlong": 0, "truncated": 0, "no_target": 0}
+    for traj in trajectories:
+        prompt = prompt_token_ids(tokenizer, traj.question, prompt_style)
+        completion, env = tokenize_segments(tokenizer, traj.segments)
+        ids = prompt + completion
+        mask = [0] * len(prompt) + env
+        if max_length is not None and len(ids) > max_length:
+            if overlong == "drop":
+                stats["dropped_overlong"] += 1
+                continue
+            ids, mask = ids[:max_length], mask[:max_length]
+            stats["truncated"] += 1
+        if not any(mask):
+            stats["no_target"] += 1
+            continue
+        weights = format_token_weights(torch.tensor([ids]), torch.tensor([mask]), tag_weights)[0]
+        out.append({"id": traj.id, "input_ids": ids, "loss_mask": mask, "loss_weights": weights.tolist(), "length": len(ids)})
+        stats["kept"] += 1
+    return out, stats
+
+
+@dataclass
+class WeightedSFTCollator:
+    """Pads a list of examples on the right: ``input_ids`` with ``pad_token_id``,
+    ``attention_mask`` 1/0, ``loss_weights`` with 0 (a pad is never a target)."""
+
+    pad_token_id: int
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(e["input_ids"]) for e in examples)
+        if self.pad_to_multiple_of:
+            width = math.ceil(width / self.pad_to_multiple_of) * self.pad_to_multiple_of
+        B = len(examples)
+        ids = torch.full((B, width), int(self.pad_token_id), dtype=torch.long)
+        attention = torch.zeros((B, width), dtype=torch.long)
+        weights = torch.zeros((B, width), dtype=torch.float32)
+        for i, e in enumerate(examples):
+            n = len(e["input_ids"])
+            if len(e["loss_weights"]) != n:
+                raise ValueError(f"example {i}: {n} ids but {len(e['loss_weights'])} weights")
+            ids[i, :n] = torch.as_tensor(e["input_ids"], dtype=torch.long)
+            attention[i, :n] = 1
+            weights[i, :n] = torch.as_tensor(e["loss_weights"], dtype=torch.float32)
+        return {"input_ids": ids, "attention_mask": attention, "loss_weights": weights}
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+class WeightedSFTTrainer(SFTTrainer):
+    """TRL's ``SFTTrainer`` with the format-aware loss (see the module docstring for why each
+    override is needed). Batches are :class:`WeightedSFTCollator`'s; pass ``reduction`` to pick
+    the loss's reduction."""
+
+    #: ``compute_loss`` divides by the normaliser of the whole accumulated batch already.
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, *args: Any, reduction: Reduction = "weighted_mean", **kwargs: Any) -> None:
+        self.reduction: Reduction = reduction
+        super().__init__(*args, **kwargs)
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> torch.Tensor | None:
+        if not batch_samples or "loss_weights" not in batch_samples[0]:
+            return None
+        total = sum(loss_normalizer(b["loss_weights"], self.reduction) for b in batch_samples)
+        total = torch.as_tensor(total, dtype=torch.float32).to(device)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            total = self.accelerator.gather(total).sum()
+        return total
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        mode = "train" if self.model.training else "eval"
+        weights = inputs.pop("loss_weights")
+        inputs.pop("labels", None)
+        input_ids = inputs["input_ids"]
+        outputs = model(input_ids=input_ids, attention_mask=inputs.get("attention_mask"), use_cache=False)
+        loss = weighted_lm_loss(outputs.logits, input_ids, weights, self.reduction, normalizer=num_items_in_batch)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # DDP averages gradients over processes; the normaliser already counts every process.
+            loss = loss * self.accelerator.num_processes
+        with torch.no_grad():
+            target = weights[:, 1:] > 0
+            correct = (outputs.logits[:, :-1].argmax(-1) == input_ids[:, 1:]) & target
+            n = self.accelerator.gather_for_metrics(target.sum()).sum()
+            hits = self.accelerator.gather_for_metrics(correct.sum()).sum()
+            self._metrics[mode]["mean_token_accuracy"].append((hits / n).item() if n > 0 else 0.0)
+            if mode == "train":
+                self._total_train_tokens += int(self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item())
+                self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        return (loss, outputs) if return_outputs else loss
+
+
+class _MetricsFile(TrainerCallback):
+    """Appends every log of the trainer to ``metrics.jsonl`` (with ``step`` and ``epoch``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        with JsonlAppender(self.path) as out:
+            out.append({"step": state.global_step, "epoch": state.epoch, **logs})
+
+
+class _TimeBudget(TrainerCallback):
+    """Stops training (with a checkpoint) once ``minutes`` of training have passed."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds = 60.0 * minutes
+        self.start = time.monotonic()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if time.monotonic() - self.start >= self.seconds:
+            log.info("time budget of %.1f min spent at step %d: stopping", self.seconds / 60, state.global_step)
+            control.should_training_stop = True
+            control.should_save = True
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def _use_bf16(setting: bool | str) -> bool:
+    if setting == "auto":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return bool(setting)
+
+
+def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
+    from prorag.models import _as_dtype, load_policy, make_tiny_model, prepare_policy, tag_token_ids
+
+    if config.model in BUILTIN_MODELS:
+        if tokenizer is None:
+            if config.tokenizer is None:
+                raise ValueError(f"model={config.model!r} needs a tokenizer: pass `tokenizer` or set `tokenizer` in the config")
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        tag_token_ids(tokenizer)  # the tags must be single tokens already
+        model = make_tiny_model(tokenizer, config.model, arch=config.arch, seed=config.seed)
+        return model, tokenizer
+    if tokenizer is None:
+        return load_policy(config.model, dtype=config.dtype)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=_as_dtype(config.dtype))
+    prepare_policy(model, tokenizer)
+    return model, tokenizer
+
+
+def _split(
+    trajectories: list[GoldTrajectory], fraction: float, seed: int
+) -> tuple[list[GoldTrajectory], list[GoldTrajectory]]:
+    """Seeded held-out split by question id (at least one held out when ``fraction > 0``)."""
+    if fraction <= 0 or len(trajectories) < 2:
+        return trajectories, []
+    order = sorted(range(len(trajectories)), key=lambda i: trajectories[i].id)
+    random.Random(seed).shuffle(order)
+    n_eval = min(len(order) - 1, max(1, round(fraction * len(order))))
+    held = set(order[:n_eval])
+    return [t for i, t in enumerate(trajectories) if i not in held], [t for i, t in enumerate(trajectories) if i in held]
+
+
+def _dataset(examples: list[dict[str, Any]]) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(examples)
+
+
+def sft_training_args(config: SFTConfig, run_dir: str | Path, *, has_eval: bool = True) -> TRLSFTConfig:
+    """TRL's ``SFTConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU/bf16 chosen
+    from the hardware, and the options that keep TRL from re-tokenising or packing the
+    pre-tokenised dataset."""
+    cuda = torch.cuda.is_available()
+    return TRLSFTConfig(
+        output_dir=str(Path(run_dir) / "checkpoints"),
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.per_device_batch_size,
+        per_device_eval_batch_size=config.eval_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        train_sampling_strategy="group_by_length" if config.group_by_length else "random",
+        activation_checkpointing=config.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
+        bf16=_use_bf16(config.bf16),
+        fp16=False,
+        use_cpu=not cuda,
+        dataloader_pin_memory=cuda,
+        dataloader_num_workers=config.dataloader_num_workers,
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=(config.eval_steps or config.save_steps) if has_eval else None,
+        report_to=config.report_to,
+        # A pre-tokenised dataset with a custom collator: TRL must neither re-tokenise nor pack.
+        dataset_kwargs={"skip_prepare_dataset": True},
+        remove_unused_columns=False,
+        packing=False,
+        padding_free=False,
+        max_length=config.max_length,
+    )
+
+
+def make_sft_trainer(
+    config: SFTConfig,
+    run_dir: str | Path,
+    model: Any,
+    tokenizer: Any,
+    train_examples: list[dict[str, Any]],
+    eval_examples: list[dict[str, Any]] | None = None,
+    tag_weights: Mapping[int, float] | None = None,
+) -> WeightedSFTTrainer:
+    """The :class:`WeightedSFTTrainer` of :func:`train_sft` over examples of :func:`build_sft_examples`
+    (LoRA, metrics file and time budget included), not yet trained."""
+    run = Path(run_dir)
+    peft_config = None
+    if config.lora:
+        from peft import LoraConfig
+
+        from prorag.models import tag_token_ids
+
+        ids = sorted(tag_weights) if tag_weights else sorted(tag_token_ids(tokenizer).values())
+        peft_config = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            task_type="CAUSAL_LM",
+            trainable_token_indices={"embed_tokens": ids},
+        )
+    callbacks: list[TrainerCallback] = [_MetricsFile(run / "metrics.jsonl")]
+    if config.max_minutes is not None:
+        callbacks.append(_TimeBudget(config.max_minutes))
+    return WeightedSFTTrainer(
+        model=model,
+        args=sft_training_args(config, run, has_eval=bool(eval_examples)),
+        data_collator=WeightedSFTCollator(int(tokenizer.pad_token_id)),
+        train_dataset=_dataset(train_examples),
+        eval_dataset=_dataset(eval_examples) if eval_examples else None,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        reduction=config.reduction,
+    )
+
+
+def train_sft(
+    config: SFTConfig,
+    run_dir: str | Path,
+    *,
+    tokenizer: Any = None,
+    trajectories: Sequence[GoldTrajectory] | None = None,
+    eval_trajectories: Sequence[GoldTrajectory] | None = None,
+    records: Sequence[Record] | None = None,
+    retriever: Retriever | None = None,
+) -> Path:
+    """Run the SFT stage in ``run_dir``; return the saved policy folder ``run_dir/policy``.
+
+    Data: ``trajectories`` (else ``config.train_file``), held out: ``eval_trajectories`` (else
+    ``config.eval_file``, else ``config.eval_fraction`` of the training trajectories).
+    ``records`` (matched by id) give the held-out rollouts their questions' retrieval partitions
+    (a record file supplies them itself); without them a held-out question searches the whole
+    corpus. ``retriever`` (else ``config.index``) renders record files and runs the rollouts;
+    without one the format-valid rate is skipped with a warning.
+
+    Resumes from the last checkpoint in ``run_dir/checkpoints`` if there is one (global step,
+    optimiser, scheduler and data order continue; raise ``max_steps`` to train further).
+    """
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / "sft_config.json", asdict(config))
+    if retriever is None and config.index:
+        from prorag.retrieval.index import open_retriever
+
+        retriever = open_retriever(config.index)
+
+    # ---- data
+    by_id: dict[str, Record] = {r.id: r for r in records or []}
+    if trajectories is None:
+        if not config.train_file:
+            raise ValueError("no training data: pass `trajectories` or set `train_file`")
+        trajectories, recs = load_trajectories(config.train_file, retriever, config.k)
+        by_id.update({r.id: r for r in recs or []})
+    train_trajs = list(trajectories)
+    if eval_trajectories is not None:
+        held_out = list(eval_trajectories)
+    elif config.eval_file:
+        held_out, recs = load_trajectories(config.eval_file, retriever, config.k)
+        by_id.update({r.id: r for r in recs or []})
+    else:
+        train_trajs, held_out = _split(train_trajs, config.eval_fraction, config.seed)
+    if config.missing_gold == "drop":
+        before = len(train_trajs)
+        train_trajs = [t for t in train_trajs if not t.missing_gold]
+        log.info("dropped %d of %d training trajectories whose retrieval missed a gold page", before - len(train_trajs), before)
+
+    model, tokenizer = _load_model(config, tokenizer)
+    from prorag.models import configure_generation, save_policy, tag_token_ids
+
+    table = tag_weight_table(tag_token_ids(tokenizer), config.weight_scheme, config.control_lambda, weights=config.tag_weights)
+    build = dict(prompt_style=config.prompt_style, max_length=config.max_length, overlong=config.overlong)
+    train_examples, stats = build_sft_examples(train_trajs, tokenizer, table, **build)
+    eval_examples, eval_stats = build_sft_examples(held_out, tokenizer, table, **build)
+    log.info("SFT examples: train %s, held out %s", stats, eval_stats)
+    if not train_examples:
+        raise ValueError(f"no training example left ({stats})")
+
+    # ---- trainer
+    trainer = make_sft_trainer(config, run, model, tokenizer, train_examples, eval_examples, table)
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    ckpt_dir = run / "checkpoints"
+    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    if last:
+        log.info("resuming SFT from %s", last)
+    trainer.train(resume_from_checkpoint=last)
+    evaluated = [h["step"] for h in trainer.state.log_history if "eval_loss" in h]
+    if eval_examples and (not evaluated or evaluated[-1] != trainer.state.global_step):
+        trainer.evaluate()  # the held-out loss of the final weights, unless just measured
+
+    # ---- the policy (written once, by the main process)
+    out = run / "policy"
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        return out
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    if config.lora:
+        policy = policy.merge_and_unload()
+    configure_generation(policy, tokenizer)
+    save_policy(policy, tokenizer, out)
+
+    # ---- format-valid rate of greedy rollouts on held-out questions
+    if config.eval_samples > 0:
+        row, trajs = _rollout_eval(policy, tokenizer, held_out, by_id, retriever, config)
+        row = {"step": trainer.state.global_step, "epoch": trainer.state.epoch, **row}
+        if trajs:
+            write_jsonl(run / "eval_trajectories.jsonl", (t.to_dict() for t in trajs))
+        with JsonlAppender(run / "metrics.jsonl") as f:
+            f.append(row)
+        log.info("held-out rollouts: %s", json.dumps(row))
+    return out
+
+
+def _rollout_eval(
+    model: Any,
+    tokenizer: Any,
+    held_out: Sequence[GoldTrajectory],
+    by_id: Mapping[str, Record],
+    retriever: Retriever | None,
+    config: SFTConfig,
+) -> tuple[dict[str, Any], list[Any]]:
+    """Greedy rollouts of the first ``eval_samples`` held-out questions: the I_traj rate (what the
+    reference code validates on), EM and F1; returns the metrics and the trajectories."""
+    from prorag.metrics import answer_metrics
+    from prorag.rollout import RolloutConfig, RolloutEngine
+
+    if retriever is None:
+        log.warning("no retriever (pass `retriever` or set `index`): the format-valid rate is not measured")
+        return {"format_valid_rate": None, "eval_samples": 0}, []
+    if not held_out:
+        log.warning("no held-out questions: the format-valid rate is not measured")
+        return {"format_valid_rate": None, "eval_samples": 0}, []
+    chosen = list(held_out)[: config.eval_samples]
+    recs = [by_id.get(t.id) or Record(t.id, t.question, [t.answer]) for t in chosen]
+    engine = RolloutEngine(
+        model,
+        tokenizer,
+        retriever,
+        RolloutConfig(greedy=True, top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed),
+    )
+    t0 = time.perf_counter()
+    trajs = engine.rollout(recs)
+    seconds = time.perf_counter() - t0
+    scores = [answer_metrics(t.answer or "", r.golden_answers) for t, r in zip(trajs, recs, strict=True)]
+    n = len(trajs)
+    return {
+        "format_valid_rate": sum(t.valid for t in trajs) / n,
+        "eval_em": sum(s["em"] for s in scores) / n,
+        "eval_f1": sum(s["f1"] for s in scores) / n,
+        "eval_samples": n,
+        "eval_rollout_seconds": round(seconds, 2),
+    }, trajs
+
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "SFTConfig",
+    "WeightedSFTCollator",
+    "WeightedSFTTrainer",
+    "build_sft_examples",
+    "gold_from_dict",
+    "load_trajectories",
+    "make_sft_trainer",
+    "prompt_token_ids",
+    "sft_training_args",
+    "train_sft",
+]

@@ -1,0 +1,220 @@
+"""The SFT stage on the tiny built-in world: examples equal inference text, the trainer's loss is
+the format-aware loss, training moves the weights, the policy reloads, and runs resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.records import Record, read_passages, read_records
+from prorag.data.world import build_world
+from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
+from prorag.losses import format_token_weights, tag_weight_table, weighted_lm_loss
+from prorag.models import load_policy, make_tiny_model, tag_token_ids, train_world_tokenizer, world_tokenizer_texts
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.rollout import RolloutEngine
+from prorag.schema import ANSWER_CLOSE, RETRIEVAL_OPEN, STEP_OPEN
+from prorag.stages.sft import (
+    SFTConfig,
+    WeightedSFTCollator,
+    build_sft_examples,
+    gold_from_dict,
+    load_trajectories,
+    make_sft_trainer,
+    train_sft,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """One intra-op thread for this module: the tiny model's ops are so small that on a 2-core
+    machine shared with other work, synchronising two threads costs more than the ops (a
+    128x384 linear took 12 ms with two threads under load, 60 us with one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("world")
+    build_world(out, 0, "tiny")
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(world: Path) -> BM25Retriever:
+    return BM25Retriever(read_passages(world / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world: Path) -> Any:
+    return train_world_tokenizer(world_tokenizer_texts(world))
+
+
+@pytest.fixture(scope="module")
+def records(world: Path) -> list[Record]:
+    return read_records(world / "train.jsonl")
+
+
+@pytest.fixture(scope="module")
+def gold(records: list[Record], retriever: BM25Retriever) -> list[GoldTrajectory]:
+    return render_gold(records, retriever, k=3)
+
+
+def fast_config(**kw: Any) -> SFTConfig:
+    base = dict(
+        model="tiny", per_device_batch_size=2, learning_rate=3e-3, logging_steps=1, save_steps=2,
+        eval_steps=1000, eval_fraction=0.05, eval_samples=3, eval_batch_size=8, max_length=512,
+    )
+    return SFTConfig(**(base | kw))
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+def test_examples_are_the_inference_text(tokenizer: Any, gold: list[GoldTrajectory], retriever: BM25Retriever) -> None:
+    table = tag_weight_table(tag_token_ids(tokenizer))
+    examples, stats = build_sft_examples(gold[:5], tokenizer, table)
+    assert stats["kept"] == 5
+    engine = RolloutEngine(make_tiny_model(tokenizer, "tiny"), tokenizer, retriever)
+    tags = tag_token_ids(tokenizer)
+    for ex, traj in zip(examples, gold[:5], strict=True):
+        prompt = engine.prompt_ids(traj.question)
+        completion, env = tokenize_segments(tokenizer, traj.segments)
+        assert ex["input_ids"] == prompt + completion
+        assert ex["loss_mask"] == [0] * len(prompt) + env
+        assert tokenizer.decode(ex["input_ids"][len(prompt) :]) == traj.text
+        ids, mask, w = ex["input_ids"], ex["loss_mask"], ex["loss_weights"]
+        assert len(w) == len(ids) == ex["length"]
+        assert all(wt == 0 for wt, m in zip(w, mask, strict=True) if m == 0)
+        # Retrieval blocks and the environment's <step> openers are never targets.
+        assert all(m == 0 for t, m in zip(ids, mask, strict=True) if t == tags[RETRIEVAL_OPEN])
+        assert sum(1 for t, m in zip(ids, mask, strict=True) if t == tags[STEP_OPEN] and m == 1) == 1
+        assert ids[-1] == tags[ANSWER_CLOSE] and mask[-1] == 1 and w[-1] == 5.0
+        expected = format_token_weights(torch.tensor([ids]), torch.tensor([mask]), table)[0].tolist()
+        assert w == expected
+
+
+def test_overlong_examples_are_dropped_or_cut_on_the_right(tokenizer: Any, gold: list[GoldTrajectory]) -> None:
+    table = tag_weight_table(tag_token_ids(tokenizer))
+    full, _ = build_sft_examples(gold[:4], tokenizer, table)
+    limit = min(e["length"] for e in full) - 1
+    dropped, stats = build_sft_examples(gold[:4], tokenizer, table, max_length=limit)
+    assert dropped == [] and stats["dropped_overlong"] == 4
+    cut, stats = build_sft_examples(gold[:4], tokenizer, table, max_length=limit, overlong="truncate")
+    assert stats["truncated"] == 4
+    for c, f in zip(cut, full, strict=True):
+        assert c["input_ids"] == f["input_ids"][:limit] and c["loss_weights"] == f["loss_weights"][:limit]
+
+
+def test_collator_pads_right_with_zero_weight() -> None:
+    batch = WeightedSFTCollator(pad_token_id=0)(
+        [{"input_ids": [5, 6, 7], "loss_weights": [0.0, 1.0, 5.0]}, {"input_ids": [8], "loss_weights": [0.0]}]
+    )
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["loss_weights"].tolist() == [[0.0, 1.0, 5.0], [0.0, 0.0, 0.0]]
+    assert WeightedSFTCollator(0, pad_to_multiple_of=4)([{"input_ids": [1], "loss_weights": [0.0]}])["input_ids"].shape == (1, 4)
+
+
+def test_load_trajectories_from_gold_and_record_files(
+    tmp_path: Path, world: Path, gold: list[GoldTrajectory], retriever: BM25Retriever
+) -> None:
+    path = tmp_path / "gold.jsonl"
+    write_jsonl(path, (g.to_dict() for g in gold[:3]))
+    again, recs = load_trajectories(path)
+    assert recs is None and [g.to_dict() for g in again] == [g.to_dict() for g in gold[:3]]
+    assert gold_from_dict(gold[0].to_dict()).text == gold[0].text
+    rendered, recs = load_trajectories(world / "train.jsonl", retriever, 3)
+    assert recs is not None and [g.to_dict() for g in rendered] == [g.to_dict() for g in gold]
+    with pytest.raises(ValueError, match="retriever"):
+        load_trajectories(world / "train.jsonl")
+
+
+# ----------------------------------------------------------------------------- the trainer's loss
+
+
+@pytest.mark.parametrize("scheme,reduction", [("reference", "weighted_mean"), ("paper", "sum")])
+def test_trainer_loss_is_the_weighted_loss(tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], scheme: str, reduction: str) -> None:
+    cfg = fast_config(weight_scheme=scheme, reduction=reduction, control_lambda=4.0)
+    table = tag_weight_table(tag_token_ids(tokenizer), cfg.weight_scheme, cfg.control_lambda)
+    examples, _ = build_sft_examples(gold[:4], tokenizer, table)
+    model = make_tiny_model(tokenizer, "tiny")
+    trainer = make_sft_trainer(cfg, tmp_path, model, tokenizer, examples, tag_weights=table)
+    batch = trainer.data_collator(examples)
+    model.eval()
+    with torch.no_grad():
+        direct = weighted_lm_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits, batch["input_ids"], batch["loss_weights"], reduction)
+        got = trainer.compute_loss(trainer.model, dict(batch))
+        assert got.item() == pytest.approx(direct.item(), rel=1e-5)
+        # Gradient accumulation: two micro-batches normalised by the whole batch add up to it.
+        halves = [trainer.data_collator(examples[:2]), trainer.data_collator(examples[2:])]
+        norm = trainer._get_num_items_in_batch(halves, torch.device("cpu"))
+        parts = sum(trainer.compute_loss(trainer.model, dict(h), num_items_in_batch=norm) for h in halves)
+        # Padding differs between the halves and the whole batch; the targets do not.
+        assert parts.item() == pytest.approx(direct.item(), rel=1e-4)
+    assert trainer.loss_is_scaled_for_ga is True
+
+
+# ----------------------------------------------------------------------------- training, saving, resuming
+
+
+def test_train_save_reload_and_resume(
+    tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], records: list[Record], retriever: BM25Retriever
+) -> None:
+    run = tmp_path / "run"
+    cfg = fast_config(max_steps=4)
+    policy = train_sft(cfg, run, tokenizer=tokenizer, trajectories=gold, records=records, retriever=retriever)
+    assert policy == run / "policy"
+    assert sorted(p.name for p in (run / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    train_rows = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in train_rows)
+    assert all({"learning_rate", "epoch", "step"} <= r.keys() for r in train_rows)
+    assert any("eval_loss" in r and r["eval_loss"] == r["eval_loss"] for r in rows)  # held-out loss, finite
+    final = rows[-1]
+    assert final["eval_samples"] == 3 and 0.0 <= final["format_valid_rate"] <= 1.0
+    assert len(list(read_jsonl(run / "eval_trajectories.jsonl"))) == 3
+    assert json.loads((run / "sft_config.json").read_text())["max_steps"] == 4
+
+    # The saved policy reloads, stops at </answer>, and its weights moved away from the initial ones.
+    model, tok = load_policy(str(policy))
+    eos = model.generation_config.eos_token_id
+    assert tag_token_ids(tok)[ANSWER_CLOSE] in (eos if isinstance(eos, list) else [eos])
+    assert not any(p.suffix in (".bin", ".pt", ".pkl") for p in policy.iterdir())
+    init = make_tiny_model(tokenizer, "tiny", seed=cfg.seed).state_dict()
+    trained = model.state_dict()
+    changed = [k for k in init if not torch.equal(init[k], trained[k])]
+    assert len(changed) >= len(init) // 2
+
+    # Resume: ask for 6 steps in the same run directory; training continues at step 5.
+    cfg6 = fast_config(max_steps=6)
+    train_sft(cfg6, run, tokenizer=tokenizer, trajectories=gold, records=records, retriever=retriever)
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
+    state = json.loads((run / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
+
+
+def test_lora_policy_is_merged(tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory]) -> None:
+    cfg = fast_config(max_steps=2, lora=True, eval_samples=0, eval_fraction=0.0, warmup_ratio=0.0)
+    policy = train_sft(cfg, tmp_path / "lora", tokenizer=tokenizer, trajectories=gold[:8])
+    assert not (policy / "adapter_config.json").exists()
+    model, _ = load_policy(str(policy))
+    assert not any("lora" in k for k in model.state_dict())
+    init = make_tiny_model(tokenizer, "tiny", seed=cfg.seed).state_dict()
+    assert not torch.equal(init["model.layers.0.self_attn.q_proj.weight"], model.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_needs_a_tokenizer_for_builtin_models(tmp_path: Path, gold: list[GoldTrajectory]) -> None:
+    with pytest.raises(ValueError, match="tokenizer"):
+        train_sft(fast_config(max_steps=1), tmp_path, trajectories=gold[:4])

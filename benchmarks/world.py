@@ -67,7 +67,7 @@ def main() -> None:
             results["recall"][split]["queries_per_second"] = qps
         results["audit"] = json.loads((world / "world.json").read_text())["memorisation_audit"]["test"]
 
-    print(f"world build time: " + ", ".join(f"{s} {t:.2f}s" for s, t in results["build_seconds"].items()))
+    print("world build time: " + ", ".join(f"{s} {t:.2f}s" for s, t in results["build_seconds"].items()))
     print(f"BM25 over the {args.size} world ({len(passages)} pages, partitioned) built in {results['bm25_build_seconds']:.2f}s")
     for split, rows in results["recall"].items():
         print(f"gold-page recall of template sub-queries, {split} ({rows['queries_per_second']:.0f} queries/s):")

@@ -11,7 +11,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -63,7 +63,7 @@ def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug 
 # ----------------------------------------------------------------------------- data
 
 
-class BenchmarkFormat(str, Enum):
+class BenchmarkFormat(StrEnum):
     hotpotqa = "hotpotqa"
     twowiki = "2wiki"
     musique = "musique"
@@ -118,7 +118,7 @@ def corpus_build(
 # ----------------------------------------------------------------------------- world
 
 
-class WorldSize(str, Enum):
+class WorldSize(StrEnum):
     tiny = "tiny"
     demo = "demo"
     large = "large"
@@ -146,7 +146,7 @@ def world(
 # ----------------------------------------------------------------------------- retrieval
 
 
-class IndexKind(str, Enum):
+class IndexKind(StrEnum):
     bm25 = "bm25"
     dense = "dense"
 
@@ -229,7 +229,7 @@ def models_setup_offline(
 # ----------------------------------------------------------------------------- evaluation
 
 
-class BaselineKind(str, Enum):
+class BaselineKind(StrEnum):
     naive = "naive"
     standard_rag = "standard-rag"
 

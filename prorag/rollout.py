@@ -176,7 +176,6 @@ class RolloutEngine:
             raise ValueError(f"the tokenizer lacks the trajectory tags {missing}; register them (prorag.models.add_tag_tokens)")
         self.tag_ids = {t: vocab[t] for t in TAGS}
         eos = _eos_ids(model, tokenizer)
-        self.end_ids = torch.tensor(sorted(eos | {self.tag_ids[ANSWER_CLOSE]}))
         self.stop_ids = torch.tensor(sorted(eos | {self.tag_ids[t] for t in (SUBQUERY_CLOSE, SUBANSWER_CLOSE, ANSWER_CLOSE)}))
         self.eos_ids = eos
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
@@ -252,7 +251,7 @@ class RolloutEngine:
         logits = state.feed([list(p) for p in prompts])
         tok, lp = self._sample(logits, generator)
         decoding = torch.ones(B, dtype=torch.bool, device=dev)
-        end_ids, stop_ids = self.end_ids.to(dev), self.stop_ids.to(dev)
+        stop_ids = self.stop_ids.to(dev)
 
         while decoding.any():
             # ---- decode until every active row has closed its action (or hit a cap)

@@ -486,7 +486,7 @@ def parse_trajectory(text: str) -> ParsedTrajectory:
     ]
     errors = _grammar_errors(scan, where)
     answer = None
-    for raw, action in zip(scan.actions, actions):
+    for raw, action in zip(scan.actions, actions, strict=True):
         if raw.kind is ActionKind.ANSWER and raw.content_closed:
             answer = action.content
     valid = not errors
@@ -579,7 +579,7 @@ def parse_token_actions(
             raise ValueError(f"env_mask has {len(mask)} entries for {len(id_list)} ids")
     blanks = {int(b) for b in blank_ids}
     els = [
-        _El(tag_of.get(t), t not in tag_of and t in blanks, m == 0) for t, m in zip(id_list, mask)
+        _El(tag_of.get(t), t not in tag_of and t in blanks, m == 0) for t, m in zip(id_list, mask, strict=True)
     ]
     out = []
     for raw in _scan(els).actions:

@@ -23,3 +23,33 @@ def benchmarks_dir() -> Path:
     if not BENCHMARKS_DIR.is_dir():
         pytest.fail(f"shared benchmark data not found at {BENCHMARKS_DIR}; set PRORAG_SHARED to the shared folder")
     return BENCHMARKS_DIR
+
+
+# ----------------------------------------------------------------------------- a tiny built-in world
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny built-in world (seed 0), built once per test session."""
+    from prorag.data.world import build_world
+
+    out = tmp_path_factory.mktemp("tiny_world")
+    build_world(out, seed=0, size="tiny")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_retriever(tiny_world: Path):  # noqa: ANN201 - BM25Retriever, imported lazily
+    """BM25 over the tiny world's pages (partitioned by world)."""
+    from prorag.data.records import read_passages
+    from prorag.retrieval.bm25 import BM25Retriever
+
+    return BM25Retriever(read_passages(tiny_world / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="session")
+def world_tokenizer(tiny_world: Path):  # noqa: ANN201 - a transformers tokenizer
+    """The world tokenizer trained on the tiny world (tags special, names single tokens)."""
+    from prorag.models import train_world_tokenizer, world_tokenizer_texts
+
+    return train_world_tokenizer(world_tokenizer_texts(tiny_world))

@@ -13,11 +13,10 @@ from typer.testing import CliRunner
 from prorag.baselines import baseline_answer, naive_prompt, standard_rag_prompt
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
-from prorag.data.records import Record, read_passages, read_records
-from prorag.data.world import build_world
+from prorag.data.records import Record, read_records
 from prorag.evaluate import EvalConfig, compare_predictions, evaluate, steps_distribution, summarise
 from prorag.gold import render_gold, tokenize_segments
-from prorag.models import make_tiny_model, save_policy, train_world_tokenizer, world_tokenizer_texts
+from prorag.models import make_tiny_model, save_policy
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
 from prorag.rollout import RolloutEngine
@@ -25,40 +24,23 @@ from tests.fakes import ReplayLM
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("world")
-    build_world(out, seed=1, size="tiny")
-    return out
+def records(tiny_world: Path) -> list[Record]:
+    return read_records(tiny_world / "test.jsonl")[:10]
 
 
-@pytest.fixture(scope="module")
-def retriever(world: Path) -> BM25Retriever:
-    return BM25Retriever(read_passages(world / "corpus.jsonl"))
+def _gold_replay(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> ReplayLM:
+    golds = render_gold(records, tiny_retriever, k=3)
+    probe = RolloutEngine(ReplayLM({}, len(world_tokenizer), world_tokenizer.eos_token_id), world_tokenizer, tiny_retriever)
+    targets = {tuple(probe.prompt_ids(g.question)): tokenize_segments(world_tokenizer, g.segments)[0] for g in golds}
+    return ReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(world: Path) -> Any:
-    return train_world_tokenizer(world_tokenizer_texts(world))
-
-
-@pytest.fixture(scope="module")
-def records(world: Path) -> list[Record]:
-    return read_records(world / "test.jsonl")[:10]
-
-
-def _gold_replay(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> ReplayLM:
-    golds = render_gold(records, retriever, k=3)
-    probe = RolloutEngine(ReplayLM({}, len(tokenizer), tokenizer.eos_token_id), tokenizer, retriever)
-    targets = {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds}
-    return ReplayLM(targets, len(tokenizer), tokenizer.eos_token_id)
-
-
-def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    model = _gold_replay(tokenizer, retriever, records)
+def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _gold_replay(world_tokenizer, tiny_retriever, records)
     cfg = EvalConfig(batch_size=4)
-    partial = evaluate(model, tokenizer, records[:4], retriever, tmp_path, cfg, progress=False)
+    partial = evaluate(model, world_tokenizer, records[:4], tiny_retriever, tmp_path, cfg, progress=False)
     assert partial["n"] == 4
-    metrics = evaluate(model, tokenizer, records, retriever, tmp_path, cfg, progress=False)
+    metrics = evaluate(model, world_tokenizer, records, tiny_retriever, tmp_path, cfg, progress=False)
     rows = list(read_jsonl(tmp_path / "predictions.jsonl"))
     assert len(rows) == len(records) == len({r["id"] for r in rows}), "resume must not evaluate a question twice"
     assert metrics["n"] == len(records)
@@ -67,7 +49,7 @@ def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, to
     hops = [r.metadata["hops"] for r in records]
     assert metrics["mean_retrieval_steps"] == pytest.approx(sum(hops) / len(hops))
     # Recall of gold evidence equals what the gold rendering retrieved.
-    golds = render_gold(records, retriever, k=3)
+    golds = render_gold(records, tiny_retriever, k=3)
     expected = []
     for r, g in zip(records, golds, strict=True):
         got = {pid for x in g.retrievals for pid in x["doc_ids"]}
@@ -107,15 +89,15 @@ def test_summarise_names_each_metric() -> None:
         summarise([])
 
 
-def test_baseline_prompts_and_answers(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
+def test_baseline_prompts_and_answers(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
     r = records[0]
-    assert naive_prompt(tokenizer, r.question) == f"Question: {r.question}\n"
-    hits = retriever.search([r.question], k=2, partitions=[r.partition])[0]
-    prompt = standard_rag_prompt(tokenizer, r.question, hits)
+    assert naive_prompt(world_tokenizer, r.question) == f"Question: {r.question}\n"
+    hits = tiny_retriever.search([r.question], k=2, partitions=[r.partition])[0]
+    prompt = standard_rag_prompt(world_tokenizer, r.question, hits)
     assert prompt.startswith("<retrieval>\nDoc 1(Title: ") and prompt.endswith(f"Question: {r.question}\n")
-    assert baseline_answer("<answer> Kelo </answer>", tokenizer) == "Kelo"
-    assert baseline_answer("\nAnswer: Paris<eos>", tokenizer) == "Paris"
-    assert baseline_answer("<eos>", tokenizer) is None
+    assert baseline_answer("<answer> Kelo </answer>", world_tokenizer) == "Kelo"
+    assert baseline_answer("\nAnswer: Paris<eos>", world_tokenizer) == "Paris"
+    assert baseline_answer("<eos>", world_tokenizer) is None
 
 
 def test_compare_predictions_paired(tmp_path: Path) -> None:
@@ -133,11 +115,11 @@ def test_compare_predictions_paired(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, world: Path, tokenizer: Any) -> None:
-    policy = save_policy(make_tiny_model(tokenizer, size="tiny", seed=0), tokenizer, tmp_path / "policy")
-    build_index(world / "corpus.jsonl", tmp_path / "index", kind="bm25")
+def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, tiny_world: Path, world_tokenizer: Any) -> None:
+    policy = save_policy(make_tiny_model(world_tokenizer, size="tiny", seed=0), world_tokenizer, tmp_path / "policy")
+    build_index(tiny_world / "corpus.jsonl", tmp_path / "index", kind="bm25")
     runner = CliRunner()
-    base = ["eval", "--policy", str(policy), "--data", str(world / "test.jsonl"), "--index", str(tmp_path / "index"), "--limit", "6", "--batch-size", "3"]
+    base = ["eval", "--policy", str(policy), "--data", str(tiny_world / "test.jsonl"), "--index", str(tmp_path / "index"), "--limit", "6", "--batch-size", "3"]
     for name, extra in (("loop", ["--max-actions", "3"]), ("naive", ["--baseline", "naive"]), ("rag", ["--baseline", "standard-rag"])):
         out = tmp_path / name
         result = runner.invoke(app, [*base, "--out", str(out), *extra])
@@ -152,13 +134,13 @@ def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, world: Path, tokenizer: 
     assert rag["mean_retrieval_steps"] == 1 and rag["retrieval_recall"] is not None
     cmp = runner.invoke(app, ["eval", "--compare", str(tmp_path / "naive" / "predictions.jsonl"), str(tmp_path / "rag" / "predictions.jsonl")])
     assert cmp.exit_code == 0 and "substring_acc" in cmp.output, cmp.output
-    missing = runner.invoke(app, ["eval", "--data", str(world / "test.jsonl")])
+    missing = runner.invoke(app, ["eval", "--data", str(tiny_world / "test.jsonl")])
     assert missing.exit_code == 2 and "--policy" in missing.output
 
 
 @pytest.mark.slow
-def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, tokenizer: Any) -> None:
-    """The harness on real MuSiQue and Bamboogle records over a real pooled corpus (tiny model, byte-level tokenizer)."""
+def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, world_tokenizer: Any) -> None:
+    """The harness on real MuSiQue and Bamboogle records over a real pooled corpus (tiny model, byte-level world tokenizer)."""
     from prorag.data.benchmarks import load_benchmark
     from prorag.data.corpus import build_corpus
     from prorag.retrieval.index import load_index
@@ -167,11 +149,11 @@ def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, to
     write_jsonl(tmp_path / "corpus.jsonl", (p.to_dict() for p in build_corpus([musique]).passages))
     build_index(tmp_path / "corpus.jsonl", tmp_path / "index", kind="bm25")
     retriever = load_index(tmp_path / "index")
-    model = make_tiny_model(tokenizer, size="tiny", seed=0)
+    model = make_tiny_model(world_tokenizer, size="tiny", seed=0)
     for name, fmt, path in (("musique", "musique", musique), ("bamboogle", "flashrag", benchmarks_dir / "bamboogle" / "test.jsonl")):
         records = load_benchmark(path, fmt).records
         cfg = EvalConfig(limit=3, batch_size=3, max_actions=3, max_action_tokens=24)
-        metrics = evaluate(model, tokenizer, records, retriever, tmp_path / name, cfg, progress=False)
+        metrics = evaluate(model, world_tokenizer, records, retriever, tmp_path / name, cfg, progress=False)
         assert metrics["n"] == 3
         rows = list(read_jsonl(tmp_path / name / "predictions.jsonl"))
         assert [r["id"] for r in rows] == [r.id for r in records[:3]]

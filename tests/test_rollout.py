@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from prorag.data.records import Record, read_passages, read_records
-from prorag.data.world import build_world
+from prorag.data.records import Record, read_records
 from prorag.gold import render_gold, tokenize_segments
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory, sample_next
@@ -19,44 +18,25 @@ from tests.fakes import CycleLM, ReplayLM
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("world")
-    build_world(out, seed=0, size="tiny")
-    return out
+def records(tiny_world: Path) -> list[Record]:
+    return read_records(tiny_world / "test.jsonl")[:12]
 
 
-@pytest.fixture(scope="module")
-def retriever(world: Path) -> BM25Retriever:
-    return BM25Retriever(read_passages(world / "corpus.jsonl"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(world: Path) -> Any:
-    from prorag.models import train_world_tokenizer, world_tokenizer_texts
-
-    return train_world_tokenizer(world_tokenizer_texts(world))
-
-
-@pytest.fixture(scope="module")
-def records(world: Path) -> list[Record]:
-    return read_records(world / "test.jsonl")[:12]
-
-
-def _gold_targets(tokenizer: Any, engine: RolloutEngine, golds: list[Any]) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
+def _gold_targets(world_tokenizer: Any, engine: RolloutEngine, golds: list[Any]) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
     out = {}
     for g in golds:
-        ids, mask = tokenize_segments(tokenizer, g.segments)
+        ids, mask = tokenize_segments(world_tokenizer, g.segments)
         out[tuple(engine.prompt_ids(g.question))] = (ids, mask)
     return out
 
 
-def test_replayed_gold_trajectories_come_out_token_exact(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    golds = render_gold(records, retriever, k=3)
+def test_replayed_gold_trajectories_come_out_token_exact(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    golds = render_gold(records, tiny_retriever, k=3)
     assert len(golds) == len(records)
     cfg = RolloutConfig(greedy=True, batch_size=5, max_action_tokens=64)
-    engine = RolloutEngine(ReplayLM({}, len(tokenizer), tokenizer.eos_token_id), tokenizer, retriever, cfg)
-    targets = _gold_targets(tokenizer, engine, golds)
-    model = ReplayLM({p: ids for p, (ids, _) in targets.items()}, len(tokenizer), tokenizer.eos_token_id)
+    engine = RolloutEngine(ReplayLM({}, len(world_tokenizer), world_tokenizer.eos_token_id), world_tokenizer, tiny_retriever, cfg)
+    targets = _gold_targets(world_tokenizer, engine, golds)
+    model = ReplayLM({p: ids for p, (ids, _) in targets.items()}, len(world_tokenizer), world_tokenizer.eos_token_id)
     engine.model = model
     trajs = engine.rollout(records)
     assert model.off_script == 0
@@ -78,20 +58,20 @@ def test_replayed_gold_trajectories_come_out_token_exact(tokenizer: Any, retriev
         assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.env_mask, strict=True) if not m)
 
 
-def _ids(tokenizer: Any, *words: str) -> list[int]:
+def _ids(world_tokenizer: Any, *words: str) -> list[int]:
     out = []
     for w in words:
-        ids = tokenizer(w, add_special_tokens=False)["input_ids"]
+        ids = world_tokenizer(w, add_special_tokens=False)["input_ids"]
         assert len(ids) == 1, (w, ids)
         out.append(ids[0])
     return out
 
 
-def test_a_model_that_never_closes_is_cut_and_marked_malformed(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    (word,) = _ids(tokenizer, " is")
-    model = CycleLM({}, word, len(tokenizer), tokenizer.eos_token_id)
+def test_a_model_that_never_closes_is_cut_and_marked_malformed(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    (word,) = _ids(world_tokenizer, " is")
+    model = CycleLM({}, word, len(world_tokenizer), world_tokenizer.eos_token_id)
     cfg = RolloutConfig(greedy=True, max_action_tokens=17)
-    trajs = RolloutEngine(model, tokenizer, retriever, cfg).rollout(records[:3])
+    trajs = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg).rollout(records[:3])
     for t in trajs:
         assert t.stop_reason == "max_action_tokens"
         assert len(t.completion_ids) == 17 and all(t.env_mask)
@@ -99,36 +79,36 @@ def test_a_model_that_never_closes_is_cut_and_marked_malformed(tokenizer: Any, r
         assert not any(a.well_formed for a in t.actions)  # tagless text is no well-formed action
 
 
-def test_a_model_that_searches_forever_is_cut_at_max_actions(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    v = tokenizer.get_vocab()
-    (word,) = _ids(tokenizer, " is")
+def test_a_model_that_searches_forever_is_cut_at_max_actions(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    v = world_tokenizer.get_vocab()
+    (word,) = _ids(world_tokenizer, " is")
     loop = {v["<step>"]: word, word: v["</step>"], v["</step>"]: v["<subquery>"], v["<subquery>"]: v["</step>"]}
     # After <subquery> the model writes " is" then </subquery>: route via a second word.
-    (query_word,) = _ids(tokenizer, " city")
+    (query_word,) = _ids(world_tokenizer, " city")
     loop[v["<subquery>"]] = query_word
     loop[query_word] = v["</subquery>"]
-    model = CycleLM(loop, v["<step>"], len(tokenizer), tokenizer.eos_token_id)
+    model = CycleLM(loop, v["<step>"], len(world_tokenizer), world_tokenizer.eos_token_id)
     cfg = RolloutConfig(greedy=True, max_actions=4, max_action_tokens=32)
-    trajs = RolloutEngine(model, tokenizer, retriever, cfg).rollout(records[:4])
+    trajs = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg).rollout(records[:4])
     for t in trajs:
         assert t.stop_reason == "max_actions"
         assert len(t.actions) == 4 and all(a.kind == "search" and a.well_formed for a in t.actions)
         assert t.num_searches == 3  # the last action is cut before the environment answers it
         assert all(r["query"] == "city" and len(r["doc_ids"]) == 3 for r in t.retrievals)
         assert not t.valid
-    capped = RolloutEngine(model, tokenizer, retriever, RolloutConfig(greedy=True, max_actions=50, max_completion_tokens=150)).rollout(records[:2])
+    capped = RolloutEngine(model, world_tokenizer, tiny_retriever, RolloutConfig(greedy=True, max_actions=50, max_completion_tokens=150)).rollout(records[:2])
     for t in capped:
         assert t.stop_reason == "max_completion_tokens" and len(t.completion_ids) <= 150
 
 
-def _tiny_llama(tokenizer: Any, seed: int = 0) -> torch.nn.Module:
+def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
     """A random tiny Llama whose head leans towards the stop tags, so rollouts have several turns."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=len(world_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=world_tokenizer.pad_token_id, eos_token_id=world_tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
@@ -136,17 +116,17 @@ def _tiny_llama(tokenizer: Any, seed: int = 0) -> torch.nn.Module:
     with torch.no_grad():
         head.weight.copy_(model.lm_head.weight)
         head.bias.zero_()
-        v = tokenizer.get_vocab()
+        v = world_tokenizer.get_vocab()
         for tag, bias in (("</subquery>", 3.5), ("</subanswer>", 2.5), ("</answer>", 1.0), ("<subquery>", 3.0)):
             head.bias[v[tag]] = bias
     model.lm_head = head
     return model
 
 
-def test_kv_cache_with_holes_matches_a_clean_forward_and_seeds_reproduce(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    model = _tiny_llama(tokenizer)
+def test_kv_cache_with_holes_matches_a_clean_forward_and_seeds_reproduce(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _tiny_llama(world_tokenizer)
     cfg = RolloutConfig(max_action_tokens=40, max_actions=6, batch_size=6, temperature=1.0, seed=3)
-    engine = RolloutEngine(model, tokenizer, retriever, cfg)
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
     trajs = engine.rollout(records)
     assert sum(t.num_searches for t in trajs) >= 5, "the biased model should search several times"
     assert any(not all(t.env_mask) for t in trajs)
@@ -168,14 +148,14 @@ def test_kv_cache_with_holes_matches_a_clean_forward_and_seeds_reproduce(tokeniz
     assert [t.completion_ids for t in other] != [t.completion_ids for t in trajs]
 
 
-def test_trajectory_serialises_round_trip(tokenizer: Any, retriever: BM25Retriever, records: list[Record]) -> None:
-    model = _tiny_llama(tokenizer)
-    (t,) = RolloutEngine(model, tokenizer, retriever, RolloutConfig(max_action_tokens=20)).rollout(records[:1])
+def test_trajectory_serialises_round_trip(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    model = _tiny_llama(world_tokenizer)
+    (t,) = RolloutEngine(model, world_tokenizer, tiny_retriever, RolloutConfig(max_action_tokens=20)).rollout(records[:1])
     d = t.to_dict()
     import json
 
     back = Trajectory.from_dict(json.loads(json.dumps(d)))
-    assert back == t and d["text"] == tokenizer.decode(t.completion_ids)
+    assert back == t and d["text"] == world_tokenizer.decode(t.completion_ids)
 
 
 def test_sample_next_top_p_and_greedy() -> None:
@@ -190,7 +170,7 @@ def test_sample_next_top_p_and_greedy() -> None:
     assert lp2.item() > torch.log(torch.tensor(0.05)).item()
 
 
-def test_missing_tags_are_a_clear_error(retriever: BM25Retriever) -> None:
+def test_missing_tags_are_a_clear_error(tiny_retriever: BM25Retriever) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -198,5 +178,5 @@ def test_missing_tags_are_a_clear_error(retriever: BM25Retriever) -> None:
     raw.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<eos>")
     with pytest.raises(ValueError, match="tags"):
-        RolloutEngine(ReplayLM({}, 2, 1), tok, retriever)
+        RolloutEngine(ReplayLM({}, 2, 1), tok, tiny_retriever)
     assert TAGS

@@ -48,6 +48,12 @@ def make_contents(title: str, text: str) -> str:
     return f"{title.strip()}\n{text.strip()}"
 
 
+def split_contents(contents: str) -> tuple[str, str]:
+    """The inverse of :func:`make_contents`: ``(title, text)`` (text empty when there is no second line)."""
+    title, _, text = contents.partition("\n")
+    return title, text
+
+
 @dataclass
 class Record:
     """One question with its gold answers (all aliases) and metadata."""
@@ -120,12 +126,11 @@ class Passage:
 
     @property
     def title(self) -> str:
-        return self.contents.split("\n", 1)[0]
+        return split_contents(self.contents)[0]
 
     @property
     def text(self) -> str:
-        parts = self.contents.split("\n", 1)
-        return parts[1] if len(parts) > 1 else ""
+        return split_contents(self.contents)[1]
 
 
 def read_records(path: str | os.PathLike[str]) -> list[Record]:

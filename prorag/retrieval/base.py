@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from prorag.data.records import split_contents
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -26,12 +28,11 @@ class Hit:
 
     @property
     def title(self) -> str:
-        return self.contents.split("\n", 1)[0]
+        return split_contents(self.contents)[0]
 
     @property
     def text(self) -> str:
-        parts = self.contents.split("\n", 1)
-        return parts[1] if len(parts) > 1 else ""
+        return split_contents(self.contents)[1]
 
     def to_wire(self) -> dict[str, Any]:
         """Search-R1 wire form: ``{"document": {"id", "contents"}, "score"}``."""

@@ -76,7 +76,7 @@ def build_index(
         "num_partitions": len(retriever.partitions),
         "build_seconds": round(time.perf_counter() - start, 3),
         "corpus": str(corpus_path),
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "prorag_version": prorag.__version__,
         "settings": retriever.settings(),
     }

@@ -71,9 +71,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from transformers import TrainerCallback
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
-from transformers import TrainerCallback
 
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record

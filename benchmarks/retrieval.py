@@ -1,6 +1,6 @@
 """Retrieval over the pooled real benchmark corpus: build cost, gold recall, throughput, HTTP overhead.
 
-    python benchmarks/retrieval.py [--shared PATH] [--skip-dense] [--out results.json]
+    python benchmarks/retrieval.py [--shared PATH] [--skip-dense] [--out results.json] [--work DIR]
 
 The corpus pools the context paragraphs of every file under ``<shared>/data/benchmarks``
 (about 25k Wikipedia paragraphs). It is closed-world and much easier than a full Wikipedia
@@ -44,7 +44,7 @@ from prorag.data.records import Record
 from prorag.metrics import retrieval_recall
 from prorag.retrieval.base import Retriever
 from prorag.retrieval.client import HttpRetriever
-from prorag.retrieval.index import build_index, load_index
+from prorag.retrieval.index import build_index, load_index, read_manifest
 
 KS = (1, 3, 5)
 THROUGHPUT_K = 3
@@ -193,11 +193,29 @@ def running_server(index_dir: Path, log_path: Path) -> Iterator[str]:
                 proc.wait()
 
 
-def benchmark_kind(kind: str, corpus: Path, work: Path, questions: dict[str, list[Record]]) -> dict[str, Any]:
+def reused_build(index_dir: Path, num_passages: int) -> dict[str, Any] | None:
+    """The build numbers of an index kept by an earlier run with ``--work``, if it fits the corpus."""
+    with contextlib.suppress(Exception):
+        manifest = read_manifest(index_dir)
+        if manifest["num_passages"] == num_passages:
+            return {"build_seconds": manifest["build_seconds"], "rss_growth_mb": None, "peak_growth_mb": None,
+                    "index_mb": sum(f.stat().st_size for f in index_dir.rglob("*") if f.is_file()) / 2**20,
+                    "load_avg": None, "reused": True}  # fmt: skip
+    return None
+
+
+def benchmark_kind(
+    kind: str, corpus: Path, work: Path, questions: dict[str, list[Record]], num_passages: int
+) -> dict[str, Any]:
     """Every measurement for one index kind."""
     index_dir = work / kind
-    print(f"[{kind}] building the index ...", flush=True)
-    result: dict[str, Any] = {"build": measure_build(corpus, index_dir, kind)}
+    build = reused_build(index_dir, num_passages)
+    if build is None:
+        print(f"[{kind}] building the index ...", flush=True)
+        build = measure_build(corpus, index_dir, kind)
+    else:
+        print(f"[{kind}] reusing the index in {index_dir} (memory not measured)", flush=True)
+    result: dict[str, Any] = {"build": build}
     retriever = load_index(index_dir)
     print(f"[{kind}] recall ...", flush=True)
     result["recall"] = {name: recall(retriever, records) for name, records in questions.items()}
@@ -232,7 +250,7 @@ def print_report(results: dict[str, Any]) -> None:
         return "n/a" if x is None else f"{x:.0f} MB"
 
     row("build time (incl. save)", lambda r: f"{r['build']['build_seconds']:.1f} s")
-    row("RSS growth during build", lambda r: f"{r['build']['rss_growth_mb']:.0f} MB")
+    row("RSS growth during build", lambda r: opt_mb(r["build"]["rss_growth_mb"]))
     row("peak RSS growth during build", lambda r: opt_mb(r["build"]["peak_growth_mb"]))
     row("index size on disk", lambda r: f"{r['build']['index_mb']:.0f} MB")
     for name in DEV_SETS:
@@ -279,6 +297,8 @@ def main() -> None:
                     help="the shared folder (holding data/benchmarks)")  # fmt: skip
     ap.add_argument("--skip-dense", action="store_true", help="BM25 only (dense encoding takes minutes on CPU)")
     ap.add_argument("--out", type=Path, default=None, help="write the numbers to this JSON file")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="keep the corpus and indexes here and reuse them on the next run (default: a temporary folder)")  # fmt: skip
     args = ap.parse_args()
     bench_dir = args.shared / "data" / "benchmarks"
     if not bench_dir.is_dir():
@@ -287,11 +307,12 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {cores} CPU cores, Python {platform.python_version()}"}
     with tempfile.TemporaryDirectory(prefix="prorag-retrieval-bench-") as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         results["corpus"] = pooled_corpus(bench_dir, work / "corpus.jsonl")
         questions = dev_questions(bench_dir)
         for kind in ("bm25",) if args.skip_dense else ("bm25", "dense"):
-            results[kind] = benchmark_kind(kind, work / "corpus.jsonl", work, questions)
+            results[kind] = benchmark_kind(kind, work / "corpus.jsonl", work, questions, results["corpus"]["passages"])
     results["targets"] = targets(results)
     print_report(results)
     if args.out:

@@ -10,9 +10,12 @@ KV cache for the whole trajectory. Reported: model-written tokens per second, th
 share of questions whose completions agree token for token (greedy on both sides; float noise
 can flip a near-tie, so agreement below 100% is a reason to look, not a failure).
 
-The policy is a random tiny model whose output head leans towards the tags, so that it writes
-multi-turn trajectories of realistic length (trained weights change speed only through the
-lengths of what they write).
+The policy is a random tiny model run at its full cost, whose choices are steered along the
+gold trajectories of the questions (every forward pass runs; only the argmax is replaced by the
+gold next token), so that both sides write trajectories of realistic shape: several actions of
+10-30 tokens and real retrieval blocks. Trained weights would change speed only through the
+lengths of what they write. The engine sees the steering as a wrapper around the model's
+forward, the naive loop as a logits processor; both use the same lookup.
 """
 
 from __future__ import annotations
@@ -28,27 +31,72 @@ import torch
 
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
+from prorag.gold import render_gold, tokenize_segments
 from prorag.models import make_tiny_model, train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.rollout import RolloutConfig, RolloutEngine
-from prorag.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, SUBQUERY_OPEN, render_env_turn
+from prorag.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, render_env_turn
 
 
-def lean_towards_tags(model: Any, tokenizer: Any) -> None:
-    """Untie the head and add a bias so that actions close after ~10-30 tokens."""
-    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
-    with torch.no_grad():
-        head.weight.copy_(model.get_output_embeddings().weight)
-        head.bias.zero_()
-        v = tokenizer.get_vocab()
-        for tag, b in ((SUBQUERY_CLOSE, 3.0), (SUBANSWER_CLOSE, 2.0), (ANSWER_CLOSE, 0.5), (SUBQUERY_OPEN, 2.5)):
-            head.bias[v[tag]] = b
-    model.config.tie_word_embeddings = False
-    model.lm_head = head
+class GoldScript:
+    """The gold next token of a row, given the real tokens it holds (prompt + completion so far)."""
+
+    def __init__(self, targets: dict[tuple[int, ...], list[int]], eos_id: int) -> None:
+        self.targets = {p: list(p) + c for p, c in targets.items()}
+        self.eos_id = eos_id
+
+    def next_token(self, seen: list[int]) -> int:
+        for prompt, full in self.targets.items():
+            if tuple(seen[: len(prompt)]) == prompt:
+                return full[len(seen)] if len(seen) < len(full) and seen == full[: len(seen)] else self.eos_id
+        return self.eos_id
+
+
+def steer(logits: torch.Tensor, nxt: list[int]) -> torch.Tensor:
+    """Make ``nxt[r]`` the argmax of row ``r`` (a margin over the row's real maximum)."""
+    out = logits.clone()
+    rows = torch.arange(len(nxt))
+    out[rows, torch.tensor(nxt)] = logits.max(dim=-1).values + 10.0
+    return out
+
+
+class SteeredModel(torch.nn.Module):
+    """The engine's view: the real forward, with the last position's argmax steered by a script."""
+
+    def __init__(self, model: Any, script: GoldScript) -> None:
+        super().__init__()
+        self.model = model
+        self.script = script
+        self.generation_config = model.generation_config
+        self.seen: list[list[int]] = []
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any = None, **kw: Any) -> Any:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past_key_values, **kw)
+        if past_key_values is None:
+            self.seen = [[] for _ in range(input_ids.shape[0])]
+        live = attention_mask[:, -input_ids.shape[1]:]
+        for r in range(input_ids.shape[0]):
+            self.seen[r].extend(input_ids[r][live[r] == 1].tolist())
+        out.logits[:, -1, :] = steer(out.logits[:, -1, :], [self.script.next_token(s) for s in self.seen])
+        return out
+
+
+class SteerProcessor:
+    """The naive loop's view: a logits processor over generate's (left-padded) input ids."""
+
+    def __init__(self, script: GoldScript, pad_id: int, width: int, prefix_mask: torch.Tensor) -> None:
+        self.script, self.pad_id, self.width, self.prefix_mask = script, pad_id, width, prefix_mask
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        seen = []
+        for r in range(input_ids.shape[0]):
+            prefix = input_ids[r, : self.width][self.prefix_mask[r] == 1].tolist()
+            seen.append(prefix + input_ids[r, self.width:].tolist())
+        return steer(scores, [self.script.next_token(s) for s in seen])
 
 
 @torch.no_grad()
-def naive_rollout(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list[Record], cfg: RolloutConfig, engine: RolloutEngine) -> list[list[int]]:
+def naive_rollout(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list[Record], cfg: RolloutConfig, engine: RolloutEngine, script: GoldScript) -> list[list[int]]:
     """The naive loop: re-encode the whole prefix with ``generate`` at every turn."""
     v = tokenizer.get_vocab()
     stop = [v[SUBQUERY_CLOSE], v[SUBANSWER_CLOSE], v[ANSWER_CLOSE], tokenizer.eos_token_id]
@@ -65,9 +113,12 @@ def naive_rollout(model: Any, tokenizer: Any, retriever: BM25Retriever, records:
         for j, s in enumerate(seqs):
             ids[j, width - len(s):] = torch.tensor(s)
             mask[j, width - len(s):] = 1
+        from transformers import LogitsProcessorList
+
         out = model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_action_tokens, do_sample=False,
             eos_token_id=stop, pad_token_id=tokenizer.pad_token_id,
+            logits_processor=LogitsProcessorList([SteerProcessor(script, tokenizer.pad_token_id, width, mask)]),
         )[:, width:].tolist()
         searches, still = [], []
         for j, i in enumerate(active):
@@ -95,13 +146,16 @@ def naive_rollout(model: Any, tokenizer: Any, retriever: BM25Retriever, records:
 
 
 def measure(size: str, tokenizer: Any, retriever: BM25Retriever, records: list[Record], batch: int) -> dict[str, Any]:
-    torch.manual_seed(0)
     model = make_tiny_model(tokenizer, size=size, seed=0)
-    lean_towards_tags(model, tokenizer)
     model.eval()
     params = sum(p.numel() for p in model.parameters())
     cfg = RolloutConfig(greedy=True, batch_size=batch, max_action_tokens=64, max_actions=13)
-    engine = RolloutEngine(model, tokenizer, retriever, cfg)
+    probe = RolloutEngine(model, tokenizer, retriever, cfg)
+    golds = render_gold(records, retriever, k=cfg.top_k)
+    script = GoldScript(
+        {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds}, tokenizer.eos_token_id
+    )
+    engine = RolloutEngine(SteeredModel(model, script), tokenizer, retriever, cfg)
     engine.rollout(records[:batch])  # warm-up
     t0 = time.perf_counter()
     trajs = engine.rollout(records)
@@ -110,7 +164,7 @@ def measure(size: str, tokenizer: Any, retriever: BM25Retriever, records: list[R
     t0 = time.perf_counter()
     naive: list[list[int]] = []
     for s in range(0, len(records), batch):
-        naive.extend(naive_rollout(model, tokenizer, retriever, records[s:s + batch], cfg, engine))
+        naive.extend(naive_rollout(model, tokenizer, retriever, records[s:s + batch], cfg, engine, script))
     t_naive = time.perf_counter() - t0
     agree = sum(t.completion_ids == n for t, n in zip(trajs, naive, strict=True)) / len(records)
     return {
@@ -119,6 +173,7 @@ def measure(size: str, tokenizer: Any, retriever: BM25Retriever, records: list[R
         "mean_completion_tokens": sum(len(t.completion_ids) for t in trajs) / len(trajs),
         "engine_tokens_per_s": model_tokens / t_engine, "naive_tokens_per_s": model_tokens / t_naive,
         "speedup": t_naive / t_engine, "greedy_agreement": agree,
+        "followed_gold": sum(t.stop_reason == "answer" for t in trajs) / len(trajs),
     }
 
 
@@ -139,6 +194,7 @@ def main() -> None:
     print(f"{'model':<7}{'params':>10}{'searches':>10}{'tokens':>8}{'engine tok/s':>14}{'naive tok/s':>13}{'speedup':>9}{'agree':>7}")
     for r in rows:
         print(f"{r['size']:<7}{r['parameters']:>10,}{r['mean_searches']:>10.2f}{r['model_tokens']:>8}{r['engine_tokens_per_s']:>14.0f}{r['naive_tokens_per_s']:>13.0f}{r['speedup']:>8.2f}x{r['greedy_agreement']:>7.2f}")
+    print("completions that followed the gold script to </answer>: " + ", ".join(f"{r['size']} {r['followed_gold']:.2f}" for r in rows))
     print(f"target: engine >= 2x the naive loop at batch {args.batch}: " + ", ".join(f"{r['size']} {'met' if r['speedup'] >= 2 else 'NOT met'}" for r in rows))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

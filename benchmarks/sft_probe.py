@@ -1,7 +1,7 @@
 """SFT probe: train a built-in model on the demo world's gold trajectories for a few minutes, then
 evaluate it on dev questions (greedy ProRAG rollouts with BM25).
 
-    python benchmarks/sft_probe.py [--size tiny] [--minutes 5] [--lr 3e-3] [--batch 16] [--out DIR]
+    python benchmarks/sft_probe.py [--size tiny] [--minutes 5] [--lr 3e-3] [--batch 8] [--out DIR]
 
 Steps: build the ``demo`` world (seed 0), train the world tokenizer, index the corpus with BM25,
 render a gold trajectory for every train record (k = 3, template teacher), then
@@ -51,7 +51,9 @@ def seconds_per_token(tokenizer, size: str, examples: list[dict], batch: int, lr
     for k in range(steps + 1):
         b = collate(by_length[mid + k * batch : mid + (k + 1) * batch])
         t0 = time.perf_counter()
-        loss = weighted_lm_loss(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["input_ids"], b["loss_weights"])
+        loss = weighted_lm_loss(
+            model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["input_ids"], b["loss_weights"]
+        )
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -64,7 +66,7 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=["tiny", "small"])
     ap.add_argument("--minutes", type=float, default=5.0, help="training time budget")
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path("runs/sft_probe"))
     ap.add_argument("--dev", type=int, default=200, help="dev questions to evaluate")
     ap.add_argument("--threads", type=int, default=1)
@@ -103,10 +105,14 @@ def main() -> None:
     budget = 60.0 * args.minutes * 0.97
     max_steps = max(1, int(budget / per_step))
     n_params = sum(p.numel() for p in make_tiny_model(tokenizer, args.size).parameters())
-    print(f"demo world: {len(train)} train / {len(dev)} dev questions, {len(gold)} gold trajectories, "
-          f"{sum(e['length'] for e in examples) / len(examples):.0f} tokens each on average ({prep:.1f}s to prepare)")
-    print(f"model {args.size}: {n_params:,} parameters; calibrated {per_token * 1e6:.0f} us/token, {per_step:.2f}s/step at batch {args.batch} "
-          f"-> max_steps {max_steps} ({max_steps * args.batch / len(gold):.2f} epochs) in {args.minutes:g} min; threads {args.threads}")
+    print(
+        f"demo world: {len(train)} train / {len(dev)} dev questions, {len(gold)} gold trajectories, "
+        f"{sum(e['length'] for e in examples) / len(examples):.0f} tokens each on average ({prep:.1f}s to prepare)"
+    )
+    print(
+        f"model {args.size}: {n_params:,} parameters; calibrated {per_token * 1e6:.0f} us/token, {per_step:.2f}s/step at batch {args.batch} "
+        f"-> max_steps {max_steps} ({max_steps * args.batch / len(gold):.2f} epochs) in {args.minutes:g} min; threads {args.threads}"
+    )
 
     config = SFTConfig(
         model=args.size,
@@ -134,32 +140,49 @@ def main() -> None:
     evals = [r for r in rows if "eval_loss" in r]
     final = [r for r in rows if "format_valid_rate" in r][-1]
     summary = [r for r in rows if "train_runtime" in r][-1]
-    print(f"trained {losses[-1]['step']} steps in {summary['train_runtime']:.0f}s of training "
-          f"({train_seconds:.0f}s with checkpoints, held-out loss and rollouts); "
-          f"loss {losses[0]['loss']:.3f} (step {losses[0]['step']}) -> {losses[-1]['loss']:.3f} (step {losses[-1]['step']}), "
-          f"held-out loss {evals[-1]['eval_loss']:.3f}, token accuracy {losses[-1].get('mean_token_accuracy', float('nan')):.3f}")
-    print(f"held-out train-world rollouts (n={final['eval_samples']}): format-valid {final['format_valid_rate']:.3f}, "
-          f"EM {final['eval_em']:.3f}, F1 {final['eval_f1']:.3f}")
+    print(
+        f"trained {summary['step']} steps in {summary['train_runtime']:.0f}s of training "
+        f"({train_seconds:.0f}s with checkpoints, held-out loss and rollouts); "
+        f"loss {losses[0]['loss']:.3f} (step {losses[0]['step']}) -> {losses[-1]['loss']:.3f} (step {losses[-1]['step']}), "
+        f"held-out loss {evals[-1]['eval_loss']:.3f}, token accuracy {losses[-1].get('mean_token_accuracy', float('nan')):.3f}"
+    )
+    print(
+        f"held-out train-world rollouts (n={final['eval_samples']}): format-valid {final['format_valid_rate']:.3f}, "
+        f"EM {final['eval_em']:.3f}, F1 {final['eval_f1']:.3f}"
+    )
 
     model, tok = load_policy(str(policy))
     model.eval()
     t2 = time.perf_counter()
-    metrics = evaluate(model, tok, dev, retriever, out / f"eval-{args.size}", EvalConfig(k=3, greedy=True, batch_size=32), progress=False)
+    metrics = evaluate(
+        model, tok, dev, retriever, out / f"eval-{args.size}", EvalConfig(k=3, greedy=True, batch_size=32), progress=False
+    )
     eval_seconds = time.perf_counter() - t2
     audit = read_json(world / "world.json")["memorisation_audit"]["test"]
-    print(f"dev (n={metrics['n']}, greedy, BM25 k=3, {eval_seconds:.0f}s): EM {metrics['em']:.3f}  F1 {metrics['f1']:.3f}  "
-          f"format-valid {metrics['format_valid_rate']:.3f}  retrieval steps {metrics['mean_retrieval_steps']:.2f}  "
-          f"gold-evidence recall {metrics['retrieval_recall']:.3f}  stop reasons {metrics['stop_reasons']}")
-    print(f"no-retrieval ceiling (memorisation audit, test split): all {audit['all']['best_memoriser_em']:.3f} "
-          f"(chance {audit['all']['chance']:.3f}), yes/no {audit['compare_same']['chance']:.2f}")
+    print(
+        f"dev (n={metrics['n']}, greedy, BM25 k=3, {eval_seconds:.0f}s): EM {metrics['em']:.3f}  F1 {metrics['f1']:.3f}  "
+        f"format-valid {metrics['format_valid_rate']:.3f}  retrieval steps {metrics['mean_retrieval_steps']:.2f}  "
+        f"gold-evidence recall {metrics['retrieval_recall']:.3f}  stop reasons {metrics['stop_reasons']}"
+    )
+    print(
+        f"no-retrieval ceiling (memorisation audit, test split): all {audit['all']['best_memoriser_em']:.3f} "
+        f"(chance {audit['all']['chance']:.3f}), yes/no {audit['compare_same']['chance']:.2f}"
+    )
     print(f"{'type':<15}{'n':>5}{'EM':>8}{'F1':>8}")
     for kind, row in metrics.get("by_type", {}).items():
         print(f"{kind:<15}{row['n']:>5}{row['em']:>8.3f}{row['f1']:>8.3f}")
     result = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "params": n_params, "seconds_per_step": per_step, "max_steps": max_steps, "steps": losses[-1]["step"],
-        "train_runtime": summary["train_runtime"], "first_loss": losses[0]["loss"], "final_loss": losses[-1]["loss"],
-        "eval_loss": evals[-1]["eval_loss"], "heldout_rollouts": final, "dev": {k: v for k, v in metrics.items() if k != "config"},
+        "params": n_params,
+        "seconds_per_step": per_step,
+        "max_steps": max_steps,
+        "steps": summary["step"],
+        "train_runtime": summary["train_runtime"],
+        "first_loss": losses[0]["loss"],
+        "final_loss": losses[-1]["loss"],
+        "eval_loss": evals[-1]["eval_loss"],
+        "heldout_rollouts": final,
+        "dev": {k: v for k, v in metrics.items() if k != "config"},
     }
     (out / f"result-{args.size}.json").write_text(json.dumps(result, indent=2) + "\n")
 

@@ -16,7 +16,8 @@ Three steps, each a function:
 2. :func:`format_token_weights` gives every position of a batch its weight, 0 wherever the loss
    mask is 0 (the prompt, ``<retrieval>`` blocks and every other environment-written token are
    never targets) and on padding;
-3. :func:`weighted_lm_loss` is the next-token NLL reduced with those weights.
+3. :func:`weighted_lm_loss` is the next-token NLL reduced with those weights
+   (:func:`reduce_weighted_nll` is the reduction alone, for NLLs computed without full logits).
 
 Conventions: ``input_ids``, ``loss_mask`` and ``weights`` are ``(B, T)`` and aligned with one
 another; ``logits[:, t]`` predicts ``input_ids[:, t + 1]``; the weight of a target token is the
@@ -162,8 +163,27 @@ def weighted_lm_loss(
     """
     if weights.shape != input_ids.shape:
         raise ValueError(f"weights {tuple(weights.shape)} do not match input_ids {tuple(input_ids.shape)}")
+    return reduce_weighted_nll(token_nll(logits, input_ids), weights, reduction, normalizer=normalizer)
+
+
+def reduce_weighted_nll(
+    nll: torch.Tensor,
+    weights: torch.Tensor,
+    reduction: Reduction = "weighted_mean",
+    *,
+    normalizer: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """The reduction of :func:`weighted_lm_loss` from per-target NLLs already computed.
+
+    ``nll`` is ``(B, T - 1)``, entry ``t`` the NLL of ``input_ids[:, t + 1]`` (as
+    :func:`token_nll` gives, or minus the log-probabilities of a fused LM head that never
+    builds the full logits); ``weights`` is ``(B, T)``. Positions whose weight is 0 are zeroed
+    whatever their NLL.
+    """
+    if nll.shape != (weights.shape[0], weights.shape[1] - 1):
+        raise ValueError(f"nll {tuple(nll.shape)} does not match weights {tuple(weights.shape)} (expected (B, T - 1))")
     w = weights[:, 1:].to(torch.float32)
-    nll = token_nll(logits, input_ids)
+    nll = nll.to(torch.float32)
     total = torch.where(w > 0, w * nll, torch.zeros_like(nll)).sum()
     if normalizer is None:
         denom = loss_normalizer(weights, reduction).to(total.dtype)
@@ -181,6 +201,7 @@ __all__ = [
     "WEIGHT_SCHEMES",
     "format_token_weights",
     "loss_normalizer",
+    "reduce_weighted_nll",
     "tag_weight_table",
     "token_nll",
     "weighted_lm_loss",

@@ -282,10 +282,11 @@ class RolloutEngine:
                 logprobs[r].extend(lps[r][row_on].tolist())
                 n_actions[r] += 1
                 last = ids[-1]
-                if last in self.eos_ids:
-                    stop_reason[r] = "eos"
-                elif last == self.tag_ids[ANSWER_CLOSE]:
+                # </answer> first: policies list it among their EOS ids too.
+                if last == self.tag_ids[ANSWER_CLOSE]:
                     stop_reason[r] = "answer"
+                elif last in self.eos_ids:
+                    stop_reason[r] = "eos"
                 elif last not in (self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]):
                     stop_reason[r] = "max_action_tokens"
                 elif n_actions[r] >= cfg.max_actions:

@@ -10,6 +10,7 @@ import torch
 from prorag.losses import (
     format_token_weights,
     loss_normalizer,
+    reduce_weighted_nll,
     tag_weight_table,
     token_nll,
     weighted_lm_loss,
@@ -193,3 +194,18 @@ def test_shape_errors() -> None:
         weighted_lm_loss(logits, ids, torch.ones(2, 3))
     with pytest.raises(ValueError):
         weighted_lm_loss(logits[:, :3], ids, torch.ones(2, 4))
+
+
+def test_reduce_weighted_nll_is_the_reduction_of_weighted_lm_loss() -> None:
+    logits, ids = toy()
+    weights = torch.tensor([[0.0, 1.0, 3.0, 0.0], [0.0, 0.0, 2.0, 5.0]])
+    nll = token_nll(logits, ids)
+    for reduction in ("weighted_mean", "sum"):
+        assert torch.equal(reduce_weighted_nll(nll, weights, reduction), weighted_lm_loss(logits, ids, weights, reduction))
+    # A fused head reports 0 (or anything) at untargeted positions: they are ignored.
+    noisy = nll.clone()
+    noisy[0, 2] = float("inf")
+    noisy[1, 0] = 1e9
+    assert reduce_weighted_nll(noisy, weights).item() == pytest.approx(weighted_lm_loss(logits, ids, weights).item())
+    with pytest.raises(ValueError):
+        reduce_weighted_nll(nll, weights[:, :3])

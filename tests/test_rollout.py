@@ -37,7 +37,9 @@ def test_replayed_gold_trajectories_come_out_token_exact(world_tokenizer: Any, t
     engine = RolloutEngine(ReplayLM({}, len(world_tokenizer), world_tokenizer.eos_token_id), world_tokenizer, tiny_retriever, cfg)
     targets = _gold_targets(world_tokenizer, engine, golds)
     model = ReplayLM({p: ids for p, (ids, _) in targets.items()}, len(world_tokenizer), world_tokenizer.eos_token_id)
-    engine.model = model
+    # As saved policies do, list </answer> among the EOS ids: the stop reason must still be "answer".
+    model.generation_config.eos_token_id = [world_tokenizer.eos_token_id, world_tokenizer.get_vocab()["</answer>"]]
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
     trajs = engine.rollout(records)
     assert model.off_script == 0
     for traj, gold in zip(trajs, golds, strict=True):

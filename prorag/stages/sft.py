@@ -35,11 +35,14 @@ The trainer: :class:`WeightedSFTTrainer`, a subclass of TRL's ``SFTTrainer`` (tr
       ``packing=False``, ``padding_free=False``, ``remove_unused_columns=False`` (the
       ``loss_weights`` column must reach the collator) and our own collator
       (:class:`WeightedSFTCollator`: right padding, weight 0 on pads);
-    * ``compute_loss`` is overridden: SFTTrainer's own runs the model through its fused LM head
-      with ``labels`` (no per-token weights); ours runs the plain forward and
-      :func:`~prorag.losses.weighted_lm_loss`. (The fused head TRL patches in stays unused: the
-      model's forward without ``fused_lm_head=True`` is the original one, so generation and
-      saving are unaffected.)
+    * ``compute_loss`` is overridden: SFTTrainer's own takes an unweighted mean of the
+      log-probabilities of the ``labels``; ours weighs them per token. By default (on CPU) it
+      runs the plain forward and :func:`~prorag.losses.weighted_lm_loss` on the logits; with
+      ``fused_lm_head`` (default on CUDA) it gets the log-probabilities from the fused LM head
+      TRL patches into the model, without the ``(B, T, V)`` logits, and applies the same
+      reduction (:func:`~prorag.losses.reduce_weighted_nll`). The patched forward is the
+      original one unless called with ``fused_lm_head=True``, so generation and saving are
+      unaffected.
     * ``_get_num_items_in_batch`` is overridden so that ``num_items_in_batch`` is the loss
       normaliser of the whole accumulated batch (Trainer counts ``labels != -100``, and the
       batches here have no labels), and ``loss_is_scaled_for_ga = True`` says the loss is
@@ -86,8 +89,9 @@ from prorag.losses import (
     WeightScheme,
     format_token_weights,
     loss_normalizer,
+    reduce_weighted_nll,
     tag_weight_table,
-    weighted_lm_loss,
+    token_nll,
 )
 from prorag.prompts import PromptStyle, build_prompt
 from prorag.retrieval.base import Retriever
@@ -104,7 +108,7 @@ class SFTConfig:
     something (full fine-tuning, 1 epoch, lr 2e-5, reference loss weights), else TRL's.
 
     ``learning_rate`` 2e-5 is for real pretrained models. A tiny built-in model trained from
-    scratch needs a far higher one (about 3e-3 with batch 16); the demo configs and
+    scratch needs a far higher one (3e-3 at batch 8 in the probe); the demo configs and
     ``benchmarks/sft_probe.py`` set it.
     """
 
@@ -166,6 +170,9 @@ class SFTConfig:
     """Batch examples of similar length together (less padding, faster on CPU)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (TRL turns it on by default; it only pays for large models)."""
+    fused_lm_head: bool | Literal["auto"] = "auto"
+    """Compute the loss through TRL's fused LM head, without the full ``(B, T, V)`` logits
+    (:class:`WeightedSFTTrainer`); ``"auto"``: on CUDA, where it also skips the untargeted positions."""
 
     # --- loss
     weight_scheme: WeightScheme = "reference"
@@ -206,8 +213,11 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         choices = {
-            "weight_scheme": WEIGHT_SCHEMES, "reduction": REDUCTIONS, "overlong": ("drop", "truncate"),
-            "missing_gold": ("keep", "drop"), "arch": ("llama", "qwen3"),
+            "weight_scheme": WEIGHT_SCHEMES,
+            "reduction": REDUCTIONS,
+            "overlong": ("drop", "truncate"),
+            "missing_gold": ("keep", "drop"),
+            "arch": ("llama", "qwen3"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -329,14 +339,25 @@ class WeightedSFTCollator:
 
 class WeightedSFTTrainer(SFTTrainer):
     """TRL's ``SFTTrainer`` with the format-aware loss (see the module docstring for why each
-    override is needed). Batches are :class:`WeightedSFTCollator`'s; pass ``reduction`` to pick
-    the loss's reduction."""
+    override is needed). Batches are :class:`WeightedSFTCollator`'s; ``reduction`` picks the
+    loss's reduction.
+
+    ``fused_lm_head``: compute the target log-probabilities with the fused LM head TRL patches
+    into the model (``model(..., labels=..., fused_lm_head=True)``), which never builds the
+    ``(B, T, V)`` logits: with a 150k vocabulary those are gigabytes per batch. The labels
+    passed to it are the ids where the weight is positive and -100 elsewhere; the weights are
+    then applied by :func:`~prorag.losses.reduce_weighted_nll`, the same reduction as
+    :func:`~prorag.losses.weighted_lm_loss`. Off: the plain forward and ``weighted_lm_loss``
+    on its logits (on CPU TRL's fused head scores every position anyway, so it saves memory
+    but no time).
+    """
 
     #: ``compute_loss`` divides by the normaliser of the whole accumulated batch already.
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args: Any, reduction: Reduction = "weighted_mean", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, reduction: Reduction = "weighted_mean", fused_lm_head: bool = False, **kwargs: Any) -> None:
         self.reduction: Reduction = reduction
+        self.fused_lm_head = fused_lm_head
         super().__init__(*args, **kwargs)
 
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> torch.Tensor | None:
@@ -348,25 +369,40 @@ class WeightedSFTTrainer(SFTTrainer):
             total = self.accelerator.gather(total).sum()
         return total
 
-    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         mode = "train" if self.model.training else "eval"
         weights = inputs.pop("loss_weights")
         inputs.pop("labels", None)
         input_ids = inputs["input_ids"]
-        outputs = model(input_ids=input_ids, attention_mask=inputs.get("attention_mask"), use_cache=False)
-        loss = weighted_lm_loss(outputs.logits, input_ids, weights, self.reduction, normalizer=num_items_in_batch)
+        attention_mask = inputs.get("attention_mask")
+        target = weights[:, 1:] > 0
+        if self.fused_lm_head:
+            labels = torch.where(weights > 0, input_ids, torch.full_like(input_ids, -100))
+            outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+            nll = -outputs.log_probs
+            correct = outputs.is_top1.bool() & target if outputs.is_top1 is not None else None
+        else:
+            outputs = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            nll = token_nll(outputs.logits, input_ids)
+            with torch.no_grad():
+                correct = (outputs.logits[:, :-1].argmax(-1) == input_ids[:, 1:]) & target
+        loss = reduce_weighted_nll(nll, weights, self.reduction, normalizer=num_items_in_batch)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # DDP averages gradients over processes; the normaliser already counts every process.
             loss = loss * self.accelerator.num_processes
         with torch.no_grad():
-            target = weights[:, 1:] > 0
-            correct = (outputs.logits[:, :-1].argmax(-1) == input_ids[:, 1:]) & target
-            n = self.accelerator.gather_for_metrics(target.sum()).sum()
-            hits = self.accelerator.gather_for_metrics(correct.sum()).sum()
-            self._metrics[mode]["mean_token_accuracy"].append((hits / n).item() if n > 0 else 0.0)
-            if mode == "train":
-                self._total_train_tokens += int(self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item())
+            if correct is not None:
+                n = self.accelerator.gather_for_metrics(target.sum()).sum()
+                hits = self.accelerator.gather_for_metrics(correct.sum()).sum()
+                self._metrics[mode]["mean_token_accuracy"].append((hits / n).item() if n > 0 else 0.0)
+            if mode == "train" and attention_mask is not None:
+                self._total_train_tokens += int(self.accelerator.gather_for_metrics(attention_mask.sum()).sum().item())
                 self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        if return_outputs and self.fused_lm_head:
+            with torch.no_grad():  # callers that want outputs want logits
+                outputs = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return (loss, outputs) if return_outputs else loss
 
 
@@ -431,9 +467,7 @@ def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _split(
-    trajectories: list[GoldTrajectory], fraction: float, seed: int
-) -> tuple[list[GoldTrajectory], list[GoldTrajectory]]:
+def _split(trajectories: list[GoldTrajectory], fraction: float, seed: int) -> tuple[list[GoldTrajectory], list[GoldTrajectory]]:
     """Seeded held-out split by question id (at least one held out when ``fraction > 0``)."""
     if fraction <= 0 or len(trajectories) < 2:
         return trajectories, []
@@ -533,6 +567,7 @@ def make_sft_trainer(
         peft_config=peft_config,
         callbacks=callbacks,
         reduction=config.reduction,
+        fused_lm_head=torch.cuda.is_available() if config.fused_lm_head == "auto" else bool(config.fused_lm_head),
     )
 
 
@@ -659,7 +694,9 @@ def _rollout_eval(
         model,
         tokenizer,
         retriever,
-        RolloutConfig(greedy=True, top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed),
+        RolloutConfig(
+            greedy=True, top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed
+        ),
     )
     t0 = time.perf_counter()
     trajs = engine.rollout(recs)

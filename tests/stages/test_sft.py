@@ -11,11 +11,10 @@ import pytest
 import torch
 
 from prorag.data.jsonl import read_jsonl, write_jsonl
-from prorag.data.records import Record, read_passages, read_records
-from prorag.data.world import build_world
+from prorag.data.records import Record, read_records
 from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
 from prorag.losses import format_token_weights, tag_weight_table, weighted_lm_loss
-from prorag.models import load_policy, make_tiny_model, tag_token_ids, train_world_tokenizer, world_tokenizer_texts
+from prorag.models import load_policy, make_tiny_model, tag_token_ids
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.rollout import RolloutEngine
 from prorag.schema import ANSWER_CLOSE, RETRIEVAL_OPEN, STEP_OPEN
@@ -41,21 +40,23 @@ def one_thread() -> Any:
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("world")
-    build_world(out, 0, "tiny")
-    return out
+# The tiny world, its BM25 retriever and its world tokenizer are the session fixtures of
+# tests/conftest.py (tiny_world, tiny_retriever, world_tokenizer), under shorter names here.
 
 
 @pytest.fixture(scope="module")
-def retriever(world: Path) -> BM25Retriever:
-    return BM25Retriever(read_passages(world / "corpus.jsonl"))
+def world(tiny_world: Path) -> Path:
+    return tiny_world
 
 
 @pytest.fixture(scope="module")
-def tokenizer(world: Path) -> Any:
-    return train_world_tokenizer(world_tokenizer_texts(world))
+def retriever(tiny_retriever: BM25Retriever) -> BM25Retriever:
+    return tiny_retriever
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world_tokenizer: Any) -> Any:
+    return world_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,16 @@ def gold(records: list[Record], retriever: BM25Retriever) -> list[GoldTrajectory
 
 def fast_config(**kw: Any) -> SFTConfig:
     base = dict(
-        model="tiny", per_device_batch_size=2, learning_rate=3e-3, logging_steps=1, save_steps=2,
-        eval_steps=1000, eval_fraction=0.05, eval_samples=3, eval_batch_size=8, max_length=512,
+        model="tiny",
+        per_device_batch_size=2,
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_steps=2,
+        eval_steps=1000,
+        eval_fraction=0.05,
+        eval_samples=3,
+        eval_batch_size=8,
+        max_length=512,
     )
     return SFTConfig(**(base | kw))
 
@@ -141,9 +150,16 @@ def test_load_trajectories_from_gold_and_record_files(
 # ----------------------------------------------------------------------------- the trainer's loss
 
 
-@pytest.mark.parametrize("scheme,reduction", [("reference", "weighted_mean"), ("paper", "sum")])
-def test_trainer_loss_is_the_weighted_loss(tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], scheme: str, reduction: str) -> None:
-    cfg = fast_config(weight_scheme=scheme, reduction=reduction, control_lambda=4.0)
+@pytest.mark.parametrize(
+    "scheme,reduction,fused",
+    [("reference", "weighted_mean", False), ("paper", "sum", False), ("reference", "weighted_mean", True)],
+)
+def test_trainer_loss_is_the_weighted_loss(
+    tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], scheme: str, reduction: str, fused: bool
+) -> None:
+    """On a fixed batch the trainer's loss is weighted_lm_loss of the model's logits, through
+    the plain forward or TRL's fused LM head alike."""
+    cfg = fast_config(weight_scheme=scheme, reduction=reduction, control_lambda=4.0, fused_lm_head=fused)
     table = tag_weight_table(tag_token_ids(tokenizer), cfg.weight_scheme, cfg.control_lambda)
     examples, _ = build_sft_examples(gold[:4], tokenizer, table)
     model = make_tiny_model(tokenizer, "tiny")
@@ -151,7 +167,12 @@ def test_trainer_loss_is_the_weighted_loss(tmp_path: Path, tokenizer: Any, gold:
     batch = trainer.data_collator(examples)
     model.eval()
     with torch.no_grad():
-        direct = weighted_lm_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits, batch["input_ids"], batch["loss_weights"], reduction)
+        direct = weighted_lm_loss(
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+            batch["input_ids"],
+            batch["loss_weights"],
+            reduction,
+        )
         got = trainer.compute_loss(trainer.model, dict(batch))
         assert got.item() == pytest.approx(direct.item(), rel=1e-5)
         # Gradient accumulation: two micro-batches normalised by the whole batch add up to it.
@@ -161,6 +182,19 @@ def test_trainer_loss_is_the_weighted_loss(tmp_path: Path, tokenizer: Any, gold:
         # Padding differs between the halves and the whole batch; the targets do not.
         assert parts.item() == pytest.approx(direct.item(), rel=1e-4)
     assert trainer.loss_is_scaled_for_ga is True
+    assert trainer.fused_lm_head is fused
+    # The gradients agree too (one backward through each path).
+    if fused:
+        model.train()
+        trainer.compute_loss(trainer.model, dict(batch)).backward()
+        fused_grad = model.model.layers[0].mlp.up_proj.weight.grad.clone()
+        model.zero_grad()
+        weighted_lm_loss(
+            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+            batch["input_ids"],
+            batch["loss_weights"],
+        ).backward()
+        assert torch.allclose(fused_grad, model.model.layers[0].mlp.up_proj.weight.grad, rtol=1e-4, atol=1e-7)
 
 
 # ----------------------------------------------------------------------------- training, saving, resuming
@@ -212,7 +246,9 @@ def test_lora_policy_is_merged(tmp_path: Path, tokenizer: Any, gold: list[GoldTr
     model, _ = load_policy(str(policy))
     assert not any("lora" in k for k in model.state_dict())
     init = make_tiny_model(tokenizer, "tiny", seed=cfg.seed).state_dict()
-    assert not torch.equal(init["model.layers.0.self_attn.q_proj.weight"], model.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        init["model.layers.0.self_attn.q_proj.weight"], model.state_dict()["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 def test_needs_a_tokenizer_for_builtin_models(tmp_path: Path, gold: list[GoldTrajectory]) -> None:

@@ -7,18 +7,25 @@ Both run through :class:`~prorag.rollout.RolloutEngine` with ``max_actions=1`` (
 stopped by ``</answer>`` or end-of-sequence), so their predictions, caps and outputs are those
 of every other policy. With an instruct model (``chat`` style) the instruction asks for a short
 answer; a tiny model trained from scratch (``plain`` style) is trained to write
-``<answer> x </answer>`` after the prompt. The iterative inference-time baselines (Iter-RetGen,
+``<answer> x </answer>`` after the prompt, by the SFT stage with ``target="naive"`` or
+``"standard-rag"`` on :func:`baseline_trajectories`: the same questions, gold answers, model,
+optimiser and budget as the ProRAG policy, so that the comparison isolates what the multi-step
+format and its retrievals add. The iterative inference-time baselines (Iter-RetGen,
 IRCoT, FLARE, agentic prompting) come in their own issue.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
+from prorag.data.records import Record
+from prorag.gold import GoldTrajectory
 from prorag.prompts import DIRECT_ANSWER_PROMPT, RAG_ANSWER_PROMPT, chat_prompt, has_chat_template, plain_prompt
-from prorag.retrieval.base import Hit, format_documents
-from prorag.schema import extract_answer, render_retrieval
+from prorag.retrieval.base import Hit, Retriever, format_documents
+from prorag.schema import extract_answer, render_final, render_retrieval
+
+Baseline = Literal["naive", "standard-rag"]
 
 
 def _style(tokenizer: Any, style: str | None) -> str:
@@ -53,3 +60,56 @@ def baseline_answer(text: str, tokenizer: Any) -> str | None:
         if line:
             return line
     return None
+
+
+def baseline_prompts(
+    baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever, k: int, style: str | None
+) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
+    """Prompts of the naive (no retrieval) or standard RAG (one retrieval with the question) baseline.
+
+    Also returns, per record id, the retrievals made while building the prompt (standard RAG's
+    one search, recorded as action -1: before the model's first action), so that retrieval
+    steps and evidence recall are counted for baselines as for policies.
+    """
+    if baseline == "naive":
+        return [naive_prompt(tokenizer, r.question, style) for r in records], {}
+    if baseline == "standard-rag":
+        hits = retriever.search([r.question for r in records], k=k, partitions=[r.partition for r in records])
+        prompts = [standard_rag_prompt(tokenizer, r.question, h, style) for r, h in zip(records, hits, strict=True)]
+        searched = {
+            r.id: [{"query": r.question, "doc_ids": [x.id for x in h], "action": -1}] for r, h in zip(records, hits, strict=True)
+        }
+        return prompts, searched
+    raise ValueError(f"unknown baseline {baseline!r}; expected 'naive' or 'standard-rag'")
+
+
+def baseline_trajectories(
+    kind: Baseline,
+    records: Sequence[Record],
+    retriever: Retriever | None,
+    tokenizer: Any,
+    *,
+    k: int = 3,
+    style: str | None = None,
+) -> list[GoldTrajectory]:
+    """Training examples of a baseline as :class:`~prorag.gold.GoldTrajectory` rows: the
+    baseline's own prompt (exactly what :func:`prorag.evaluate.evaluate` gives it at inference,
+    standard RAG's documents included) and one model segment, ``<answer> gold </answer>``.
+
+    The first gold answer is the target (a world record has one; for real records it is the
+    dataset's canonical answer, the aliases being for scoring). Records without an answer are
+    skipped.
+    """
+    records = [r for r in records if r.golden_answers and str(r.golden_answers[0]).strip()]
+    prompts, searched = baseline_prompts(kind, tokenizer, records, retriever, k, style)
+    return [
+        GoldTrajectory(
+            id=r.id,
+            question=r.question,
+            segments=[(render_final(str(r.golden_answers[0])), True)],
+            answer=str(r.golden_answers[0]),
+            retrievals=searched.get(r.id, []),
+            prompt=prompt,
+        )
+        for r, prompt in zip(records, prompts, strict=True)
+    ]

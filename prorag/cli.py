@@ -226,7 +226,105 @@ def models_setup_offline(
     typer.echo(f"wrote {name} checkpoint to {path}")
 
 
+# ----------------------------------------------------------------------------- stage 1: SFT
+
+
+class TeacherKind(StrEnum):
+    template = "template"
+    llm = "llm"
+
+
+@app.command("sft-data")
+@_friendly_errors
+def sft_data(
+    data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL); records without a gold decomposition are skipped.")],
+    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to append to (ids already in it are skipped).")],
+    teacher: Annotated[TeacherKind, typer.Option(help="Thoughts by: template (offline) or llm.")] = TeacherKind.template,
+    k: Annotated[int, typer.Option("-k", help="Documents per retrieval.")] = 3,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records of the file.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="LLM: API root of an OpenAI-compatible server (…/v1).")] = None,
+    model: Annotated[str | None, typer.Option(help="LLM: model name.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="LLM: environment variable holding the API key.")] = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="LLM: requests in flight at once.")] = 8,
+    max_retries: Annotated[int, typer.Option(help="LLM: retries of one thought.")] = 5,
+    timeout: Annotated[float, typer.Option(help="LLM: seconds per request.")] = 60.0,
+    cache: Annotated[Path | None, typer.Option(help="LLM: reply cache (default OUT.llm_cache.jsonl).")] = None,
+    price_input: Annotated[float | None, typer.Option(help="LLM: price of 1k prompt tokens (cost estimate).")] = None,
+    price_output: Annotated[float | None, typer.Option(help="LLM: price of 1k completion tokens (cost estimate).")] = None,
+) -> None:
+    """Write a gold ProRAG trajectory for every record with a gold decomposition (stage 1's data).
+
+    The <retrieval> blocks hold what the index returns for each hop's search keywords; a hop whose
+    gold page is not retrieved is recorded in the row's missing_gold. Appends and resumes.
+    """
+    from prorag.llm_teacher import LLMTeacherConfig
+    from prorag.stages.sft_data import SFTDataConfig, build_sft_data
+
+    llm = None
+    if teacher is TeacherKind.llm:
+        missing = [n for n, v in (("--base-url", base_url), ("--model", model)) if not v]
+        if missing:
+            raise ValueError(f"--teacher llm needs {' and '.join(missing)}")
+        llm = LLMTeacherConfig(
+            base_url=base_url,  # type: ignore[arg-type]
+            model=model,  # type: ignore[arg-type]
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout_s=timeout,
+            cache_path=str(cache) if cache else None,
+            price_input_per_1k=price_input,
+            price_output_per_1k=price_output,
+        )
+    elif base_url or model or cache:
+        raise ValueError("--base-url, --model and --cache only apply to --teacher llm")
+    cfg = SFTDataConfig(teacher=teacher.value, k=k, limit=limit, llm=llm)  # type: ignore[arg-type]
+    summary = build_sft_data(data, out, cfg, index=index)
+    typer.echo(summary.describe(llm))
+    typer.echo(f"-> {out}")
+
+
+@app.command("sft")
+@_friendly_errors
+def sft(
+    config: Annotated[Path, typer.Option(help="YAML file of SFTConfig fields (configs/sft_world_tiny.yaml).")],
+    run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
+    trajectories: Annotated[Path | None, typer.Option(help="Training file, replacing the config's train_file.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps, replacing the config's max_steps.")] = None,
+) -> None:
+    """Stage 1: supervised warm-up of the policy on gold trajectories with the format-aware loss.
+
+    Writes RUN_DIR/policy (what `prorag eval --policy RUN_DIR` evaluates) and resumes from the
+    last checkpoint in RUN_DIR.
+    """
+    from dataclasses import replace
+
+    from prorag.config import load_config
+    from prorag.stages.sft import SFTConfig, train_sft
+
+    cfg = load_config(config, SFTConfig)
+    if trajectories is not None:
+        cfg = replace(cfg, train_file=str(trajectories))
+    if max_steps is not None:
+        cfg = replace(cfg, max_steps=max_steps)
+    policy = train_sft(cfg, run_dir)
+    typer.echo(f"wrote the SFT policy to {policy}")
+
+
 # ----------------------------------------------------------------------------- evaluation
+
+
+def _resolve_policy(policy: str) -> str:
+    """A training stage's run folder (``prorag sft --run-dir``) stands for its final ``policy/``;
+    any other value (a checkpoint folder, a hub id) is passed through."""
+    path = Path(policy)
+    if path.is_dir() and not (path / "config.json").exists():
+        if (path / "policy" / "config.json").exists():
+            return str(path / "policy")
+        if (path / "checkpoints").is_dir():
+            raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
+    return policy
 
 
 class BaselineKind(StrEnum):
@@ -237,7 +335,7 @@ class BaselineKind(StrEnum):
 @app.command("eval")
 @_friendly_errors
 def eval_cmd(
-    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder (or hub id / path of any HF causal LM).")] = None,
+    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder, a training run folder (its policy/), or any HF causal LM.")] = None,
     data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
     index: Annotated[str | None, typer.Option(help="Index folder or http(s):// URL of a retrieval server.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
@@ -259,7 +357,7 @@ def eval_cmd(
     """
     import json
 
-    from prorag.evaluate import EvalConfig, compare_predictions, evaluate_files
+    from prorag.evaluate import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate_files
 
     if compare is not None:
         result = compare_predictions(*compare)
@@ -273,10 +371,11 @@ def eval_cmd(
     if prompt_style not in (None, "plain", "chat"):
         raise ValueError(f"--prompt-style must be plain or chat, got {prompt_style!r}")
     cfg = EvalConfig(
-        k=k, limit=limit, batch_size=batch_size, max_actions=max_actions, seed=seed,
-        prompt_style=prompt_style, baseline=baseline.value if baseline else None,  # type: ignore[arg-type]
+        limit=limit,
+        baseline=baseline.value if baseline else None,  # type: ignore[arg-type]
+        rollout=EvalRolloutConfig(top_k=k, batch_size=batch_size, max_actions=max_actions, seed=seed, prompt_style=prompt_style),  # type: ignore[arg-type]
     )
-    metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
+    metrics = evaluate_files(_resolve_policy(policy), data, index, out, cfg, device=device)  # type: ignore[arg-type]
     shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
     typer.echo(json.dumps(shown, indent=2))
     typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from prorag.baselines import Baseline
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record, read_records
 from prorag.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall
@@ -31,42 +32,34 @@ from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
 
 log = logging.getLogger(__name__)
 
-Baseline = Literal["naive", "standard-rag"]
 ANSWER_METRIC_NAMES = ("em", "f1", "cover_em", "substring_acc")
 
 
 @dataclass
-class EvalConfig:
-    """Settings of an evaluation run (defaults: the paper's inference settings)."""
+class EvalRolloutConfig(RolloutConfig):
+    """The rollout engine's settings for an evaluation: :class:`~prorag.rollout.RolloutConfig`
+    with greedy decoding by default (the paper's inference settings). Every evaluation (``prorag
+    eval``, SFT's held-out rollouts) starts from these defaults, also when a YAML ``rollout:``
+    block sets only some fields."""
 
-    k: int = 3
-    """Documents per retrieval."""
+    greedy: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Settings of an evaluation run: which records, which loop, and the rollout settings."""
+
     limit: int | None = None
     """Evaluate only the first ``limit`` records."""
-    batch_size: int = 32
-    max_actions: int = 13
-    max_action_tokens: int = 128
-    max_completion_tokens: int = 2048
-    greedy: bool = True
-    temperature: float = 1.0
-    seed: int = 0
-    prompt_style: Literal["plain", "chat"] | None = None
     baseline: Baseline | None = None
     """Evaluate a simple baseline (naive, standard-rag) instead of the ProRAG loop."""
+    rollout: EvalRolloutConfig = field(default_factory=EvalRolloutConfig)
+    """The engine's settings: documents per retrieval (``top_k``), caps, decoding, batch size,
+    seed, prompt style."""
 
     def rollout_config(self) -> RolloutConfig:
-        single = self.baseline is not None
-        return RolloutConfig(
-            max_actions=1 if single else self.max_actions,
-            max_action_tokens=self.max_action_tokens,
-            max_completion_tokens=self.max_completion_tokens,
-            top_k=self.k,
-            temperature=self.temperature,
-            greedy=self.greedy,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            prompt_style=self.prompt_style,
-        )
+        """What the engine runs: :attr:`rollout`, with a single action for a baseline."""
+        return replace(self.rollout, max_actions=1) if self.baseline is not None else self.rollout
 
 
 def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str, Any]:
@@ -110,7 +103,10 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if "type" in r:
             by_type.setdefault(str(r["type"]), []).append(r)
     if by_type:
-        out["by_type"] = {t: {"n": len(rs), "em": sum(x["em"] for x in rs) / len(rs), "f1": sum(x["f1"] for x in rs) / len(rs)} for t, rs in sorted(by_type.items())}
+        out["by_type"] = {
+            t: {"n": len(rs), "em": sum(x["em"] for x in rs) / len(rs), "f1": sum(x["f1"] for x in rs) / len(rs)}
+            for t, rs in sorted(by_type.items())
+        }
     return out
 
 
@@ -123,32 +119,16 @@ def steps_distribution(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         at = [r["f1"] for r in rows if r["retrieval_steps"] == steps]
         covered += len(at)
         f1_sum += sum(at)
-        out.append({
-            "steps": steps, "count": len(at), "f1": sum(at) / len(at),
-            "coverage": covered / n, "cumulative_f1": f1_sum / covered,
-        })
+        out.append(
+            {
+                "steps": steps,
+                "count": len(at),
+                "f1": sum(at) / len(at),
+                "coverage": covered / n,
+                "cumulative_f1": f1_sum / covered,
+            }
+        )
     return out
-
-
-def baseline_prompts(
-    baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever, k: int, style: str | None
-) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
-    """Prompts of the naive (no retrieval) or standard RAG (one retrieval with the question) baseline.
-
-    Also returns, per record id, the retrievals made while building the prompt (standard RAG's
-    one search, recorded as action -1: before the model's first action), so that retrieval
-    steps and evidence recall are counted for baselines as for policies.
-    """
-    from prorag.baselines import naive_prompt, standard_rag_prompt
-
-    if baseline == "naive":
-        return [naive_prompt(tokenizer, r.question, style) for r in records], {}
-    if baseline == "standard-rag":
-        hits = retriever.search([r.question for r in records], k=k, partitions=[r.partition for r in records])
-        prompts = [standard_rag_prompt(tokenizer, r.question, h, style) for r, h in zip(records, hits, strict=True)]
-        searched = {r.id: [{"query": r.question, "doc_ids": [x.id for x in h], "action": -1}] for r, h in zip(records, hits, strict=True)}
-        return prompts, searched
-    raise ValueError(f"unknown baseline {baseline!r}; expected 'naive' or 'standard-rag'")
 
 
 def evaluate(
@@ -162,7 +142,7 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``model`` on ``records``, resuming from ``out_dir`` if it holds earlier predictions."""
-    from prorag.baselines import baseline_answer
+    from prorag.baselines import baseline_answer, baseline_prompts
     from prorag.schema import extract_answer
 
     cfg = config or EvalConfig()
@@ -177,9 +157,10 @@ def evaluate(
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
-
         prompts, searched = (
-            baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.k, cfg.prompt_style) if cfg.baseline and todo else (None, {})
+            baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.rollout.top_k, cfg.rollout.prompt_style)
+            if cfg.baseline and todo
+            else (None, {})
         )
 
         def write(batch: list[Trajectory]) -> None:
@@ -221,5 +202,11 @@ def compare_predictions(a: str | Path, b: str | Path) -> dict[str, dict[str, flo
         xa = [float(rows_a[i][name]) for i in shared]
         xb = [float(rows_b[i][name]) for i in shared]
         test = paired_t_test(xa, xb)
-        out[name] = {"mean_a": mean_and_spread(xa)[0], "mean_b": mean_and_spread(xb)[0], "t": test.t, "p_value": test.p_value, "n": test.n}
+        out[name] = {
+            "mean_a": mean_and_spread(xa)[0],
+            "mean_b": mean_and_spread(xb)[0],
+            "t": test.t,
+            "p_value": test.p_value,
+            "n": test.n,
+        }
     return out

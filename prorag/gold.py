@@ -48,6 +48,9 @@ class GoldTrajectory:
     missing_gold: list[int] = field(default_factory=list)
     """Hops whose gold page the retriever did not return."""
     retrievals: list[dict[str, Any]] = field(default_factory=list)
+    prompt: str | None = None
+    """The exact prompt text, when it is not the ProRAG prompt of ``question`` (a trained
+    baseline's prompt: :func:`prorag.baselines.baseline_trajectories`)."""
 
     @property
     def text(self) -> str:
@@ -55,9 +58,13 @@ class GoldTrajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "question": self.question, "segments": [[t, m] for t, m in self.segments],
-            "answer": self.answer, "missing_gold": self.missing_gold, "retrievals": self.retrievals,
-        }
+            "id": self.id,
+            "question": self.question,
+            "segments": [[t, m] for t, m in self.segments],
+            "answer": self.answer,
+            "missing_gold": self.missing_gold,
+            "retrievals": self.retrievals,
+        } | ({"prompt": self.prompt} if self.prompt is not None else {})
 
 
 class Teacher(Protocol):
@@ -101,14 +108,16 @@ def _first_side_end(record: Record) -> int:
 def gold_hops(record: Record) -> list[Hop]:
     """The record's gold decomposition as hops; [] when it has none.
 
-    Search keywords: the hop's ``query`` when given (built-in world), else its question with
-    references resolved (MuSiQue's ``question_resolved``), with MuSiQue's ``>>`` relation
-    notation turned into plain words.
+    The hop's question has references resolved (MuSiQue's ``question_resolved``) and MuSiQue's
+    ``>>`` relation notation turned into plain words (``"Van Hook Township >> located in"``
+    becomes ``"Van Hook Township located in"``), so that neither the thoughts nor the searches
+    learn the notation. Search keywords: the hop's ``query`` when given (built-in world), else
+    that question.
     """
     hops = []
     for h in record.metadata.get("decomposition") or []:
-        question = h.get("question_resolved") or h["question"]
-        query = h.get("query") or re.sub(r"\s*>>\s*", " ", question).strip()
+        question = re.sub(r"\s*>>\s*", " ", h.get("question_resolved") or h["question"]).strip()
+        query = h.get("query") or question
         hops.append(Hop(question=question, query=query, answer=str(h["answer"]), doc_ids=list(h.get("doc_ids") or [])))
     return hops
 
@@ -125,9 +134,7 @@ def render_gold(
     depth = max((len(h) for _, h in items), default=0)
     for level in range(depth):
         idx = [i for i, (_, hops) in enumerate(items) if len(hops) > level]
-        results = retriever.search(
-            [items[i][1][level].query for i in idx], k=k, partitions=[items[i][0].partition for i in idx]
-        )
+        results = retriever.search([items[i][1][level].query for i in idx], k=k, partitions=[items[i][0].partition for i in idx])
         for i, hits in zip(idx, results, strict=True):
             found[(i, level)] = hits
     out = []

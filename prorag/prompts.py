@@ -57,3 +57,12 @@ def build_prompt(tokenizer: Any, question: str, style: PromptStyle | None = None
     if style == "chat":
         return chat_prompt(tokenizer, question)
     raise ValueError(f"unknown prompt style {style!r}; expected 'plain' or 'chat'")
+
+
+def prompt_token_ids(tokenizer: Any, question: str, style: PromptStyle | None = None) -> list[int]:
+    """The prompt ids of ``question``: :func:`build_prompt` tokenised without added special tokens.
+
+    The one definition shared by the rollout engine (what a policy is fed) and SFT (what it is
+    trained on), so that training and inference prompts are the same ids.
+    """
+    return tokenizer(build_prompt(tokenizer, question, style), add_special_tokens=False)["input_ids"]

@@ -15,15 +15,28 @@ How a batch runs (the choices a reader should know):
   re-encoded.
 * **Turns are batch-synchronous.** Every row decodes one token per step until each active row
   has closed its action (or hit a cap); then all rows that go on get their environment tokens
-  in a single forward pass. Rows feed the same number of positions per forward, so a row
-  that waits, or a shorter insertion, leaves padding "holes" in the cache that the attention
-  mask hides and that position ids skip. Synchronising on turns bounds the holes to one
-  action and one insertion per turn, where inserting as soon as any row stops would pad every
-  row by a whole retrieval block at every stop.
+  in a single forward pass (one retrieval call and one tokenizer call for the whole batch).
+  On the static cache below, rows whose trajectory has ended leave the batch (and the cache)
+  there, so later turns run only the rows still going.
+* **A static, engine-owned cache** (:class:`SlotCache`) for full-attention transformers models
+  (Llama, Qwen2/3, Mistral without sliding window; SDPA or eager attention, see
+  :func:`supports_slot_cache`): per layer, key/value buffers ``(rows, heads, capacity,
+  head_dim)`` allocated when a batch starts (at least 256 slots, doubled when full, so a few
+  times per batch at most), written in place. Every row writes its token ``t`` at slot ``t`` of its own row, so a row's cache holds
+  exactly its prompt and completion, without holes: a row that waits for the others in a
+  decode step writes at its next slot without advancing (the next real token overwrites it),
+  and the padding of a right-aligned environment chunk is written past the row's end. The
+  attention mask is ``slot <= position of the query``, computed on the device against the
+  used length rounded up to 32 slots, so shapes stay static for 32 steps at a time.
+  Other models (sliding windows, flash attention, custom caches, the test doubles) keep their
+  own cache: then rows feed the same number of positions per forward, and a row that waits or
+  a shorter insertion leaves padding "holes" that the mask hides and position ids skip.
 * **The decode step is per-row-loop free.** Sampling, log-probabilities, stop detection and
-  caps are tensor operations with static shapes ``(B, 1)``; the only host sync per step is
-  "is any row still decoding". Python work per row happens only at turn boundaries
-  (retrieval, tokenising the environment's text), which keeps the step ready for CUDA graphs.
+  caps are tensor operations with static shapes ``(B, 1)``, and the static cache's step copies
+  nothing from the host (write slots, positions and mask come from a device tensor of lengths);
+  the only host sync per step is "is any row still decoding". Python work per row happens
+  only at turn boundaries (retrieval, tokenising the environment's text), which keeps the
+  step ready for CUDA graphs.
 * **Caps end runaway generations**: tokens per action, actions per trajectory (11 in RL, 13 at
   inference) and completion tokens per trajectory. A capped trajectory is kept, its
   ``stop_reason`` says why, and it is malformed (no final answer), which rewards penalise.
@@ -34,6 +47,7 @@ before top-p filtering (what TRL recomputes for its importance ratio); 0 on envi
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import re
@@ -43,9 +57,11 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from transformers import PretrainedConfig
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from prorag.data.records import Record
-from prorag.prompts import PromptStyle, build_prompt
+from prorag.prompts import PromptStyle, prompt_token_ids
 from prorag.retrieval.base import Hit, Retriever
 from prorag.schema import (
     ANSWER_CLOSE,
@@ -131,6 +147,19 @@ class Trajectory:
         return cls(**d)
 
 
+@dataclass
+class _Row:
+    """A trajectory being written: what the engine has collected for one record so far."""
+
+    prompt: list[int]
+    completion: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    retrievals: list[dict[str, Any]] = field(default_factory=list)
+    n_actions: int = 0
+    stop_reason: str | None = None
+
+
 # ----------------------------------------------------------------------------- sampling
 
 
@@ -181,14 +210,15 @@ class RolloutEngine:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         self.pad_id = int(pad)
         self.blank_ids = _blank_token_ids(tokenizer)
+        self.static_cache = supports_slot_cache(model)
+        """Whether batches run on the engine's :class:`SlotCache` (set False to use the model's own cache)."""
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     def prompt_ids(self, question: str) -> list[int]:
-        text = build_prompt(self.tokenizer, question, self.config.prompt_style)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return prompt_token_ids(self.tokenizer, question, self.config.prompt_style)
 
     @torch.no_grad()
     def rollout(
@@ -218,8 +248,11 @@ class RolloutEngine:
         try:
             for start in range(0, len(records), cfg.batch_size):
                 batch = list(records[start : start + cfg.batch_size])
-                texts = prompts[start : start + cfg.batch_size] if prompts is not None else None
-                trajs = self._rollout_batch(batch, generator, texts)
+                if prompts is None:
+                    ids = [self.prompt_ids(r.question) for r in batch]
+                else:
+                    ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
+                trajs = self._rollout_batch(batch, ids, generator)
                 out.extend(trajs)
                 if on_batch is not None:
                     on_batch(trajs)
@@ -231,102 +264,99 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ one batch
 
-    def _rollout_batch(
-        self, records: list[Record], generator: torch.Generator, prompt_texts: Sequence[str] | None = None
-    ) -> list[Trajectory]:
+    def _rollout_batch(self, records: list[Record], prompts: list[list[int]], generator: torch.Generator) -> list[Trajectory]:
         cfg = self.config
-        B, dev = len(records), self.device
-        if prompt_texts is None:
-            prompts = [self.prompt_ids(r.question) for r in records]
-        else:
-            prompts = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompt_texts]
-        completion: list[list[int]] = [[] for _ in range(B)]
-        mask: list[list[int]] = [[] for _ in range(B)]
-        logprobs: list[list[float]] = [[] for _ in range(B)]
-        retrievals: list[list[dict[str, Any]]] = [[] for _ in range(B)]
-        n_actions = [0] * B
-        stop_reason: list[str | None] = [None] * B
-
-        state = _BatchState(self.model, B, self.pad_id, dev)
+        dev = self.device
+        subquery_close, subanswer_close = self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]
+        stop_ids = self.stop_ids.to(dev)
+        rows = [_Row(prompt=p) for p in prompts]
+        held = list(range(len(records)))  # the record each row of the batch holds (finished rows leave)
+        # A row holds its prompt, at most max_completion_tokens, and at most one action past them.
+        expected = max(map(len, prompts)) + cfg.max_completion_tokens + cfg.max_action_tokens
+        state: _SlotState | _BatchState = (_SlotState if self.static_cache else _BatchState)(
+            self.model, len(held), self.pad_id, dev, expected
+        )
         logits = state.feed([list(p) for p in prompts])
         tok, lp = self._sample(logits, generator)
-        decoding = torch.ones(B, dtype=torch.bool, device=dev)
-        stop_ids = self.stop_ids.to(dev)
+        decoding = torch.ones(len(held), dtype=torch.bool, device=dev)
 
-        while decoding.any():
+        while True:
             # ---- decode until every active row has closed its action (or hit a cap)
             step_tok, step_lp, step_on = [], [], []
-            n_tok = torch.zeros(B, dtype=torch.long, device=dev)
+            n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
             while True:
                 step_tok.append(tok)
                 step_lp.append(lp)
-                step_on.append(decoding.clone())
+                step_on.append(decoding)
                 n_tok += decoding.long()
-                stopped = decoding & (torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
-                decoding = decoding & ~stopped
+                decoding = decoding & ~(torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
                 if not bool(decoding.any()):
                     break
                 logits = state.feed_step(tok, decoding)
                 tok, lp = self._sample(logits, generator)
 
             # ---- turn boundary: move this turn's tokens to the rows, decide what comes next
-            toks, lps, ons = (torch.stack(x, 1).cpu() for x in (step_tok, step_lp, step_on))
+            toks, lps, ons = (torch.stack(x, 1).cpu().tolist() for x in (step_tok, step_lp, step_on))
             searches: list[int] = []
-            for r in range(B):
-                row_on = ons[r]
-                if not bool(row_on.any()):
+            for j, i in enumerate(held):
+                ids = [t for t, on in zip(toks[j], ons[j], strict=True) if on]
+                if not ids:
                     continue
-                ids = toks[r][row_on].tolist()
-                completion[r].extend(ids)
-                mask[r].extend([1] * len(ids))
-                logprobs[r].extend(lps[r][row_on].tolist())
-                n_actions[r] += 1
+                row = rows[i]
+                row.completion.extend(ids)
+                row.mask.extend([1] * len(ids))
+                row.logprobs.extend(x for x, on in zip(lps[j], ons[j], strict=True) if on)
+                row.n_actions += 1
                 last = ids[-1]
                 # </answer> first: policies list it among their EOS ids too.
                 if last == self.tag_ids[ANSWER_CLOSE]:
-                    stop_reason[r] = "answer"
+                    row.stop_reason = "answer"
                 elif last in self.eos_ids:
-                    stop_reason[r] = "eos"
-                elif last not in (self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]):
-                    stop_reason[r] = "max_action_tokens"
-                elif n_actions[r] >= cfg.max_actions:
-                    stop_reason[r] = "max_actions"
-                elif last == self.tag_ids[SUBQUERY_CLOSE]:
-                    searches.append(r)
-            hits = self._search(records, completion, searches)
-            chunks: list[list[int] | None] = [None] * B
-            for r in range(B):
-                if stop_reason[r] is not None:
-                    continue
-                if completion[r][-1] == self.tag_ids[SUBQUERY_CLOSE]:
-                    found = hits[r]
-                    env_text = render_env_turn(found)
-                    retrievals[r].append(
-                        {"query": self._last_query(completion[r]), "doc_ids": [h.id for h in found], "action": n_actions[r] - 1}
+                    row.stop_reason = "eos"
+                elif last not in (subquery_close, subanswer_close):
+                    row.stop_reason = "max_action_tokens"
+                elif row.n_actions >= cfg.max_actions:
+                    row.stop_reason = "max_actions"
+                elif last == subquery_close:
+                    searches.append(i)
+            hits = self._search(records, {i: rows[i].completion for i in searches})
+            going = [i for i in held if rows[i].stop_reason is None]
+            env_texts = []
+            for i in going:
+                row = rows[i]
+                if row.completion[-1] == subquery_close:
+                    found = hits[i]
+                    env_texts.append(render_env_turn(found))
+                    row.retrievals.append(
+                        {"query": self._last_query(row.completion), "doc_ids": [h.id for h in found], "action": row.n_actions - 1}
                     )
-                elif completion[r][-1] == self.tag_ids[SUBANSWER_CLOSE]:
-                    env_text = render_env_turn()
                 else:
+                    env_texts.append(render_env_turn())
+            chunks: dict[int, list[int]] = {}
+            for i, env_ids in zip(
+                going, self.tokenizer(env_texts, add_special_tokens=False)["input_ids"] if going else [], strict=True
+            ):
+                row = rows[i]
+                if len(row.completion) + len(env_ids) + 1 > cfg.max_completion_tokens:
+                    row.stop_reason = "max_completion_tokens"
                     continue
-                env_ids = self.tokenizer(env_text, add_special_tokens=False)["input_ids"]
-                if len(completion[r]) + len(env_ids) + 1 > cfg.max_completion_tokens:
-                    stop_reason[r] = "max_completion_tokens"
-                    continue
-                completion[r].extend(env_ids)
-                mask[r].extend([0] * len(env_ids))
-                logprobs[r].extend([0.0] * len(env_ids))
+                row.completion.extend(env_ids)
+                row.mask.extend([0] * len(env_ids))
+                row.logprobs.extend([0.0] * len(env_ids))
                 # The stop tag the model sampled has not been fed yet: it leads the chunk.
-                chunks[r] = [completion[r][-len(env_ids) - 1]] + env_ids
-            if not any(c is not None for c in chunks):
+                chunks[i] = [row.completion[-len(env_ids) - 1], *env_ids]
+            if not chunks:
                 break
-            logits = state.feed(chunks)
+            # Rows whose trajectory has ended leave the batch, when the cache can drop them.
+            keep = [j for j, i in enumerate(held) if i in chunks]
+            if len(keep) < len(held) and state.can_drop:
+                state.select(keep)
+                held = [held[j] for j in keep]
+            logits = state.feed([chunks.get(i) for i in held])
             tok, lp = self._sample(logits, generator)
-            decoding = torch.tensor([c is not None for c in chunks], dtype=torch.bool, device=dev)
+            decoding = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
 
-        return [
-            self._finish(rec, prompts[r], completion[r], mask[r], logprobs[r], retrievals[r], stop_reason[r] or "max_actions")
-            for r, rec in enumerate(records)
-        ]
+        return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
 
     def _sample(self, logits: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
@@ -341,11 +371,11 @@ class RolloutEngine:
             return ""
         return self.tokenizer.decode(ids[start + 1 : -1], skip_special_tokens=True).strip()
 
-    def _search(self, records: list[Record], completion: list[list[int]], rows: list[int]) -> dict[int, list[Hit]]:
-        """One batched retrieval for every row that searched this turn; an empty query finds nothing."""
-        asked = [(r, self._last_query(completion[r])) for r in rows]
+    def _search(self, records: list[Record], completions: dict[int, list[int]]) -> dict[int, list[Hit]]:
+        """One batched retrieval for every record that searched this turn; an empty query finds nothing."""
+        asked = [(r, self._last_query(ids)) for r, ids in completions.items()]
         nonempty = [(r, q) for r, q in asked if q]
-        found: dict[int, list[Hit]] = {r: [] for r in rows}
+        found: dict[int, list[Hit]] = {r: [] for r in completions}
         if nonempty:
             results = self.retriever.search(
                 [q for _, q in nonempty], k=self.config.top_k, partitions=[records[r].partition for r, _ in nonempty]
@@ -354,16 +384,8 @@ class RolloutEngine:
                 found[r] = hits
         return found
 
-    def _finish(
-        self,
-        record: Record,
-        prompt: list[int],
-        completion: list[int],
-        mask: list[int],
-        logprobs: list[float],
-        retrievals: list[dict[str, Any]],
-        stop_reason: str,
-    ) -> Trajectory:
+    def _finish(self, record: Record, row: _Row) -> Trajectory:
+        completion, mask, stop_reason = row.completion, row.mask, row.stop_reason or "max_actions"
         text = self.tokenizer.decode(completion, skip_special_tokens=False)
         actions = [
             ActionRecord(a.kind.value if a.kind is not None else None, a.span, a.well_formed)
@@ -371,26 +393,230 @@ class RolloutEngine:
         ]
         parsed = parse_trajectory(_strip_eos(text, self.tokenizer))
         return Trajectory(
-            id=record.id, question=record.question, prompt_ids=prompt, completion_ids=completion, env_mask=mask,
-            logprobs=logprobs, actions=actions, retrievals=retrievals, stop_reason=stop_reason, text=text,
-            answer=extract_answer(text), valid=parsed.valid and stop_reason in ("answer", "eos"),
+            id=record.id,
+            question=record.question,
+            prompt_ids=row.prompt,
+            completion_ids=completion,
+            env_mask=mask,
+            logprobs=row.logprobs,
+            actions=actions,
+            retrievals=row.retrievals,
+            stop_reason=stop_reason,
+            text=text,
+            answer=extract_answer(text),
+            valid=parsed.valid and stop_reason in ("answer", "eos"),
             metadata={"partition": record.partition} if record.partition else {},
         )
 
 
 # ----------------------------------------------------------------------------- KV-cache state
 
+#: Model types whose every layer is plain full attention over a standard key/value cache.
+_SLOT_CACHE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+#: The attention width (used slots) is rounded up to a multiple of this, so shapes change once per bucket.
+_SLOT_BUCKET = 32
+#: Slots allocated at least, per row, when a batch starts (then doubled when full).
+_SLOT_MIN_CAPACITY = 256
+
+
+def supports_slot_cache(model: Any) -> bool:
+    """Whether ``model`` can run on the engine's :class:`SlotCache`: a full-attention decoder
+    (Llama, Qwen2/3, Mistral without sliding window) with SDPA or eager attention, which takes a
+    ready 4D attention mask. Other models run on their own cache."""
+    cfg = getattr(model, "config", None)
+    if not isinstance(cfg, PretrainedConfig) or cfg.model_type not in _SLOT_CACHE_MODEL_TYPES:
+        return False
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+        return False
+    return not (getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True))
+
+
+class _SlotLayer(CacheLayerMixin):
+    """One layer of a :class:`SlotCache`: preallocated buffers written in place at given slots."""
+
+    is_sliding = False
+
+    def __init__(self, owner: SlotCache) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        B, H, _, Dk = key_states.shape
+        cap = self.owner.capacity
+        self.keys = key_states.new_zeros((B, H, cap, Dk))
+        self.values = value_states.new_zeros((B, H, cap, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        slots = self.owner.slots[:, None, :, None]
+        self.keys.scatter_(2, slots.expand_as(key_states), key_states)
+        self.values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
+        width = self.owner.width
+        return self.keys[:, :, :width], self.values[:, :, :width]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.width, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.seen
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+    def resize(self, capacity: int) -> None:
+        if self.is_initialized:
+            keys, values = self.keys, self.values
+            self.keys = keys.new_zeros((*keys.shape[:2], capacity, keys.shape[-1]))
+            self.values = values.new_zeros((*values.shape[:2], capacity, values.shape[-1]))
+            n = min(capacity, keys.shape[2])
+            self.keys[:, :, :n] = keys[:, :, :n]
+            self.values[:, :, :n] = values[:, :, :n]
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys = self.keys.index_select(0, rows)
+            self.values = self.values.index_select(0, rows)
+
+
+class SlotCache(Cache):
+    """The engine's static KV cache (a ``transformers`` ``Cache``): per layer, buffers
+    ``(rows, kv_heads, capacity, head_dim)`` written in place at the slots the engine sets
+    before each forward (``slots``, ``(rows, q)``: a row's slot is the position of its token),
+    read back over the first ``width`` slots.
+
+    ``rows`` holds, for each row, its index in the batch the cache was made for; dropping
+    finished rows (:meth:`select`) keeps it in step, so a model that keeps per-row state can
+    follow its rows.
+    """
+
+    def __init__(self, batch: int, device: torch.device, expected: int = 0) -> None:
+        super().__init__(layer_class_to_replicate=lambda: _SlotLayer(self))
+        self.expected = expected
+        """Slots a row is expected to need at most: growth by doubling stops there (unless more is needed)."""
+        self.capacity = 0
+        self.width = 0
+        self.seen = 0
+        self.slots = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.rows = torch.arange(batch, device=device)
+
+    def reserve(self, capacity: int) -> None:
+        """Make room for ``capacity`` slots (doubling, so that growth is rare, up to :attr:`expected`)."""
+        if capacity > self.capacity:
+            self.capacity = max(capacity, min(max(2 * self.capacity, _SLOT_MIN_CAPACITY), self.expected))
+            for layer in self.layers:
+                layer.resize(self.capacity)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the current rows), in that order."""
+        for layer in self.layers:
+            layer.select(rows)
+        self.rows = self.rows.index_select(0, rows)
+
+
+class _SlotState:
+    """A batch on a :class:`SlotCache`: each row's length (its next slot and position) and the mask.
+
+    A row's token ``t`` is at slot ``t``: a fed chunk is right-aligned, its real tokens go to the
+    row's next slots and its left padding past them; a decode step writes every row at its next
+    slot and advances only the rows that decode. Query ``i`` of row ``b`` attends to the slots
+    up to its own, ``slot <= slots[b, i]``; padding and waiting rows only ever see their own row's
+    real tokens and stale values past its end, never anything a real token attends to.
+    """
+
+    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = device
+        self.cache = SlotCache(batch, device, expected)
+        self.length = torch.zeros(batch, dtype=torch.long, device=device)
+        self.longest = 0
+        """An upper bound of ``length.max()`` kept on the host (exact after each chunk)."""
+        self.slot_ids = torch.arange(0, device=device)
+        dtype = next(model.parameters()).dtype
+        # SDPA takes a boolean mask; eager attention adds the mask to its scores.
+        self.additive = model.config._attn_implementation != "sdpa"
+        self.mask_dtype = dtype if dtype.is_floating_point else torch.float32
+
+    can_drop = True
+
+    def feed(self, chunks: Sequence[list[int] | None]) -> torch.Tensor:
+        """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``."""
+        n = [len(c) if c else 0 for c in chunks]
+        width = max(n)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        for r, c in enumerate(chunks):
+            if c:
+                ids[r, width - len(c) :] = torch.tensor(c)
+        count = torch.tensor(n)[:, None]
+        col = torch.arange(width)[None, :]
+        # Real tokens (the last n columns) go to the next n slots, the padding after them.
+        offset = torch.where(col >= width - count, col - (width - count), count + col)
+        before = self.length.tolist()
+        slots = self.length[:, None] + offset.to(self.device)
+        logits = self._forward(ids.to(self.device), slots, max(before) + width)
+        after = [a + b for a, b in zip(before, n, strict=True)]
+        self.length = torch.tensor(after, dtype=torch.long, device=self.device)
+        self.longest = max(after)
+        return logits
+
+    def feed_step(self, tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (``live`` False: written at the row's next slot, not kept); the decode step."""
+        logits = self._forward(tokens[:, None], self.length[:, None], self.longest + 1)
+        self.length = self.length + live.long()
+        self.longest += 1
+        return logits
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows``, in that order (finished rows leave the batch and the cache)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.select(index)
+        self.length = self.length.index_select(0, index)
+
+    def _forward(self, ids: torch.Tensor, slots: torch.Tensor, used: int) -> torch.Tensor:
+        width = -(-used // _SLOT_BUCKET) * _SLOT_BUCKET
+        self.cache.reserve(width)
+        if self.slot_ids.numel() < width:
+            self.slot_ids = torch.arange(self.cache.capacity, device=self.device)
+        self.cache.slots, self.cache.width, self.cache.seen = slots, width, used
+        allowed = self.slot_ids[:width] <= slots[:, None, :, None]
+        mask = (
+            allowed
+            if not self.additive
+            else torch.zeros(allowed.shape, dtype=self.mask_dtype, device=self.device).masked_fill_(
+                ~allowed, torch.finfo(self.mask_dtype).min
+            )
+        )
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=slots, past_key_values=self.cache, use_cache=True, logits_to_keep=1
+        )
+        return out.logits[:, -1, :]
+
 
 class _BatchState:
-    """The batch's KV cache, its attention mask (with holes) and each row's next position."""
+    """The model's own KV cache, its attention mask (with holes) and each row's next position
+    (``expected`` is unused: the model sizes its own cache)."""
 
-    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device) -> None:
+    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0) -> None:
         self.model = model
         self.pad_id = pad_id
         self.device = device
         self.cache: Any = None
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=device)
         self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    can_drop = False
+    """The model's cache cannot drop rows: finished rows stay (and decode nothing)."""
 
     def feed(self, chunks: Sequence[list[int] | None]) -> torch.Tensor:
         """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``."""
@@ -414,7 +640,12 @@ class _BatchState:
         positions = positions.clamp(min=0)
         self.mask = torch.cat([self.mask, live], dim=1)
         out = self.model(
-            input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache, use_cache=True
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            **self.extra,
         )
         self.cache = out.past_key_values
         self.next_pos = self.next_pos + live.sum(1)

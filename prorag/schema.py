@@ -578,9 +578,7 @@ def parse_token_actions(
         if len(mask) != len(id_list):
             raise ValueError(f"env_mask has {len(mask)} entries for {len(id_list)} ids")
     blanks = {int(b) for b in blank_ids}
-    els = [
-        _El(tag_of.get(t), t not in tag_of and t in blanks, m == 0) for t, m in zip(id_list, mask, strict=True)
-    ]
+    els = [_El(tag_of.get(t), t not in tag_of and t in blanks, m == 0) for t, m in zip(id_list, mask, strict=True)]
     out = []
     for raw in _scan(els).actions:
         env_opener = els[raw.start].env  # only a <step> opener can be env-written here
@@ -643,6 +641,13 @@ def render_conclude(thought: str, subanswer: str) -> str:
 def render_answer(thought: str, answer: str) -> str:
     """``<step> thought </step><answer> answer </answer>`` (contents stripped)."""
     return _render_action(ActionKind.ANSWER, thought, answer)
+
+
+def render_final(answer: str) -> str:
+    """``<answer> answer </answer>`` alone, with no thought: what a one-shot baseline (naive
+    generation, standard RAG) is trained to write after its prompt."""
+    opener, closer = ACTION_TAGS[ActionKind.ANSWER]
+    return f"{opener} {_clean(ActionKind.ANSWER.value, answer)} {closer}"
 
 
 def _defang(match: re.Match[str]) -> str:

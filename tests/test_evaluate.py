@@ -14,7 +14,7 @@ from prorag.baselines import baseline_answer, naive_prompt, standard_rag_prompt
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.evaluate import EvalConfig, compare_predictions, evaluate, steps_distribution, summarise
+from prorag.evaluate import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate, steps_distribution, summarise
 from prorag.gold import render_gold, tokenize_segments
 from prorag.models import make_tiny_model, save_policy
 from prorag.retrieval.bm25 import BM25Retriever
@@ -35,9 +35,11 @@ def _gold_replay(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: l
     return ReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
 
 
-def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+def test_gold_policy_scores_perfectly_and_resume_adds_nothing(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
     model = _gold_replay(world_tokenizer, tiny_retriever, records)
-    cfg = EvalConfig(batch_size=4)
+    cfg = EvalConfig(rollout=EvalRolloutConfig(batch_size=4))
     partial = evaluate(model, world_tokenizer, records[:4], tiny_retriever, tmp_path, cfg, progress=False)
     assert partial["n"] == 4
     metrics = evaluate(model, world_tokenizer, records, tiny_retriever, tmp_path, cfg, progress=False)
@@ -58,13 +60,29 @@ def test_gold_policy_scores_perfectly_and_resume_adds_nothing(tmp_path: Path, wo
     assert metrics["retrieval_recall"] == pytest.approx(sum(expected) / len(expected))
     assert len(list(read_jsonl(tmp_path / "trajectories.jsonl"))) == len(records)
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    assert saved["em"] == 1.0 and saved["config"]["k"] == 3
+    assert saved["em"] == 1.0 and saved["config"]["rollout"]["top_k"] == 3 and saved["config"]["rollout"]["greedy"]
+
+
+def test_eval_config_holds_the_rollout_settings_once() -> None:
+    """The engine's settings live in one nested RolloutConfig (greedy by default, also when a
+    YAML block sets only some of them); a baseline runs one action."""
+    from prorag.config import config_from_dict
+    from prorag.rollout import RolloutConfig
+
+    cfg = config_from_dict(EvalConfig, {"limit": 5, "rollout": {"top_k": 5, "max_action_tokens": 64}})
+    assert isinstance(cfg.rollout, RolloutConfig) and cfg.rollout.greedy and cfg.rollout.top_k == 5
+    assert cfg.rollout_config() is cfg.rollout and cfg.rollout.max_actions == 13
+    single = EvalConfig(baseline="naive", rollout=EvalRolloutConfig(max_actions=7)).rollout_config()
+    assert single.max_actions == 1 and single.greedy
+    assert EvalConfig().rollout == EvalRolloutConfig() and EvalConfig().rollout is not EvalConfig().rollout
 
 
 def test_steps_distribution_is_figure_6_data() -> None:
     rows = [
-        {"retrieval_steps": 0, "f1": 0.0}, {"retrieval_steps": 2, "f1": 1.0},
-        {"retrieval_steps": 2, "f1": 0.5}, {"retrieval_steps": 3, "f1": 1.0},
+        {"retrieval_steps": 0, "f1": 0.0},
+        {"retrieval_steps": 2, "f1": 1.0},
+        {"retrieval_steps": 2, "f1": 0.5},
+        {"retrieval_steps": 3, "f1": 1.0},
     ]
     dist = steps_distribution(rows)
     assert [d["steps"] for d in dist] == [0, 2, 3]
@@ -77,8 +95,27 @@ def test_steps_distribution_is_figure_6_data() -> None:
 
 def test_summarise_names_each_metric() -> None:
     rows = [
-        {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "substring_acc": 1.0, "format_valid": True, "retrieval_steps": 1, "stop_reason": "answer", "retrieval_recall": 1.0, "type": "chain"},
-        {"em": 0.0, "f1": 0.5, "cover_em": 1.0, "substring_acc": 0.0, "format_valid": False, "retrieval_steps": 3, "stop_reason": "max_actions", "type": "compare_same"},
+        {
+            "em": 1.0,
+            "f1": 1.0,
+            "cover_em": 1.0,
+            "substring_acc": 1.0,
+            "format_valid": True,
+            "retrieval_steps": 1,
+            "stop_reason": "answer",
+            "retrieval_recall": 1.0,
+            "type": "chain",
+        },
+        {
+            "em": 0.0,
+            "f1": 0.5,
+            "cover_em": 1.0,
+            "substring_acc": 0.0,
+            "format_valid": False,
+            "retrieval_steps": 3,
+            "stop_reason": "max_actions",
+            "type": "compare_same",
+        },
     ]
     m = summarise(rows)
     assert (m["em"], m["f1"], m["cover_em"], m["substring_acc"]) == (0.5, 0.75, 1.0, 0.5)
@@ -119,20 +156,47 @@ def test_eval_cli_on_a_saved_tiny_model(tmp_path: Path, tiny_world: Path, world_
     policy = save_policy(make_tiny_model(world_tokenizer, size="tiny", seed=0), world_tokenizer, tmp_path / "policy")
     build_index(tiny_world / "corpus.jsonl", tmp_path / "index", kind="bm25")
     runner = CliRunner()
-    base = ["eval", "--policy", str(policy), "--data", str(tiny_world / "test.jsonl"), "--index", str(tmp_path / "index"), "--limit", "6", "--batch-size", "3"]
-    for name, extra in (("loop", ["--max-actions", "3"]), ("naive", ["--baseline", "naive"]), ("rag", ["--baseline", "standard-rag"])):
+    base = [
+        "eval",
+        "--policy",
+        str(policy),
+        "--data",
+        str(tiny_world / "test.jsonl"),
+        "--index",
+        str(tmp_path / "index"),
+        "--limit",
+        "6",
+        "--batch-size",
+        "3",
+    ]
+    for name, extra in (
+        ("loop", ["--max-actions", "3"]),
+        ("naive", ["--baseline", "naive"]),
+        ("rag", ["--baseline", "standard-rag"]),
+    ):
         out = tmp_path / name
         result = runner.invoke(app, [*base, "--out", str(out), *extra])
         assert result.exit_code == 0, result.output
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["n"] == 6
-        for key in ("em", "f1", "cover_em", "substring_acc", "format_valid_rate", "mean_retrieval_steps", "retrieval_recall", "retrieval_steps_distribution"):
+        for key in (
+            "em",
+            "f1",
+            "cover_em",
+            "substring_acc",
+            "format_valid_rate",
+            "mean_retrieval_steps",
+            "retrieval_recall",
+            "retrieval_steps_distribution",
+        ):
             assert key in metrics, key
         assert len(list(read_jsonl(out / "trajectories.jsonl"))) == 6
     assert json.loads((tmp_path / "naive" / "metrics.json").read_text())["mean_retrieval_steps"] == 0
     rag = json.loads((tmp_path / "rag" / "metrics.json").read_text())
     assert rag["mean_retrieval_steps"] == 1 and rag["retrieval_recall"] is not None
-    cmp = runner.invoke(app, ["eval", "--compare", str(tmp_path / "naive" / "predictions.jsonl"), str(tmp_path / "rag" / "predictions.jsonl")])
+    cmp = runner.invoke(
+        app, ["eval", "--compare", str(tmp_path / "naive" / "predictions.jsonl"), str(tmp_path / "rag" / "predictions.jsonl")]
+    )
     assert cmp.exit_code == 0 and "substring_acc" in cmp.output, cmp.output
     missing = runner.invoke(app, ["eval", "--data", str(tiny_world / "test.jsonl")])
     assert missing.exit_code == 2 and "--policy" in missing.output
@@ -150,9 +214,12 @@ def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, wo
     build_index(tmp_path / "corpus.jsonl", tmp_path / "index", kind="bm25")
     retriever = load_index(tmp_path / "index")
     model = make_tiny_model(world_tokenizer, size="tiny", seed=0)
-    for name, fmt, path in (("musique", "musique", musique), ("bamboogle", "flashrag", benchmarks_dir / "bamboogle" / "test.jsonl")):
+    for name, fmt, path in (
+        ("musique", "musique", musique),
+        ("bamboogle", "flashrag", benchmarks_dir / "bamboogle" / "test.jsonl"),
+    ):
         records = load_benchmark(path, fmt).records
-        cfg = EvalConfig(limit=3, batch_size=3, max_actions=3, max_action_tokens=24)
+        cfg = EvalConfig(limit=3, rollout=EvalRolloutConfig(batch_size=3, max_actions=3, max_action_tokens=24))
         metrics = evaluate(model, world_tokenizer, records, retriever, tmp_path / name, cfg, progress=False)
         assert metrics["n"] == 3
         rows = list(read_jsonl(tmp_path / name / "predictions.jsonl"))

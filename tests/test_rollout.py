@@ -1,5 +1,6 @@
 """The rollout contract: token-in/token-out, exact environment masks and spans, caps, seeds,
-and a KV cache (with padding holes) that gives the same log-probabilities as a clean forward."""
+and KV caches (the engine's static slot cache, and a model's own cache with padding holes)
+that give the same log-probabilities as a clean forward."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from prorag.data.records import Record, read_records
 from prorag.gold import render_gold, tokenize_segments
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory, sample_next
+from prorag.rollout import RolloutConfig, RolloutEngine, SlotCache, Trajectory, sample_next, supports_slot_cache
 from prorag.schema import TAGS, i_traj
 from tests.fakes import CycleLM, ReplayLM
 
@@ -22,7 +23,9 @@ def records(tiny_world: Path) -> list[Record]:
     return read_records(tiny_world / "test.jsonl")[:12]
 
 
-def _gold_targets(world_tokenizer: Any, engine: RolloutEngine, golds: list[Any]) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
+def _gold_targets(
+    world_tokenizer: Any, engine: RolloutEngine, golds: list[Any]
+) -> dict[tuple[int, ...], tuple[list[int], list[int]]]:
     out = {}
     for g in golds:
         ids, mask = tokenize_segments(world_tokenizer, g.segments)
@@ -30,7 +33,9 @@ def _gold_targets(world_tokenizer: Any, engine: RolloutEngine, golds: list[Any])
     return out
 
 
-def test_replayed_gold_trajectories_come_out_token_exact(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+def test_replayed_gold_trajectories_come_out_token_exact(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
     golds = render_gold(records, tiny_retriever, k=3)
     assert len(golds) == len(records)
     cfg = RolloutConfig(greedy=True, batch_size=5, max_action_tokens=64)
@@ -69,7 +74,9 @@ def _ids(world_tokenizer: Any, *words: str) -> list[int]:
     return out
 
 
-def test_a_model_that_never_closes_is_cut_and_marked_malformed(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+def test_a_model_that_never_closes_is_cut_and_marked_malformed(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
     (word,) = _ids(world_tokenizer, " is")
     model = CycleLM({}, word, len(world_tokenizer), world_tokenizer.eos_token_id)
     cfg = RolloutConfig(greedy=True, max_action_tokens=17)
@@ -81,7 +88,9 @@ def test_a_model_that_never_closes_is_cut_and_marked_malformed(world_tokenizer: 
         assert not any(a.well_formed for a in t.actions)  # tagless text is no well-formed action
 
 
-def test_a_model_that_searches_forever_is_cut_at_max_actions(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+def test_a_model_that_searches_forever_is_cut_at_max_actions(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
     v = world_tokenizer.get_vocab()
     (word,) = _ids(world_tokenizer, " is")
     loop = {v["<step>"]: word, word: v["</step>"], v["</step>"]: v["<subquery>"], v["<subquery>"]: v["</step>"]}
@@ -98,7 +107,9 @@ def test_a_model_that_searches_forever_is_cut_at_max_actions(world_tokenizer: An
         assert t.num_searches == 3  # the last action is cut before the environment answers it
         assert all(r["query"] == "city" and len(r["doc_ids"]) == 3 for r in t.retrievals)
         assert not t.valid
-    capped = RolloutEngine(model, world_tokenizer, tiny_retriever, RolloutConfig(greedy=True, max_actions=50, max_completion_tokens=150)).rollout(records[:2])
+    capped = RolloutEngine(
+        model, world_tokenizer, tiny_retriever, RolloutConfig(greedy=True, max_actions=50, max_completion_tokens=150)
+    ).rollout(records[:2])
     for t in capped:
         assert t.stop_reason == "max_completion_tokens" and len(t.completion_ids) <= 150
 
@@ -108,9 +119,16 @@ def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        vocab_size=len(world_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False,
-        pad_token_id=world_tokenizer.pad_token_id, eos_token_id=world_tokenizer.eos_token_id,
+        vocab_size=len(world_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        pad_token_id=world_tokenizer.pad_token_id,
+        eos_token_id=world_tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
@@ -125,29 +143,153 @@ def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def test_kv_cache_with_holes_matches_a_clean_forward_and_seeds_reproduce(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+@pytest.mark.parametrize("static_cache", [True, False], ids=["slot-cache", "model-cache"])
+def test_kv_cache_matches_a_clean_forward_and_seeds_reproduce(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], static_cache: bool
+) -> None:
     model = _tiny_llama(world_tokenizer)
     cfg = RolloutConfig(max_action_tokens=40, max_actions=6, batch_size=6, temperature=1.0, seed=3)
     engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    assert engine.static_cache, "a full-attention Llama runs on the engine's slot cache"
+    engine.static_cache = static_cache
     trajs = engine.rollout(records)
     assert sum(t.num_searches for t in trajs) >= 5, "the biased model should search several times"
     assert any(not all(t.env_mask) for t in trajs)
-    worst = 0.0
+    assert len({len(t.actions) for t in trajs}) > 1, "rows should finish at different turns (and leave the batch)"
+    assert _logprob_drift(model, trajs) < 1e-4
     for t in trajs:
-        ids = torch.tensor([t.prompt_ids + t.completion_ids])
-        with torch.no_grad():
-            logp = model(ids).logits.float().log_softmax(-1)[0]
-        p = len(t.prompt_ids)
-        for i, (tid, m, lp) in enumerate(zip(t.completion_ids, t.env_mask, t.logprobs, strict=True)):
-            if m:
-                worst = max(worst, abs(logp[p + i - 1, tid].item() - lp))
         covered = sorted(i for a in t.actions for i in range(*a.span))
         assert set(covered) <= {i for i, m in enumerate(t.env_mask) if m}
-    assert worst < 1e-4, f"log-probabilities drift from a clean forward by {worst}"
     again = engine.rollout(records)
     assert [t.completion_ids for t in again] == [t.completion_ids for t in trajs]
     other = engine.rollout(records, seed=4)
     assert [t.completion_ids for t in other] != [t.completion_ids for t in trajs]
+
+
+def _logprob_drift(model: torch.nn.Module, trajs: list[Trajectory]) -> float:
+    """Largest gap between recorded log-probabilities of model-written tokens and a clean forward."""
+    worst = 0.0
+    for t in trajs:
+        with torch.no_grad():
+            logp = model(torch.tensor([t.prompt_ids + t.completion_ids])).logits.float().log_softmax(-1)[0]
+        p = len(t.prompt_ids)
+        for i, (tid, m, lp) in enumerate(zip(t.completion_ids, t.env_mask, t.logprobs, strict=True)):
+            if m:
+                worst = max(worst, abs(logp[p + i - 1, tid].item() - lp))
+    return worst
+
+
+class _Steered(torch.nn.Module):
+    """A real model whose last-position argmax is moved to the gold next token (one logit over
+    the row's maximum): gold trajectories come out of the real forward passes and caches.
+
+    A row's gold is found from its prompt at the first forward of a run; the last fed token of a
+    row is real and its position id is its index, which gives the next gold token; on the slot
+    cache, ``rows`` follows the rows as finished ones leave.
+    """
+
+    def __init__(self, model: torch.nn.Module, golds: dict[tuple[int, ...], list[int]], eos_id: int) -> None:
+        super().__init__()
+        self.model, self.config, self.generation_config = model, model.config, model.generation_config
+        self.golds, self.eos_id = golds, eos_id
+        self.cache: Any = None
+        self.full: list[list[int]] = []
+        self.dropped_rows = False
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, past_key_values: Any = None, **kw: Any) -> Any:
+        out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kw)
+        last = position_ids[:, -1].tolist()
+        if past_key_values is None or past_key_values is not self.cache:
+            self.cache = out.past_key_values
+            prompts = [tuple(input_ids[r, input_ids.shape[1] - last[r] - 1 :].tolist()) for r in range(len(last))]
+            self.full = [list(p) + self.golds.get(p, []) for p in prompts]
+        held = getattr(self.cache, "rows", None)
+        held = held.tolist() if held is not None else list(range(len(last)))
+        self.dropped_rows |= len(held) < len(self.full)
+        logits = out.logits[:, -1, :]
+        nxt = [self.full[i][pos + 1] if pos + 1 < len(self.full[i]) else self.eos_id for i, pos in zip(held, last, strict=True)]
+        out.logits[:, -1, :] = logits.scatter(1, torch.tensor(nxt)[:, None], logits.max(-1, keepdim=True).values + 1.0)
+        return out
+
+
+def _small_model(world_tokenizer: Any, arch: str, attn: str) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    common = dict(
+        vocab_size=len(world_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=world_tokenizer.pad_token_id,
+        eos_token_id=world_tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    if arch == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, attn_implementation=attn)).eval()
+    return LlamaForCausalLM(LlamaConfig(**common, attn_implementation=attn)).eval()
+
+
+@pytest.mark.parametrize(("arch", "attn"), [("llama", "sdpa"), ("llama", "eager"), ("qwen3", "sdpa")])
+def test_slot_cache_writes_gold_trajectories_exactly_as_the_model_cache(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], arch: str, attn: str
+) -> None:
+    """A real model steered along the gold trajectories: both caches must write them token for
+    token (insertions, masks, dropped rows), with the log-probabilities of a clean forward."""
+    golds = render_gold(records, tiny_retriever, k=3)
+    cfg = RolloutConfig(greedy=True, batch_size=5, max_action_tokens=64)
+    model = _small_model(world_tokenizer, arch, attn)
+    probe = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    targets = _gold_targets(world_tokenizer, probe, golds)
+    steered = _Steered(model, {p: ids for p, (ids, _) in targets.items()}, world_tokenizer.eos_token_id)
+    runs = {}
+    for static in (True, False):
+        engine = RolloutEngine(steered, world_tokenizer, tiny_retriever, cfg)
+        assert engine.static_cache and supports_slot_cache(steered)
+        engine.static_cache = static
+        steered.dropped_rows = False
+        runs[static] = engine.rollout(records)
+        assert steered.dropped_rows == static, "finished rows leave the slot cache (and stay in the model's)"
+        assert isinstance(steered.cache, SlotCache) == static
+    for slot, own, gold in zip(runs[True], runs[False], golds, strict=True):
+        ids, mask = targets[tuple(slot.prompt_ids)]
+        assert slot.completion_ids == own.completion_ids == ids
+        assert slot.env_mask == own.env_mask == mask
+        assert slot.stop_reason == "answer" and slot.text == gold.text
+        assert max(abs(a - b) for a, b in zip(slot.logprobs, own.logprobs, strict=True)) < 1e-4
+    # The steered log-probabilities depend on every real logit: compare with a clean forward.
+    worst = 0.0
+    for t in runs[True]:
+        with torch.no_grad():
+            logits = model(torch.tensor([t.prompt_ids + t.completion_ids])).logits[0].float()
+        p = len(t.prompt_ids)
+        for i, (tid, m, lp) in enumerate(zip(t.completion_ids, t.env_mask, t.logprobs, strict=True)):
+            if m:
+                row = logits[p + i - 1].clone()
+                row[tid] = logits[p + i - 1].max() + 1.0
+                worst = max(worst, abs(row.log_softmax(-1)[tid].item() - lp))
+    assert worst < 1e-4, f"slot-cache log-probabilities drift from a clean forward by {worst}"
+
+
+def test_models_without_plain_full_attention_keep_their_own_cache(world_tokenizer: Any) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    assert not supports_slot_cache(ReplayLM({}, len(world_tokenizer), world_tokenizer.eos_token_id))
+    assert supports_slot_cache(_small_model(world_tokenizer, "llama", "sdpa"))
+    windowed = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=16,
+        )
+    )
+    assert not supports_slot_cache(windowed)
 
 
 def test_trajectory_serialises_round_trip(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:

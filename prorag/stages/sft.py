@@ -8,8 +8,8 @@ write them with the loss of :mod:`prorag.losses`; the result is ``pi_sft``, save
 The examples
     One gold trajectory is one example, trained in one pass: ``input_ids = prompt + completion``
     where the prompt is exactly what the rollout engine feeds at inference
-    (:func:`prompt_token_ids`, the same :func:`~prorag.prompts.build_prompt` + tokenizer call as
-    :meth:`~prorag.rollout.RolloutEngine.prompt_ids`) and the completion is tokenised segment by
+    (:func:`~prorag.prompts.prompt_token_ids`, which :meth:`~prorag.rollout.RolloutEngine.prompt_ids`
+    calls too) and the completion is tokenised segment by
     segment (:func:`~prorag.gold.tokenize_segments`), as the engine tokenises what the
     environment appends. So the training text equals the inference text token for token. The
     loss mask is 0 on the prompt and on every environment segment (``<retrieval>`` blocks, the
@@ -79,7 +79,7 @@ from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json, write_jsonl
-from prorag.data.records import Record
+from prorag.data.records import Record, read_records
 from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
 from prorag.losses import (
     DEFAULT_CONTROL_LAMBDA,
@@ -93,7 +93,7 @@ from prorag.losses import (
     tag_weight_table,
     token_nll,
 )
-from prorag.prompts import PromptStyle, build_prompt
+from prorag.prompts import PromptStyle, prompt_token_ids
 from prorag.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class SFTConfig:
 
     ``learning_rate`` 2e-5 is for real pretrained models. A tiny built-in model trained from
     scratch needs a far higher one (3e-3 at batch 8 in the probe); the demo configs and
-    ``benchmarks/sft_probe.py`` set it.
+    ``benchmarks/sft_world.py`` set it.
     """
 
     # --- model
@@ -119,12 +119,25 @@ class SFTConfig:
     tokenizer: str | None = None
     """Tokenizer folder for a built-in model (e.g. a saved world tokenizer); ``train_sft``'s
     ``tokenizer`` argument takes precedence. Ignored for checkpoints (they carry their own)."""
+    world_dir: str | None = None
+    """A built-in world folder (``prorag world``): a built-in model with neither a ``tokenizer``
+    argument nor a ``tokenizer`` folder trains the world tokenizer on its texts
+    (:func:`~prorag.models.world_tokenizer_texts`). Deterministic, so a resumed run gets the
+    identical tokenizer; the saved policy carries it."""
     arch: Literal["llama", "qwen3"] = "llama"
     """Architecture of a built-in model."""
     dtype: str = "float32"
     """Dtype the weights are loaded and trained in (``"auto"``: the checkpoint's own). Mixed
     precision (``bf16``) autocasts on top of float32 weights; pass ``"bfloat16"`` to hold a
     large LoRA base model in bf16."""
+
+    # --- what the model learns to write
+    target: Literal["prorag", "naive", "standard-rag"] = "prorag"
+    """``"prorag"``: the gold ProRAG trajectories (the method's stage 1). ``"naive"`` /
+    ``"standard-rag"``: the same questions (same split, same held-out set) turned into a one-shot
+    baseline's examples (:func:`~prorag.baselines.baseline_trajectories`: its prompt, then
+    ``<answer> gold </answer>``), so that a baseline is trained with the same data, model and
+    budget as the policy it is compared with; evaluate it with ``prorag eval --baseline``."""
 
     # --- data
     train_file: str | None = None
@@ -138,6 +151,11 @@ class SFTConfig:
     replaces it."""
     k: int = 3
     """Documents per retrieval (rendering and held-out rollouts)."""
+    records_file: str | None = None
+    """Record file (FlashRAG JSONL) of the training questions, when ``train_file`` holds
+    trajectories (``prorag sft-data``): held-out rollouts take each question's retrieval
+    partition and gold answers from it (``train_sft``'s ``records`` argument replaces it).
+    Unset: a held-out question of a trajectory file searches the whole corpus."""
     eval_file: str | None = None
     """Held-out file (same kinds as ``train_file``); when unset, ``eval_fraction`` of the
     training trajectories is held out (seeded)."""
@@ -218,6 +236,7 @@ class SFTConfig:
             "overlong": ("drop", "truncate"),
             "missing_gold": ("keep", "drop"),
             "arch": ("llama", "qwen3"),
+            "target": ("prorag", "naive", "standard-rag"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -240,6 +259,7 @@ def gold_from_dict(d: Mapping[str, Any]) -> GoldTrajectory:
         answer=str(d["answer"]),
         missing_gold=list(d.get("missing_gold") or []),
         retrievals=list(d.get("retrievals") or []),
+        prompt=d.get("prompt"),
     )
 
 
@@ -263,11 +283,6 @@ def load_trajectories(
     return render_gold(records, retriever, k=k), records
 
 
-def prompt_token_ids(tokenizer: Any, question: str, style: PromptStyle | None = None) -> list[int]:
-    """The prompt ids of ``question``, exactly as :meth:`prorag.rollout.RolloutEngine.prompt_ids`."""
-    return tokenizer(build_prompt(tokenizer, question, style), add_special_tokens=False)["input_ids"]
-
-
 def build_sft_examples(
     trajectories: Sequence[GoldTrajectory],
     tokenizer: Any,
@@ -289,7 +304,10 @@ def build_sft_examples(
     out: list[dict[str, Any]] = []
     stats = {"kept": 0, "dropped_overlong": 0, "truncated": 0, "no_target": 0}
     for traj in trajectories:
-        prompt = prompt_token_ids(tokenizer, traj.question, prompt_style)
+        if traj.prompt is not None:  # a trained baseline's own prompt
+            prompt = tokenizer(traj.prompt, add_special_tokens=False)["input_ids"]
+        else:
+            prompt = prompt_token_ids(tokenizer, traj.question, prompt_style)
         completion, env = tokenize_segments(tokenizer, traj.segments)
         ids = prompt + completion
         mask = [0] * len(prompt) + env
@@ -449,12 +467,18 @@ def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
     from prorag.models import _as_dtype, load_policy, make_tiny_model, prepare_policy, tag_token_ids
 
     if config.model in BUILTIN_MODELS:
-        if tokenizer is None:
-            if config.tokenizer is None:
-                raise ValueError(f"model={config.model!r} needs a tokenizer: pass `tokenizer` or set `tokenizer` in the config")
+        if tokenizer is None and config.tokenizer is not None:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        elif tokenizer is None and config.world_dir is not None:
+            from prorag.models import train_world_tokenizer, world_tokenizer_texts
+
+            tokenizer = train_world_tokenizer(world_tokenizer_texts(config.world_dir))
+        elif tokenizer is None:
+            raise ValueError(
+                f"model={config.model!r} needs a tokenizer: pass `tokenizer` or set `tokenizer` or `world_dir` in the config"
+            )
         tag_token_ids(tokenizer)  # the tags must be single tokens already
         model = make_tiny_model(tokenizer, config.model, arch=config.arch, seed=config.seed)
         return model, tokenizer
@@ -602,6 +626,8 @@ def train_sft(
         retriever = open_retriever(config.index)
 
     # ---- data
+    if records is None and config.records_file:
+        records = read_records(config.records_file)
     by_id: dict[str, Record] = {r.id: r for r in records or []}
     if trajectories is None:
         if not config.train_file:
@@ -623,6 +649,9 @@ def train_sft(
 
     model, tokenizer = _load_model(config, tokenizer)
     from prorag.models import configure_generation, save_policy, tag_token_ids
+
+    if config.target != "prorag":
+        train_trajs, held_out = (_as_baseline(config, t, by_id, retriever, tokenizer) for t in (train_trajs, held_out))
 
     table = tag_weight_table(tag_token_ids(tokenizer), config.weight_scheme, config.control_lambda, weights=config.tag_weights)
     build = dict(prompt_style=config.prompt_style, max_length=config.max_length, overlong=config.overlong)
@@ -669,6 +698,29 @@ def train_sft(
     return out
 
 
+def _as_baseline(
+    config: SFTConfig,
+    trajectories: Sequence[GoldTrajectory],
+    by_id: Mapping[str, Record],
+    retriever: Retriever | None,
+    tokenizer: Any,
+) -> list[GoldTrajectory]:
+    """The baseline examples (``config.target``) of the questions of ``trajectories``."""
+    from prorag.baselines import baseline_trajectories
+
+    missing = [t.id for t in trajectories if t.id not in by_id]
+    if missing:
+        raise ValueError(
+            f"target={config.target!r} needs the record of every question (gold answers, partition), "
+            f"but {len(missing)} have none (first: {missing[0]!r}): set `records_file` or train on a record file"
+        )
+    if config.target == "standard-rag" and retriever is None:
+        raise ValueError("target='standard-rag' needs a retriever: pass `retriever` or set `index`")
+    return baseline_trajectories(
+        config.target, [by_id[t.id] for t in trajectories], retriever, tokenizer, k=config.k, style=config.prompt_style
+    )
+
+
 def _rollout_eval(
     model: Any,
     tokenizer: Any,
@@ -679,8 +731,9 @@ def _rollout_eval(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Greedy rollouts of the first ``eval_samples`` held-out questions: the I_traj rate (what the
     reference code validates on), EM and F1; returns the metrics and the trajectories."""
+    from prorag.evaluate import EvalConfig, EvalRolloutConfig
     from prorag.metrics import answer_metrics
-    from prorag.rollout import RolloutConfig, RolloutEngine
+    from prorag.rollout import RolloutEngine
 
     if retriever is None:
         log.warning("no retriever (pass `retriever` or set `index`): the format-valid rate is not measured")
@@ -690,21 +743,28 @@ def _rollout_eval(
         return {"format_valid_rate": None, "eval_samples": 0}, []
     chosen = list(held_out)[: config.eval_samples]
     recs = [by_id.get(t.id) or Record(t.id, t.question, [t.answer]) for t in chosen]
-    engine = RolloutEngine(
-        model,
-        tokenizer,
-        retriever,
-        RolloutConfig(
-            greedy=True, top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed
+    baseline = config.target != "prorag"
+    settings = EvalConfig(
+        baseline=config.target if baseline else None,
+        rollout=EvalRolloutConfig(
+            top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed
         ),
     )
+    engine = RolloutEngine(model, tokenizer, retriever, settings.rollout_config())
     t0 = time.perf_counter()
-    trajs = engine.rollout(recs)
+    # A baseline answers its own prompt in one action; "valid" for it means it wrote an answer.
+    trajs = engine.rollout(recs, prompts=[t.prompt for t in chosen] if baseline else None)
     seconds = time.perf_counter() - t0
-    scores = [answer_metrics(t.answer or "", r.golden_answers) for t, r in zip(trajs, recs, strict=True)]
+    if baseline:  # scored as `prorag eval --baseline` scores it
+        from prorag.baselines import baseline_answer
+
+        answers = [baseline_answer(t.text, tokenizer) for t in trajs]
+    else:
+        answers = [t.answer for t in trajs]
+    scores = [answer_metrics(a or "", r.golden_answers) for a, r in zip(answers, recs, strict=True)]
     n = len(trajs)
     return {
-        "format_valid_rate": sum(t.valid for t in trajs) / n,
+        "format_valid_rate": sum((a is not None) if baseline else t.valid for a, t in zip(answers, trajs, strict=True)) / n,
         "eval_em": sum(s["em"] for s in scores) / n,
         "eval_f1": sum(s["f1"] for s in scores) / n,
         "eval_samples": n,

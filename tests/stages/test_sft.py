@@ -254,3 +254,44 @@ def test_lora_policy_is_merged(tmp_path: Path, tokenizer: Any, gold: list[GoldTr
 def test_needs_a_tokenizer_for_builtin_models(tmp_path: Path, gold: list[GoldTrajectory]) -> None:
     with pytest.raises(ValueError, match="tokenizer"):
         train_sft(fast_config(max_steps=1), tmp_path, trajectories=gold[:4])
+
+
+# ----------------------------------------------------------------------------- trained baselines
+
+
+@pytest.mark.parametrize("kind", ["naive", "standard-rag"])
+def test_baseline_examples_are_the_baseline_inference_text(
+    kind: str, tokenizer: Any, records: list[Record], retriever: BM25Retriever
+) -> None:
+    from prorag.baselines import baseline_prompts, baseline_trajectories
+
+    trajs = baseline_trajectories(kind, records[:4], retriever, tokenizer, k=2)
+    prompts, _ = baseline_prompts(kind, tokenizer, records[:4], retriever, 2, None)
+    table = tag_weight_table(tag_token_ids(tokenizer))
+    examples, stats = build_sft_examples(trajs, tokenizer, table)
+    assert stats["kept"] == 4
+    for ex, prompt, record in zip(examples, prompts, records[:4], strict=True):
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert ex["input_ids"][: len(p)] == p and not any(ex["loss_mask"][: len(p)])
+        target = tokenizer.decode(ex["input_ids"][len(p) :])
+        assert target == f"<answer> {record.golden_answers[0]} </answer>"
+        assert all(ex["loss_mask"][len(p) :])
+    assert ("Doc 1(Title:" in prompts[0]) == (kind == "standard-rag")
+    # The prompt survives the trajectory file format.
+    assert gold_from_dict(json.loads(json.dumps(trajs[0].to_dict()))).prompt == trajs[0].prompt
+
+
+def test_train_a_baseline_on_the_same_questions(
+    tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], records: list[Record], retriever: BM25Retriever
+) -> None:
+    cfg = fast_config(max_steps=2, target="standard-rag", eval_samples=2)
+    policy = train_sft(cfg, tmp_path / "rag", tokenizer=tokenizer, trajectories=gold, records=records, retriever=retriever)
+    rows = list(read_jsonl(tmp_path / "rag" / "metrics.jsonl"))
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
+    assert rows[-1]["eval_samples"] == 2
+    trajs = list(read_jsonl(tmp_path / "rag" / "eval_trajectories.jsonl"))
+    assert all(len(t["actions"]) <= 1 for t in trajs)  # one-shot: a single action
+    assert (policy / "model.safetensors").exists()
+    # Without the records of the questions a baseline cannot be built.
+    with pytest.raises(ValueError, match="records_file"):
+        train_sft(fast_config(max_steps=1, target="naive"), tmp_path / "naive", tokenizer=tokenizer, trajectories=gold)

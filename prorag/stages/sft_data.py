@@ -1,0 +1,288 @@
+"""Stage 1's data: gold trajectories of a record file, written once to JSONL (``prorag sft-data``).
+
+For every record with a gold decomposition, :func:`build_sft_data` writes one full ProRAG
+trajectory (a :meth:`~prorag.gold.GoldTrajectory.to_dict` row, which
+:func:`~prorag.stages.sft.load_trajectories` reads back) whose ``<retrieval>`` blocks hold what
+the project's retriever returns for each hop's search keywords, and whose ``<step>`` thoughts a
+teacher writes: :class:`~prorag.gold.TemplateTeacher` (offline, deterministic) or the LLM
+teacher of :mod:`prorag.llm_teacher`. A hop whose gold page was not retrieved is recorded in
+the row's ``missing_gold`` (the SFT stage keeps or drops such trajectories,
+``SFTConfig.missing_gold``). Each row also says which ``teacher`` wrote it.
+
+Rendering is :func:`~prorag.gold.render_gold`'s, never re-implemented here. The LLM teacher
+needs the retrieved documents *before* it writes the thoughts, while ``render_gold`` searches
+and asks its teacher in one pass; so a chunk is rendered twice over one
+:class:`_MemoRetriever` (which searches each (query, partition, k) once): first with a
+:class:`_HitCollector` (the template teacher, recording the hits it is shown), then, once the LLM
+has written the thoughts, with a :class:`~prorag.llm_teacher.PrecomputedTeacher` holding them.
+
+Output and resuming
+    Rows are appended with a flush each (:class:`~prorag.data.jsonl.JsonlAppender`), chunk by
+    chunk (``chunk_size`` records: one batched search per hop level, one burst of concurrent LLM
+    requests). Ids already in the output are skipped, so an interrupted run continues where it
+    stopped; a last line cut by a kill is repaired and redone. A record the teacher or the
+    renderer cannot write well (the LLM failed a thought after its retries; an empty sub-answer)
+    is dropped and counted, never written malformed, and is tried again by a rerun (the LLM's
+    reply cache makes that cheap).
+
+``limit`` takes the first N records of the file (as ``prorag eval --limit``), so a rerun with the
+same limit resumes the same set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from prorag.data.jsonl import JsonlAppender, read_jsonl
+from prorag.data.records import Record, read_records
+from prorag.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
+from prorag.llm_teacher import LLMTeacher, LLMTeacherConfig, LLMUsage, PrecomputedTeacher, TeacherItem
+from prorag.retrieval.base import Hit, Retriever
+
+log = logging.getLogger(__name__)
+
+TeacherKind = Literal["template", "llm"]
+
+
+@dataclass
+class SFTDataConfig:
+    """Settings of ``prorag sft-data``."""
+
+    teacher: TeacherKind = "template"
+    """Who writes the thoughts: ``template`` (offline) or ``llm`` (needs ``llm``)."""
+    k: int = 3
+    """Documents per retrieval; use the ``k`` the policy will search with."""
+    limit: int | None = None
+    """Only the first ``limit`` records of the file."""
+    chunk_size: int = 256
+    """Records rendered (and sent to the LLM) together before their rows are appended."""
+    llm: LLMTeacherConfig | None = None
+    """The LLM teacher's settings (``teacher="llm"``); a ``cache_path`` of None becomes ``OUT.llm_cache.jsonl``."""
+
+    def __post_init__(self) -> None:
+        if self.teacher not in ("template", "llm"):
+            raise ValueError(f"SFTDataConfig.teacher must be 'template' or 'llm', got {self.teacher!r}")
+        if self.teacher == "llm" and self.llm is None:
+            raise ValueError("the llm teacher needs its settings (base URL and model)")
+        if self.k < 1 or self.chunk_size < 1:
+            raise ValueError("SFTDataConfig.k and chunk_size must be >= 1")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"SFTDataConfig.limit must be >= 0, got {self.limit}")
+
+
+@dataclass
+class SFTDataSummary:
+    """Counts of one ``build_sft_data`` run."""
+
+    records: int = 0
+    """Records considered (after ``limit``)."""
+    written: int = 0
+    skipped_no_decomposition: int = 0
+    already_done: int = 0
+    """Records whose id the output already held (resumed)."""
+    duplicate_ids: int = 0
+    """Records whose id appeared earlier in the same file (only the first is written)."""
+    dropped: Counter[str] = field(default_factory=Counter)
+    """Records not written, by reason."""
+    hops: int = 0
+    """Hops of the written trajectories."""
+    missing_gold_hops: int = 0
+    """Written hops whose gold page the retriever did not return."""
+    missing_gold_trajectories: int = 0
+    """Written trajectories with at least one such hop."""
+    llm: LLMUsage | None = None
+
+    def describe(self, llm_config: LLMTeacherConfig | None = None) -> str:
+        dropped = ", ".join(f"{n} {r}" for r, n in sorted(self.dropped.items())) or "0"
+        lines = [
+            f"wrote {self.written} trajectories ({self.hops} hops) of {self.records} records",
+            f"  skipped: {self.skipped_no_decomposition} without a gold decomposition, {self.already_done} already done"
+            + (f", {self.duplicate_ids} duplicate ids" if self.duplicate_ids else ""),
+            f"  dropped: {dropped}",
+            f"  gold page not retrieved: {self.missing_gold_hops} hops, in {self.missing_gold_trajectories} trajectories",
+        ]
+        if self.llm is not None and llm_config is not None:
+            lines.append(self.llm.describe(llm_config))
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def done_ids(out_path: str | os.PathLike[str]) -> set[str]:
+    """Ids of the rows already in ``out_path`` (empty if it does not exist; a cut last line is ignored)."""
+    path = Path(out_path)
+    if not path.exists():
+        return set()
+    return {str(row["id"]) for row in read_jsonl(path, tolerate_truncated_tail=True) if "id" in row}
+
+
+def select_records(records: Sequence[Record], done: set[str], limit: int | None, summary: SFTDataSummary) -> list[Record]:
+    """The records still to write: the first ``limit``, minus those without a gold decomposition,
+    already done, or repeating an earlier id (each counted in ``summary``)."""
+    chosen = list(records)[:limit] if limit is not None else list(records)
+    summary.records = len(chosen)
+    seen: set[str] = set()
+    todo = []
+    for r in chosen:
+        if r.id in seen:
+            summary.duplicate_ids += 1
+            continue
+        seen.add(r.id)
+        if not gold_hops(r):
+            summary.skipped_no_decomposition += 1
+        elif r.id in done:
+            summary.already_done += 1
+        else:
+            todo.append(r)
+    return todo
+
+
+class _MemoRetriever:
+    """A retriever that searches each ``(query, partition, k)`` once and replays it afterwards."""
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner = inner
+        self.memo: dict[tuple[str, str | None, int], list[Hit]] = {}
+
+    def search(self, queries: Sequence[str], k: int = 3, partitions: Sequence[str | None] | None = None) -> list[list[Hit]]:
+        parts = list(partitions) if partitions is not None else [None] * len(queries)
+        keys = [(q, p, k) for q, p in zip(queries, parts, strict=True)]
+        new = list(dict.fromkeys(key for key in keys if key not in self.memo))
+        if new:
+            found = self.inner.search([q for q, _, _ in new], k=k, partitions=[p for _, p, _ in new])
+            self.memo.update(zip(new, found, strict=True))
+        return [self.memo[key] for key in keys]
+
+
+class _HitCollector(TemplateTeacher):
+    """The template teacher, remembering the hops and hits ``render_gold`` shows it per record."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[list[Hop], dict[int, list[Hit]]]] = {}
+
+    def conclude_thought(self, record: Record, hops: Sequence[Hop], i: int, hits: Sequence[Hit]) -> str:
+        self.seen.setdefault(record.id, (list(hops), {}))[1][i] = list(hits)
+        return super().conclude_thought(record, hops, i, hits)
+
+    def items(self, records: Sequence[Record]) -> list[TeacherItem]:
+        out = []
+        for r in records:
+            hops, hits = self.seen[r.id]
+            out.append(TeacherItem(r, hops, [hits[i] for i in range(len(hops))]))
+        return out
+
+
+def render_records(
+    records: Sequence[Record], retriever: Retriever, k: int, teacher: Teacher, dropped: Counter[str]
+) -> list[GoldTrajectory]:
+    """``render_gold`` of ``records``; if a record cannot be rendered (``ValueError``: an empty
+    sub-answer or search keywords, a tag in one), the batch is rendered record by record and
+    that record is dropped (counted in ``dropped``). Pass a :class:`_MemoRetriever` so that the
+    fallback does not search again."""
+    try:
+        return render_gold(records, retriever, k=k, teacher=teacher)
+    except ValueError:
+        pass
+    out = []
+    for r in records:
+        try:
+            out.extend(render_gold([r], retriever, k=k, teacher=teacher))
+        except ValueError as e:
+            log.warning("record %s cannot be rendered, dropped: %s", r.id, e)
+            dropped["cannot be rendered"] += 1
+    return out
+
+
+def teach_chunk(
+    records: Sequence[Record], retriever: Retriever, k: int, llm: LLMTeacher | None, dropped: Counter[str]
+) -> list[GoldTrajectory]:
+    """The gold trajectories of one chunk, with the template teacher (``llm`` None) or the LLM's thoughts."""
+    memo = _MemoRetriever(retriever)
+    if llm is None:
+        return render_records(records, memo, k, TemplateTeacher(), dropped)
+    collector = _HitCollector()
+    renderable = {t.id for t in render_records(records, memo, k, collector, dropped)}
+    ok = [r for r in records if r.id in renderable]
+    thoughts = llm.write_thoughts(collector.items(ok))
+    failed = sum(1 for r in ok if thoughts.get(r.id) is None)
+    if failed:
+        dropped["LLM teacher failed a thought"] += failed
+    written = {rid: t for rid, t in thoughts.items() if t is not None}
+    return render_records([r for r in ok if r.id in written], memo, k, PrecomputedTeacher(written), dropped)
+
+
+# ----------------------------------------------------------------------------- the entry point
+
+
+def default_cache_path(out_path: str | os.PathLike[str]) -> str:
+    """``OUT.llm_cache.jsonl`` beside the output file."""
+    out = Path(out_path)
+    return str(out.with_name(out.name + ".llm_cache.jsonl"))
+
+
+def build_sft_data(
+    data: str | os.PathLike[str] | Sequence[Record],
+    out_path: str | os.PathLike[str],
+    config: SFTDataConfig | None = None,
+    *,
+    index: str | None = None,
+    retriever: Retriever | None = None,
+    llm: LLMTeacher | None = None,
+) -> SFTDataSummary:
+    """Write the gold trajectories of ``data`` (a record file or records) to ``out_path``, resuming.
+
+    The retriever is ``retriever``, else :func:`~prorag.retrieval.index.open_retriever` of
+    ``index`` (a folder or an ``http(s)://`` URL). With ``teacher="llm"`` the thoughts come from
+    ``llm`` if given (tests pass one), else an :class:`~prorag.llm_teacher.LLMTeacher` of
+    ``config.llm``. Returns the counts.
+    """
+    cfg = config or SFTDataConfig()
+    if retriever is None:
+        if index is None:
+            raise ValueError("build_sft_data needs a retriever or an index")
+        from prorag.retrieval.index import open_retriever
+
+        retriever = open_retriever(index)
+    records = read_records(data) if isinstance(data, (str, os.PathLike)) else list(data)
+    if cfg.teacher == "template":
+        llm = None
+    elif llm is None and cfg.llm is not None:  # SFTDataConfig checks that an llm teacher has settings
+        llm_cfg = cfg.llm if cfg.llm.cache_path is not None else replace(cfg.llm, cache_path=default_cache_path(out_path))
+        llm = LLMTeacher(llm_cfg)
+    teacher_name = f"llm:{llm.config.model}" if llm is not None else "template"
+
+    summary = SFTDataSummary(llm=llm.usage if llm is not None else None)
+    out = Path(out_path)
+    with JsonlAppender(out) as appender:  # repairs a cut last line before the done ids are read
+        todo = select_records(records, done_ids(out), cfg.limit, summary)
+        if summary.already_done:
+            log.info("resuming: %d records already in %s", summary.already_done, out)
+        for start in range(0, len(todo), cfg.chunk_size):
+            chunk = todo[start : start + cfg.chunk_size]
+            for traj in teach_chunk(chunk, retriever, cfg.k, llm, summary.dropped):
+                appender.append(traj.to_dict() | {"teacher": teacher_name})
+                summary.written += 1
+                summary.hops += len(traj.retrievals)
+                summary.missing_gold_hops += len(traj.missing_gold)
+                summary.missing_gold_trajectories += bool(traj.missing_gold)
+            log.info("sft-data: %d of %d records done", min(start + cfg.chunk_size, len(todo)), len(todo))
+    return summary
+
+
+__all__ = [
+    "SFTDataConfig",
+    "SFTDataSummary",
+    "build_sft_data",
+    "default_cache_path",
+    "done_ids",
+    "render_records",
+    "select_records",
+    "teach_chunk",
+]

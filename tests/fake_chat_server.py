@@ -1,0 +1,152 @@
+"""A local OpenAI-compatible chat-completions server for tests, scripted per request.
+
+``FakeChatServer(behave)`` serves ``POST /v1/chat/completions`` on a free 127.0.0.1 port in a
+thread (one thread per connection, so a slow reply does not hold up the others). ``behave(body, n)``
+decides each reply, where ``n`` counts how many times this very body has been asked (1 on the
+first request, 2 on its first retry, ...); the default gives a good thought. Every request is
+recorded (body, headers, arrival time) and so is the most requests in flight at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+PROMPT_TOKENS = 11
+COMPLETION_TOKENS = 7
+
+
+@dataclass
+class Reply:
+    """One scripted reply: a thought (wrapped in the chat-completions schema), or a raw payload."""
+
+    content: str | None = None
+    status: int = 200
+    payload: Any = None
+    """Sent as is instead of the schema-wrapped ``content`` (malformed replies)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Seen:
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+    n: int
+
+
+def user_text(body: dict[str, Any]) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+def good_thought(body: dict[str, Any]) -> str:
+    """A valid thought, unique to the prompt (so a test can tell whose thought it is)."""
+    tag = hashlib.sha1(user_text(body).encode()).hexdigest()[:8]
+    return f"Teacher thought {tag}: this is the sensible next step."
+
+
+def default_behave(body: dict[str, Any], n: int) -> Reply:
+    return Reply(content=good_thought(body))
+
+
+class FakeChatServer:
+    def __init__(self, behave: Callable[[dict[str, Any], int], Reply] = default_behave) -> None:
+        self.behave = behave
+        self.seen: list[Seen] = []
+        self.counts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if self.path != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                body = json.loads(raw)
+                key = hashlib.sha256(raw).hexdigest()
+                with server._lock:
+                    server.counts[key] += 1
+                    n = server.counts[key]
+                    server.seen.append(Seen(body, dict(self.headers), time.monotonic(), n))
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    reply = server.behave(body, n)
+                    if reply.delay:
+                        time.sleep(reply.delay)
+                    payload = reply.payload
+                    if payload is None and reply.status == 200:
+                        payload = {
+                            "id": "chatcmpl-test",
+                            "object": "chat.completion",
+                            "model": body.get("model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": reply.content},
+                                    "finish_reason": reply.finish_reason,
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": PROMPT_TOKENS,
+                                "completion_tokens": COMPLETION_TOKENS,
+                                "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+                            },
+                        }
+                    elif payload is None:
+                        payload = {"error": {"message": f"scripted {reply.status}"}}
+                    self._send(reply.status, payload, reply.headers)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.seen)
+
+    def __enter__(self) -> FakeChatServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -297,8 +297,8 @@ def _merge_pairs(merges: Sequence[Any]) -> Iterator[tuple[str, str]]:
 
 
 def _format_primer() -> list[str]:
-    """A rendered trajectory, so that the trajectory format's own words (``Doc``, ``Title``)
-    are merged too: a fixed text, part of the tokenizer's definition."""
+    """A plain prompt and a rendered trajectory, so that the format's own words (``Question``,
+    ``Doc``, ``Title``) are merged too: a fixed text, part of the tokenizer's definition."""
     traj = render_trajectory(
         [
             Action(
@@ -312,7 +312,9 @@ def _format_primer() -> list[str]:
             Action(ActionKind.ANSWER, "So the answer is Tavor.", "Tavor"),
         ]
     )
-    return [traj]
+    from prorag.prompts import plain_prompt
+
+    return [plain_prompt("Who directed Kothir?") + traj]
 
 
 def _train_bpe(texts: Sequence[str], vocab_size: int) -> dict[str, Any]:
@@ -347,7 +349,7 @@ def train_world_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTr
     * Special tokens: ``<pad>`` (id 0, ``pad_token``), ``<eos>`` (id 1, ``eos_token``) and
       the ten :data:`~prorag.schema.TAGS` (ids 2..11, ``extra_special_tokens``); no BOS,
       and encoding adds no special token.
-    * Every name and year of :func:`~prorag.data.world.names.world_vocabulary` is exactly
+    * Every name, year, ``yes`` and ``no`` (:func:`~prorag.data.world.names.world_vocabulary`) is exactly
       one token both after a space (``" Kothir"``) and without one (at the start of a line,
       after ``(`` or ``\\n``); punctuation is split off by the pre-tokeniser, so
       ``"Kothir."`` is ``Kothir`` + ``.``. A probe showed that a tiny model only learns to

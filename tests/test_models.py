@@ -228,7 +228,7 @@ def test_world_tokenizer_specials(world_tok) -> None:
 
 def test_world_tokenizer_every_name_is_one_token(world_tok) -> None:
     words = world_vocabulary()
-    assert len(words) == 701 and set(YEARS) <= set(words)
+    assert len(words) == 703 and set(YEARS) <= set(words) and {"yes", "no"} <= set(words)
     enc = lambda s: world_tok.encode(s, add_special_tokens=False)  # noqa: E731
     dot, qm, comma, nl, close = enc("."), enc("?"), enc(","), enc("\n"), enc(")")
     assert len(dot) == len(qm) == len(comma) == len(nl) == len(close) == 1

@@ -78,6 +78,12 @@ def name_pool() -> tuple[str, ...]:
     return tuple(n for cluster in name_clusters() for n in cluster)
 
 
+#: The answers of yes/no questions. Single tokens like names and years: split into " y" + "es",
+#: the first token of every yes/no answer would be a bare space, which a model that is unsure of
+#: a name then prefers to any single name under greedy decoding.
+ANSWER_WORDS: tuple[str, ...] = ("yes", "no")
+
+
 def world_vocabulary() -> tuple[str, ...]:
-    """Atomic values a world tokenizer should keep as single tokens: names and years."""
-    return name_pool() + YEARS
+    """Atomic values a world tokenizer should keep as single tokens: names, years, yes and no."""
+    return name_pool() + YEARS + ANSWER_WORDS

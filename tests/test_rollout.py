@@ -114,11 +114,9 @@ def test_a_model_that_searches_forever_is_cut_at_max_actions(
         assert t.stop_reason == "max_completion_tokens" and len(t.completion_ids) <= 150
 
 
-def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
-    """A random tiny Llama whose head leans towards the stop tags, so rollouts have several turns."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
+def _tiny_config(world_tokenizer: Any) -> dict[str, Any]:
+    """Shape of the random test models: 2 layers, 4 query heads sharing 2 KV heads (GQA)."""
+    return dict(
         vocab_size=len(world_tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -126,10 +124,16 @@ def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,
-        tie_word_embeddings=False,
         pad_token_id=world_tokenizer.pad_token_id,
         eos_token_id=world_tokenizer.eos_token_id,
     )
+
+
+def _tiny_llama(world_tokenizer: Any, seed: int = 0) -> torch.nn.Module:
+    """A random tiny Llama whose head leans towards the stop tags, so rollouts have several turns."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**_tiny_config(world_tokenizer), tie_word_embeddings=False)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
     head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=True)
@@ -215,17 +219,7 @@ class _Steered(torch.nn.Module):
 def _small_model(world_tokenizer: Any, arch: str, attn: str) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    common = dict(
-        vocab_size=len(world_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        pad_token_id=world_tokenizer.pad_token_id,
-        eos_token_id=world_tokenizer.eos_token_id,
-    )
+    common = _tiny_config(world_tokenizer)
     torch.manual_seed(0)
     if arch == "qwen3":
         return Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, attn_implementation=attn)).eval()

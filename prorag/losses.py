@@ -23,6 +23,9 @@ Conventions: ``input_ids``, ``loss_mask`` and ``weights`` are ``(B, T)`` and ali
 another; ``logits[:, t]`` predicts ``input_ids[:, t + 1]``; the weight of a target token is the
 weight at *its own* position (so position 0, which nothing predicts, never counts, and neither
 does the last logit, which predicts nothing).
+
+The RL stage's loss lives here too: :func:`ppo_clip_loss`, the clipped surrogate of ProRAG's
+Eq. 9 over per-token advantages, the reference against which the RL trainer's loss is tested.
 """
 
 from __future__ import annotations
@@ -195,12 +198,84 @@ def reduce_weighted_nll(
     return total / denom.clamp(min=torch.finfo(total.dtype).tiny)
 
 
+# ----------------------------------------------------------------------------- RL: PPO-clip
+
+#: Reductions of :func:`ppo_clip_loss` (and the TRL ``loss_type`` that computes the same one).
+PPO_AGGREGATIONS: tuple[str, ...] = ("token_mean", "sequence_mean", "sum")
+PPOAggregation = Literal["token_mean", "sequence_mean", "sum"]
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float | None = None,
+    aggregation: PPOAggregation = "token_mean",
+    *,
+    normalizer: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """The clipped surrogate loss of PPO without a value network (ProRAG Eq. 9), a scalar.
+
+    Per token, with ``rho = exp(logprobs - old_logprobs)``::
+
+        loss_t = -min(rho * A_t, clip(rho, 1 - epsilon_low, 1 + epsilon_high) * A_t)
+
+    (``epsilon_high`` defaults to ``epsilon_low``: symmetric clipping, Eq. 9's single epsilon).
+    ``logprobs``, ``old_logprobs`` and ``mask`` are ``(B, T)`` over the completion tokens;
+    ``advantages`` is ``(B, T)`` (ProRAG's dual-granularity advantages) or ``(B,)`` (one value per
+    trajectory, GRPO). Tokens where ``mask`` is 0 (environment tokens, padding) contribute
+    exactly nothing, whatever their advantage or log-probabilities. Reductions:
+
+    * ``"token_mean"`` (default): the sum over masked tokens divided by their number (or by
+      ``normalizer``, the token count of a larger batch split into micro-batches). Every token
+      weighs the same, as in Eq. 9's sum over tokens, while the scale does not grow with
+      trajectory length (TRL's ``loss_type="dapo"``/``"bnpo"``, verl's ``token-mean``);
+    * ``"sequence_mean"``: the mean over rows of each row's token mean (TRL's ``"grpo"``:
+      short trajectories weigh more per token);
+    * ``"sum"``: Eq. 9 literally up to a constant, ``sum / (B * normalizer)`` with
+      ``normalizer`` the maximal completion length (TRL's ``"dr_grpo"``; ``normalizer``
+      required).
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and mask {tuple(mask.shape)} differ"
+        )
+    high = epsilon_low if epsilon_high is None else epsilon_high
+    keep = mask != 0
+    # Masked positions are neutralised before any arithmetic, so that not even a NaN or an
+    # infinite log-probability there can reach the loss or its gradient.
+    log_ratio = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    advantages = torch.where(keep, advantages.to(logprobs.dtype), torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + high)
+    per_token = -torch.min(ratio * advantages, clipped * advantages)
+    m = keep.to(per_token.dtype)
+    tiny = torch.finfo(per_token.dtype).tiny
+    if aggregation == "token_mean":
+        denom = m.sum() if normalizer is None else torch.as_tensor(normalizer, dtype=per_token.dtype, device=per_token.device)
+        return per_token.sum() / denom.clamp(min=tiny)
+    if aggregation == "sequence_mean":
+        return (per_token.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    if aggregation == "sum":
+        if normalizer is None:
+            raise ValueError("aggregation='sum' needs normalizer (the maximal completion length)")
+        return per_token.sum() / (per_token.shape[0] * float(normalizer))
+    raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {PPO_AGGREGATIONS}")
+
+
 __all__ = [
     "DEFAULT_CONTROL_LAMBDA",
+    "PPO_AGGREGATIONS",
+    "PPOAggregation",
     "REDUCTIONS",
     "WEIGHT_SCHEMES",
     "format_token_weights",
     "loss_normalizer",
+    "ppo_clip_loss",
     "reduce_weighted_nll",
     "tag_weight_table",
     "token_nll",

@@ -31,6 +31,8 @@ anything).
 Retrieval is scored by :func:`retrieval_recall` (recall of the gold supporting paragraphs
 among the first k hits). :func:`paired_t_test` and :func:`mean_and_spread` support the
 significance tests and the mean +/- spread over seeds that the reports give.
+:func:`ranking_auc` says how well a step scorer (the process reward model) ranks valid steps
+above invalid ones.
 """
 
 from __future__ import annotations
@@ -237,6 +239,30 @@ def retrieval_recall(hit_ids: Sequence[str], gold_ids: Iterable[str], k: int) ->
         raise ValueError("no gold ids given: retrieval recall is undefined without gold supporting paragraphs")
     found = gold.intersection(hit_ids[:k])
     return len(found) / len(gold)
+
+
+def ranking_auc(positive_scores: Sequence[float], negative_scores: Sequence[float]) -> float:
+    """Area under the ROC curve of scores that should rank ``positive`` items above ``negative``
+    ones: the probability that a random positive outscores a random negative, ties counting
+    one half (the Mann-Whitney U statistic divided by ``n_pos * n_neg``).
+
+    Used for a process reward model on the valid (positive) and invalid (negative) steps of
+    sampled trajectories: 1.0 ranks every valid step above every invalid one, 0.5 is chance.
+    Unlike pairwise accuracy it compares steps across contexts, not siblings of one parent.
+    Computed from the average ranks of the pooled scores (``O(n log n)``, ties exact).
+    Requires at least one score on each side and finite values (``ValueError`` otherwise).
+    """
+    pos = np.asarray(positive_scores, dtype=float)
+    neg = np.asarray(negative_scores, dtype=float)
+    if pos.ndim != 1 or neg.ndim != 1:
+        raise ValueError("ranking_auc needs two flat sequences of scores")
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError(f"ranking_auc needs scores on both sides, got {pos.size} positive and {neg.size} negative")
+    if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(neg))):
+        raise ValueError("ranking_auc needs finite scores (found nan or inf)")
+    ranks = stats.rankdata(np.concatenate([pos, neg]))  # average ranks: a tie shares its ranks
+    u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
+    return u / (pos.size * neg.size)
 
 
 @dataclass(frozen=True)

@@ -385,7 +385,9 @@ def train_world_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTr
     for _ in range(8):
         tok_json = _train_bpe(corpus, target)
         _make_single_tokens(tok_json, forms)
-        size = len(tok_json["model"]["vocab"]) + sum(1 for t in tok_json["added_tokens"] if t["content"] not in tok_json["model"]["vocab"])
+        size = len(tok_json["model"]["vocab"]) + sum(
+            1 for t in tok_json["added_tokens"] if t["content"] not in tok_json["model"]["vocab"]
+        )
         if size <= vocab_size:
             break
         target -= size - vocab_size
@@ -527,7 +529,7 @@ def make_tiny_model(
 # Loading and saving
 
 
-def _as_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
+def as_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
     if isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     value = getattr(torch, str(dtype), None)
@@ -603,14 +605,14 @@ def load_policy(
 
     name_or_path = resolve_policy_path(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=_as_dtype(dtype))
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=as_dtype(dtype))
     prepare_policy(model, tokenizer)
     if device is not None:
         model.to(device)
     return model, tokenizer
 
 
-def _fresh_dir(beside: Path, kind: str) -> Path:
+def fresh_dir(beside: Path, kind: str) -> Path:
     """A new empty folder ``.NAME.KIND-…`` next to ``beside`` (created with the umask's
     permissions, unlike ``tempfile.mkdtemp``'s 0700, so a checkpoint is as readable as any
     other file the user writes)."""
@@ -624,10 +626,16 @@ def _fresh_dir(beside: Path, kind: str) -> Path:
     raise FileExistsError(f"cannot create a temporary folder beside {beside}")
 
 
-def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: PathLike) -> Path:
-    """Write a checkpoint folder that :func:`load_policy` (or any transformers code) loads:
-    weights as safetensors, config, generation config and tokenizer files. Never pickle:
-    a ``.bin``/``.pkl``/``.pt`` file in the result is an error.
+def save_checkpoint(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: PathLike,
+    *,
+    extra_files: Mapping[str, str] | None = None,
+) -> Path:
+    """Write ``model`` (safetensors, config, generation config when it has one) and
+    ``tokenizer`` to ``out_dir``, plus ``extra_files`` (name -> text). Never pickle: a
+    ``.bin``/``.pkl``/``.pt`` file in the result is an error.
 
     Atomic: everything goes to a temporary folder beside ``out_dir`` which is then renamed
     to ``out_dir``, so a crash never leaves a half-written checkpoint under that name. An
@@ -636,22 +644,25 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_
     """
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(out, "tmp")
+    tmp = fresh_dir(out, "tmp")
     try:
         kwargs: dict[str, Any] = {}
         if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
             kwargs["safe_serialization"] = True  # transformers 4; transformers 5 always writes safetensors
         model.save_pretrained(tmp, **kwargs)
-        model.generation_config.save_pretrained(tmp)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         pickled = sorted(p.name for p in tmp.rglob("*") if p.suffix in _PICKLE_SUFFIXES)
         if pickled:
-            raise RuntimeError(f"save_policy: pickle files were written ({pickled}); refusing to keep them")
+            raise RuntimeError(f"pickle files were written to {out} ({pickled}); refusing to keep them")
         if not any(tmp.glob("*.safetensors")):
-            raise RuntimeError("save_policy: no safetensors file was written")
+            raise RuntimeError(f"no safetensors file was written to {out}")
         old = None
         if out.exists():
-            old = _fresh_dir(out, "old")
+            old = fresh_dir(out, "old")
             os.replace(out, old / out.name)
         os.replace(tmp, out)
         if old is not None:
@@ -660,6 +671,13 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: PathLike) -> Path:
+    """Write a checkpoint folder that :func:`load_policy` (or any transformers code) loads:
+    weights as safetensors, config, generation config and tokenizer files, atomically
+    (:func:`save_checkpoint`). Returns ``out_dir`` as a ``Path``."""
+    return save_checkpoint(model, tokenizer, out_dir)
 
 
 # ---------------------------------------------------------------------------------------
@@ -728,11 +746,14 @@ __all__ = [
     "TINY_SIZES",
     "add_tag_tokens",
     "answer_eos_ids",
+    "as_dtype",
     "configure_generation",
+    "fresh_dir",
     "load_policy",
     "make_tiny_model",
     "prepare_policy",
     "resize_for_tags",
+    "save_checkpoint",
     "save_policy",
     "setup_offline",
     "smollm2_gguf_path",

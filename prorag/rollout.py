@@ -157,6 +157,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     retrievals: list[dict[str, Any]] = field(default_factory=list)
     n_actions: int = 0
+    max_actions: int = 13
     stop_reason: str | None = None
 
 
@@ -227,6 +228,9 @@ class RolloutEngine:
         *,
         seed: int | None = None,
         prompts: Sequence[str] | None = None,
+        prompt_ids: Sequence[Sequence[int]] | None = None,
+        max_actions: Sequence[int] | None = None,
+        close_turn: bool = False,
         progress: bool = False,
         on_batch: Callable[[list[Trajectory]], None] | None = None,
     ) -> list[Trajectory]:
@@ -235,9 +239,22 @@ class RolloutEngine:
         ``prompts`` overrides the ProRAG prompt of each record (the baselines use it, with
         ``max_actions=1``, to generate a single answer through the same engine). ``on_batch``
         receives each finished batch (to append results to a file as they come).
+
+        Continuing from a state (tree search): ``prompt_ids`` gives each row's context as token
+        ids (prompt plus the completion so far, environment tokens included), fed as they are,
+        so the returned completion holds only what comes next; ``max_actions`` caps the actions
+        of each row (default ``config.max_actions``); with ``close_turn`` a row that the action
+        cap ends after a search or a conclusion still gets the environment's reply (the
+        retrieval and the next ``<step>`` opener), so it ends exactly where its next action
+        would begin.
         """
         if prompts is not None and len(prompts) != len(records):
             raise ValueError(f"{len(prompts)} prompts for {len(records)} records")
+        if prompts is not None and prompt_ids is not None:
+            raise ValueError("pass prompts or prompt_ids, not both")
+        for name, per_row in (("prompt_ids", prompt_ids), ("max_actions", max_actions)):
+            if per_row is not None and len(per_row) != len(records):
+                raise ValueError(f"{len(per_row)} {name} for {len(records)} records")
         cfg = self.config
         # The generator lives on the model's device, so sampling never moves logits to the host.
         generator = torch.Generator(device=self.device).manual_seed(cfg.seed if seed is None else seed)
@@ -248,11 +265,14 @@ class RolloutEngine:
         try:
             for start in range(0, len(records), cfg.batch_size):
                 batch = list(records[start : start + cfg.batch_size])
-                if prompts is None:
+                if prompt_ids is not None:
+                    ids = [list(p) for p in prompt_ids[start : start + cfg.batch_size]]
+                elif prompts is None:
                     ids = [self.prompt_ids(r.question) for r in batch]
                 else:
                     ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
-                trajs = self._rollout_batch(batch, ids, generator)
+                caps = list(max_actions[start : start + cfg.batch_size]) if max_actions is not None else None
+                trajs = self._rollout_batch(batch, ids, generator, caps, close_turn)
                 out.extend(trajs)
                 if on_batch is not None:
                     on_batch(trajs)
@@ -264,12 +284,20 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ one batch
 
-    def _rollout_batch(self, records: list[Record], prompts: list[list[int]], generator: torch.Generator) -> list[Trajectory]:
+    def _rollout_batch(
+        self,
+        records: list[Record],
+        prompts: list[list[int]],
+        generator: torch.Generator,
+        max_actions: list[int] | None = None,
+        close_turn: bool = False,
+    ) -> list[Trajectory]:
         cfg = self.config
         dev = self.device
         subquery_close, subanswer_close = self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]
         stop_ids = self.stop_ids.to(dev)
-        rows = [_Row(prompt=p) for p in prompts]
+        caps = max_actions or [cfg.max_actions] * len(prompts)
+        rows = [_Row(prompt=p, max_actions=cap) for p, cap in zip(prompts, caps, strict=True)]
         held = list(range(len(records)))  # the record each row of the batch holds (finished rows leave)
         # A row holds its prompt, at most max_completion_tokens, and at most one action past them.
         expected = max(map(len, prompts)) + cfg.max_completion_tokens + cfg.max_action_tokens
@@ -298,6 +326,7 @@ class RolloutEngine:
             # ---- turn boundary: move this turn's tokens to the rows, decide what comes next
             toks, lps, ons = (torch.stack(x, 1).cpu().tolist() for x in (step_tok, step_lp, step_on))
             searches: list[int] = []
+            capped: list[int] = []  # rows the action cap ended this turn that still get the environment's reply
             for j, i in enumerate(held):
                 ids = [t for t, on in zip(toks[j], ons[j], strict=True) if on]
                 if not ids:
@@ -315,14 +344,19 @@ class RolloutEngine:
                     row.stop_reason = "eos"
                 elif last not in (subquery_close, subanswer_close):
                     row.stop_reason = "max_action_tokens"
-                elif row.n_actions >= cfg.max_actions:
+                elif row.n_actions >= row.max_actions:
                     row.stop_reason = "max_actions"
+                    if close_turn:
+                        capped.append(i)
+                        if last == subquery_close:
+                            searches.append(i)
                 elif last == subquery_close:
                     searches.append(i)
             hits = self._search(records, {i: rows[i].completion for i in searches})
             going = [i for i in held if rows[i].stop_reason is None]
+            replied = going + capped
             env_texts = []
-            for i in going:
+            for i in replied:
                 row = rows[i]
                 if row.completion[-1] == subquery_close:
                     found = hits[i]
@@ -334,15 +368,17 @@ class RolloutEngine:
                     env_texts.append(render_env_turn())
             chunks: dict[int, list[int]] = {}
             for i, env_ids in zip(
-                going, self.tokenizer(env_texts, add_special_tokens=False)["input_ids"] if going else [], strict=True
+                replied, self.tokenizer(env_texts, add_special_tokens=False)["input_ids"] if replied else [], strict=True
             ):
                 row = rows[i]
                 if len(row.completion) + len(env_ids) + 1 > cfg.max_completion_tokens:
-                    row.stop_reason = "max_completion_tokens"
+                    row.stop_reason = row.stop_reason or "max_completion_tokens"
                     continue
                 row.completion.extend(env_ids)
                 row.mask.extend([0] * len(env_ids))
                 row.logprobs.extend([0.0] * len(env_ids))
+                if row.stop_reason is not None:  # capped: the reply is the trajectory's end, not fed
+                    continue
                 # The stop tag the model sampled has not been fed yet: it leads the chunk.
                 chunks[i] = [row.completion[-len(env_ids) - 1], *env_ids]
             if not chunks:

@@ -209,3 +209,45 @@ def test_reduce_weighted_nll_is_the_reduction_of_weighted_lm_loss() -> None:
     assert reduce_weighted_nll(noisy, weights).item() == pytest.approx(weighted_lm_loss(logits, ids, weights).item())
     with pytest.raises(ValueError):
         reduce_weighted_nll(nll, weights[:, :3])
+
+
+# ----------------------------------------------------------------------------- PPO-clip (RL, Eq. 9)
+
+
+def test_ppo_clip_loss_on_hand_computed_ratios() -> None:
+    from prorag.losses import ppo_clip_loss
+
+    # Ratios 1.5, 0.5, 1.5, 0.5 (and a masked token); epsilon 0.2:
+    #   A = +1, r = 1.5: min(1.5, 1.2)   = 1.2  -> loss -1.2   (clipped: no push beyond 1 + eps)
+    #   A = +1, r = 0.5: min(0.5, 0.8)   = 0.5  -> loss -0.5
+    #   A = -1, r = 1.5: min(-1.5, -1.2) = -1.5 -> loss  1.5   (unclipped: pessimistic bound)
+    #   A = -2, r = 0.5: min(-1, -1.6)   = -1.6 -> loss  1.6   (clipped at 1 - eps)
+    old = torch.zeros(2, 3)
+    new = torch.log(torch.tensor([[1.5, 0.5, 7.0], [1.5, 0.5, 1.0]]))
+    adv = torch.tensor([[1.0, 1.0, 1e6], [-1.0, -2.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    per_token = [-1.2, -0.5, 1.5, 1.6]
+    assert ppo_clip_loss(new, old, adv, mask).item() == pytest.approx(sum(per_token) / 4)
+    assert ppo_clip_loss(new, old, adv, mask, aggregation="sequence_mean").item() == pytest.approx(
+        ((-1.2 - 0.5) / 2 + (1.5 + 1.6) / 2) / 2
+    )
+    assert ppo_clip_loss(new, old, adv, mask, aggregation="sum", normalizer=3).item() == pytest.approx(sum(per_token) / (2 * 3))
+    # Asymmetric clipping: epsilon_high 0.6 lets the first ratio count in full.
+    assert ppo_clip_loss(new, old, adv, mask, epsilon_high=0.6).item() == pytest.approx((-1.5 - 0.5 + 1.5 + 1.6) / 4)
+    # One advantage per row (GRPO) is broadcast over the row's tokens.
+    rowwise = ppo_clip_loss(new, old, torch.tensor([1.0, -1.0]), mask)
+    assert rowwise.item() == pytest.approx((-1.2 - 0.5 + 1.5 + 0.8) / 4)
+
+
+def test_ppo_clip_loss_ignores_masked_tokens_entirely() -> None:
+    from prorag.losses import ppo_clip_loss
+
+    logp = torch.tensor([[-1.0, float("-inf"), -2.0]], requires_grad=True)
+    old = torch.tensor([[-1.1, 0.0, -2.0]])
+    mask = torch.tensor([[1, 0, 1]])
+    loss = ppo_clip_loss(logp, old, torch.tensor([[2.0, float("nan"), -1.0]]), mask)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert logp.grad[0, 1] == 0
+    with pytest.raises(ValueError, match="normalizer"):
+        ppo_clip_loss(logp, old, torch.ones(1, 3), mask, aggregation="sum")

@@ -22,6 +22,7 @@ from prorag.metrics import (
     mean_and_spread,
     normalize_answer,
     paired_t_test,
+    ranking_auc,
     retrieval_recall,
     substring_match,
 )
@@ -34,9 +35,7 @@ ANSWER_FUNCTIONS = {
 }
 
 # No example database: the tests must not write a .hypothesis folder into the repository.
-PROPERTY_SETTINGS = settings(
-    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # --------------------------------------------------------------------------- normalisation
@@ -367,8 +366,26 @@ def test_mean_and_spread_single_value_and_errors() -> None:
 
 # Words chosen so that random answers collide: articles, yes/no/noanswer, shared tokens,
 # a word containing another ("smart" / "art"), punctuation and whitespace.
-_WORDS = ["the", "a", "An", "yes", "no", "noanswer", "No-Answer", "red", "dog", "new", "york",
-          "art", "smart", "1,000", "1000", "!", "", " "]
+_WORDS = [
+    "the",
+    "a",
+    "An",
+    "yes",
+    "no",
+    "noanswer",
+    "No-Answer",
+    "red",
+    "dog",
+    "new",
+    "york",
+    "art",
+    "smart",
+    "1,000",
+    "1000",
+    "!",
+    "",
+    " ",
+]
 answers = st.one_of(
     st.text(max_size=30),
     st.lists(st.sampled_from(_WORDS), max_size=6).map(" ".join),
@@ -463,3 +480,31 @@ def test_property_paired_t_test_well_defined(pairs: list[tuple[float, float]]) -
         assert backward.t == -forward.t
     else:
         assert backward.t == pytest.approx(-forward.t)
+
+
+# ----------------------------------------------------------------------------- ranking AUC
+
+
+def test_ranking_auc_hand_computed() -> None:
+    # positives {3, 1}, negatives {2, 0}: of the 4 (pos, neg) pairs, 3 > 2, 3 > 0, 1 > 0 win, 1 < 2 loses.
+    assert ranking_auc([3.0, 1.0], [2.0, 0.0]) == pytest.approx(3 / 4)
+    # a tie counts one half: positives {1, 2} against negative {1}: 0.5 + 1 = 1.5 of 2.
+    assert ranking_auc([1.0, 2.0], [1.0]) == pytest.approx(0.75)
+    assert ranking_auc([5.0, 6.0], [1.0, 2.0, 3.0]) == 1.0
+    assert ranking_auc([1.0], [2.0, 3.0]) == 0.0
+    assert ranking_auc([0.5, 0.5], [0.5]) == 0.5
+
+
+def test_ranking_auc_rejects_empty_or_nan() -> None:
+    with pytest.raises(ValueError, match="both sides"):
+        ranking_auc([], [1.0])
+    with pytest.raises(ValueError, match="finite"):
+        ranking_auc([float("nan")], [1.0])
+
+
+@PROPERTY_SETTINGS
+@given(pos=st.lists(st.integers(-3, 3), min_size=1, max_size=8), neg=st.lists(st.integers(-3, 3), min_size=1, max_size=8))
+def test_property_ranking_auc_is_the_pair_count(pos: list[int], neg: list[int]) -> None:
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    assert ranking_auc(pos, neg) == pytest.approx(wins / (len(pos) * len(neg)))
+    assert ranking_auc(neg, pos) == pytest.approx(1 - wins / (len(pos) * len(neg)))

@@ -271,11 +271,17 @@ def _world_trajectories(world_dir: Path) -> list[str]:
             actions = []
             for hop in q["metadata"]["decomposition"]:
                 hits = [Hit(d, docs[d], 1.0) for d in hop["support_doc_ids"]]
-                actions.append(Action(ActionKind.SEARCH, f"I need to know: {hop['question']}", hop["query"], retrieval=format_documents(hits)))
+                actions.append(
+                    Action(
+                        ActionKind.SEARCH, f"I need to know: {hop['question']}", hop["query"], retrieval=format_documents(hits)
+                    )
+                )
                 actions.append(Action(ActionKind.CONCLUDE, "The document says so.", f"{hop['answer']}."))
             actions.append(Action(ActionKind.ANSWER, f"So the answer to {q['question']} is known.", q["golden_answers"][0]))
             out.append(render_trajectory(actions))
-            out.append(q["question"] + "\n" + render_search("Search first.", q["question"]) + render_env_turn("Doc 1(Title: x) y"))
+            out.append(
+                q["question"] + "\n" + render_search("Search first.", q["question"]) + render_env_turn("Doc 1(Title: x) y")
+            )
     return out
 
 
@@ -490,7 +496,9 @@ def test_generation_batch_left_padded(world_tok, tmp_path: Path) -> None:
     out_dir = save_policy(make_tiny_model(world_tok, seed=0), world_tok, tmp_path / "p")
     model, tok = load_policy(str(out_dir))
     ids = tag_token_ids(tok)
-    batch = tok([STEP_OPEN + " a " + SUBQUERY_OPEN, "<step> a much longer prompt here </step><answer>"], padding=True, return_tensors="pt")
+    batch = tok(
+        [STEP_OPEN + " a " + SUBQUERY_OPEN, "<step> a much longer prompt here </step><answer>"], padding=True, return_tensors="pt"
+    )
     assert (batch["attention_mask"][:, -1] == 1).all()  # prompts end where generation starts
     handle = model.lm_head.register_forward_hook(_Push(ids[ANSWER_CLOSE], ids[ANSWER_CLOSE]))
     out = model.generate(**batch, max_new_tokens=10, do_sample=False)

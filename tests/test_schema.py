@@ -36,9 +36,7 @@ from prorag.schema import (
 S, C, A = ActionKind.SEARCH, ActionKind.CONCLUDE, ActionKind.ANSWER
 
 # No example database: the tests must not write a .hypothesis folder into the repository.
-PROPERTY_SETTINGS = settings(
-    max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY_SETTINGS = settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---------------------------------------------------------------------------------------
@@ -537,9 +535,7 @@ def test_property_token_parser_agrees_with_text_parser_on_soup(text: str) -> Non
     assert tok.decode(ids) == text
     by_tokens = parse_token_actions(ids, TAG_IDS, blank_ids=tok.blank_ids)
     by_text = parse_trajectory(text).actions
-    assert [(a.kind, a.well_formed, a.errors) for a in by_tokens] == [
-        (a.kind, a.well_formed, a.errors) for a in by_text
-    ]
+    assert [(a.kind, a.well_formed, a.errors) for a in by_tokens] == [(a.kind, a.well_formed, a.errors) for a in by_text]
     _check_spans([a.span for a in by_tokens], len(ids))
 
 

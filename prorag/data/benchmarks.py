@@ -115,23 +115,33 @@ def _read_items(path: PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(place, item)`` of a question file; a JSON object document is refused."""
     doc = _read_document(path)
     if isinstance(doc, dict):
-        raise DataError(
-            str(path), "a JSON object (a paragraph map?), not questions: expected JSONL or a JSON list of items"
-        )
+        raise DataError(str(path), "a JSON object (a paragraph map?), not questions: expected JSONL or a JSON list of items")
     return doc
 
 
 # ----------------------------------------------------------------------------- validation
 
 _TYPE_NAMES = {
-    str: "a string", int: "an integer", float: "a number", bool: "true or false",
-    list: "a list", dict: "an object", type(None): "null",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
 }
 _REQUIRED = object()
 
 
-def _get(obj: dict[str, Any], key: str, types: type | tuple[type, ...], where: str, *,
-         name: str | None = None, default: Any = _REQUIRED) -> Any:
+def _get(
+    obj: dict[str, Any],
+    key: str,
+    types: type | tuple[type, ...],
+    where: str,
+    *,
+    name: str | None = None,
+    default: Any = _REQUIRED,
+) -> Any:
     """``obj[key]`` checked against ``types``; the one item-validation helper of every format.
 
     ``name`` is the field as the message shows it (``paragraphs[3].title``); ``default`` is
@@ -152,8 +162,15 @@ def _get(obj: dict[str, Any], key: str, types: type | tuple[type, ...], where: s
 
 
 def _json_type(value: Any) -> str:
-    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number",
-             list: "a list", dict: "an object", type(None): "null"}
+    names = {
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -268,12 +285,14 @@ def _musique_paragraphs(item: dict[str, Any], where: str) -> list[tuple[int, str
         name = f"paragraphs[{i}]"
         if not isinstance(p, dict):
             raise DataError(where, f"field '{name}' must be an object, got {_json_type(p)}")
-        out.append((
-            _get(p, "idx", int, where, name=f"{name}.idx", default=i),
-            _get(p, "title", str, where, name=f"{name}.title").strip(),
-            _get(p, "paragraph_text", str, where, name=f"{name}.paragraph_text").strip(),
-            _get(p, "is_supporting", bool, where, name=f"{name}.is_supporting", default=False),
-        ))
+        out.append(
+            (
+                _get(p, "idx", int, where, name=f"{name}.idx", default=i),
+                _get(p, "title", str, where, name=f"{name}.title").strip(),
+                _get(p, "paragraph_text", str, where, name=f"{name}.paragraph_text").strip(),
+                _get(p, "is_supporting", bool, where, name=f"{name}.is_supporting", default=False),
+            )
+        )
     return out
 
 

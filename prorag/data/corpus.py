@@ -54,6 +54,9 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]]) -> CorpusBuild:
             added[label] += 1
     log.info(
         "pooled %d paragraphs from %d inputs (%d duplicates dropped, %d empty texts skipped)",
-        len(passages), len(added), duplicates, empty,
+        len(passages),
+        len(added),
+        duplicates,
+        empty,
     )
     return CorpusBuild(list(passages.values()), added, duplicates)

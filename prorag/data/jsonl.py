@@ -32,9 +32,7 @@ def read_jsonl(path: PathLike, *, tolerate_truncated_tail: bool = False) -> Iter
         yield obj
 
 
-def read_jsonl_numbered(
-    path: PathLike, *, tolerate_truncated_tail: bool = False
-) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl_numbered(path: PathLike, *, tolerate_truncated_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of ``path``.
 
     Raises :class:`DataError` naming ``file:line`` for invalid JSON or a value that is not an

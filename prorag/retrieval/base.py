@@ -67,9 +67,7 @@ def format_documents(hits: Sequence[Hit]) -> str:
     return "\n".join(f"Doc {i}(Title: {h.title}) {h.text}".rstrip() for i, h in enumerate(hits, start=1))
 
 
-def check_search_args(
-    queries: Sequence[str], k: int, partitions: Sequence[str | None] | None
-) -> list[str | None]:
+def check_search_args(queries: Sequence[str], k: int, partitions: Sequence[str | None] | None) -> list[str | None]:
     """Validate the common arguments of :meth:`Retriever.search`; return per-query partitions."""
     if isinstance(queries, str):
         raise TypeError("queries must be a sequence of strings, not one string")

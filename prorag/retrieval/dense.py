@@ -186,7 +186,10 @@ class DenseRetriever:
             raise DataError(str(path), "no such file: the index is incomplete, rebuild it")
         embeddings = safetensors.numpy.load_file(str(path))["embeddings"]
         if embeddings.dtype != np.float32 or embeddings.ndim != 2 or embeddings.shape[1] != settings["dim"]:
-            raise DataError(str(path), f"expected float32 embeddings of dimension {settings['dim']}, got {embeddings.dtype} {embeddings.shape}")
+            raise DataError(
+                str(path),
+                f"expected float32 embeddings of dimension {settings['dim']}, got {embeddings.dtype} {embeddings.shape}",
+            )
         return cls(
             PartitionedPassages.load(directory).passages,
             model=settings["model"],

@@ -45,9 +45,7 @@ class PartitionedPassages:
             if p.partition is not None:
                 rows.setdefault(p.partition, []).append(i)
         # Sorted names so that the on-disk layout does not depend on corpus order.
-        self.rows: dict[str, np.ndarray] = {
-            name: np.asarray(rows[name], dtype=np.int64) for name in sorted(rows)
-        }
+        self.rows: dict[str, np.ndarray] = {name: np.asarray(rows[name], dtype=np.int64) for name in sorted(rows)}
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -65,9 +63,7 @@ class PartitionedPassages:
         groups: dict[str | None, list[int]] = {}
         for qi, name in enumerate(partitions):
             if name is not None and name not in self.rows:
-                raise UnknownPartitionError(
-                    f"unknown partition {name!r} (query {qi}); the index has {_describe(self.names)}"
-                )
+                raise UnknownPartitionError(f"unknown partition {name!r} (query {qi}); the index has {_describe(self.names)}")
             groups.setdefault(name, []).append(qi)
         return groups
 

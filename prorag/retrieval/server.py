@@ -167,7 +167,10 @@ def serve(
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     log.info(
         "serving %s (%s passages) on http://%s:%d/retrieve",
-        index_dir, getattr(retriever, "num_passages", "?"), shown, bound_port,
+        index_dir,
+        getattr(retriever, "num_passages", "?"),
+        shown,
+        bound_port,
     )
     config = uvicorn.Config(app, log_level="info", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])

@@ -95,6 +95,7 @@ from prorag.losses import (
 )
 from prorag.prompts import PromptStyle, prompt_token_ids
 from prorag.retrieval.base import Retriever
+from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, use_bf16
 
 log = logging.getLogger(__name__)
 
@@ -424,47 +425,11 @@ class WeightedSFTTrainer(SFTTrainer):
         return (loss, outputs) if return_outputs else loss
 
 
-class _MetricsFile(TrainerCallback):
-    """Appends every log of the trainer to ``metrics.jsonl`` (with ``step`` and ``epoch``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if not state.is_world_process_zero or not logs:
-            return
-        with JsonlAppender(self.path) as out:
-            out.append({"step": state.global_step, "epoch": state.epoch, **logs})
-
-
-class _TimeBudget(TrainerCallback):
-    """Stops training (with a checkpoint) once ``minutes`` of training have passed."""
-
-    def __init__(self, minutes: float) -> None:
-        self.seconds = 60.0 * minutes
-        self.start = time.monotonic()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.start = time.monotonic()
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if time.monotonic() - self.start >= self.seconds:
-            log.info("time budget of %.1f min spent at step %d: stopping", self.seconds / 60, state.global_step)
-            control.should_training_stop = True
-            control.should_save = True
-
-
 # ----------------------------------------------------------------------------- the stage
 
 
-def _use_bf16(setting: bool | str) -> bool:
-    if setting == "auto":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    return bool(setting)
-
-
 def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
-    from prorag.models import _as_dtype, load_policy, make_tiny_model, prepare_policy, tag_token_ids
+    from prorag.models import as_dtype, load_policy, make_tiny_model, prepare_policy, tag_token_ids
 
     if config.model in BUILTIN_MODELS:
         if tokenizer is None and config.tokenizer is not None:
@@ -486,7 +451,7 @@ def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
         return load_policy(config.model, dtype=config.dtype)
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=_as_dtype(config.dtype))
+    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=as_dtype(config.dtype))
     prepare_policy(model, tokenizer)
     return model, tokenizer
 
@@ -527,7 +492,7 @@ def sft_training_args(config: SFTConfig, run_dir: str | Path, *, has_eval: bool 
         max_grad_norm=config.max_grad_norm,
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
         activation_checkpointing=config.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
-        bf16=_use_bf16(config.bf16),
+        bf16=use_bf16(config.bf16),
         fp16=False,
         use_cpu=not cuda,
         dataloader_pin_memory=cuda,
@@ -578,9 +543,9 @@ def make_sft_trainer(
             task_type="CAUSAL_LM",
             trainable_token_indices={"embed_tokens": ids},
         )
-    callbacks: list[TrainerCallback] = [_MetricsFile(run / "metrics.jsonl")]
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
     if config.max_minutes is not None:
-        callbacks.append(_TimeBudget(config.max_minutes))
+        callbacks.append(TimeBudget(config.max_minutes))
     return WeightedSFTTrainer(
         model=model,
         args=sft_training_args(config, run, has_eval=bool(eval_examples)),
@@ -648,7 +613,7 @@ def train_sft(
         log.info("dropped %d of %d training trajectories whose retrieval missed a gold page", before - len(train_trajs), before)
 
     model, tokenizer = _load_model(config, tokenizer)
-    from prorag.models import configure_generation, save_policy, tag_token_ids
+    from prorag.models import tag_token_ids
 
     if config.target != "prorag":
         train_trajs, held_out = (_as_baseline(config, t, by_id, retriever, tokenizer) for t in (train_trajs, held_out))
@@ -664,27 +629,15 @@ def train_sft(
     # ---- trainer
     trainer = make_sft_trainer(config, run, model, tokenizer, train_examples, eval_examples, table)
 
-    from transformers.trainer_utils import get_last_checkpoint
-
-    ckpt_dir = run / "checkpoints"
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
-    if last:
-        log.info("resuming SFT from %s", last)
-    trainer.train(resume_from_checkpoint=last)
+    resume_training(trainer, run, "SFT")
     evaluated = [h["step"] for h in trainer.state.log_history if "eval_loss" in h]
     if eval_examples and (not evaluated or evaluated[-1] != trainer.state.global_step):
         trainer.evaluate()  # the held-out loss of the final weights, unless just measured
 
-    # ---- the policy (written once, by the main process)
     out = run / "policy"
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.is_world_process_zero():
+    policy = save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora)
+    if policy is None:
         return out
-    policy = trainer.accelerator.unwrap_model(trainer.model)
-    if config.lora:
-        policy = policy.merge_and_unload()
-    configure_generation(policy, tokenizer)
-    save_policy(policy, tokenizer, out)
 
     # ---- format-valid rate of greedy rollouts on held-out questions
     if config.eval_samples > 0:

@@ -107,7 +107,9 @@ def test_row_counts(benchmarks_dir: Path, rel: str, fmt: str, rows: int) -> None
 
 
 def test_hotpot_types_and_levels(benchmarks_dir: Path) -> None:
-    records = [r for x in "abc" for r in load_benchmark(benchmarks_dir / f"hotpotqa/hotpot_dev_hard_{x}.jsonl", "hotpotqa").records]
+    records = [
+        r for x in "abc" for r in load_benchmark(benchmarks_dir / f"hotpotqa/hotpot_dev_hard_{x}.jsonl", "hotpotqa").records
+    ]
     types = [r.metadata["type"] for r in records]
     assert (types.count("bridge"), types.count("comparison")) == (862, 238)  # README figures
     assert {r.metadata["level"] for r in records} == {"hard"}
@@ -189,7 +191,11 @@ def test_musique_decomposition_by_hand(benchmarks_dir: Path) -> None:
     r3 = records["3hop1__53690_161697_73916"]
     assert r3.metadata["hops"] == 3
     steps = r3.metadata["decomposition"]
-    assert [s["titles"] for s in steps] == [["The Feminine Mystique"], ["Betty Friedan"], ["Household income in the United States"]]
+    assert [s["titles"] for s in steps] == [
+        ["The Feminine Mystique"],
+        ["Betty Friedan"],
+        ["Household income in the United States"],
+    ]
     assert "question_resolved" not in steps[0]
     assert steps[1]["question_resolved"] == "What nationality was Betty Friedan ?"
     assert steps[2]["question_resolved"] == "what is the average yearly income for an American"
@@ -212,7 +218,9 @@ def test_flashrag_metadata_kept(benchmarks_dir: Path, tmp_path: Path) -> None:
     assert popqa.golden_answers == ["Ralph Rainger", "Ralph Reichenthal"]
     assert popqa.metadata["s_wiki_title"] == "Easy Living (1937 film)"
     assert popqa.metadata["source"] == "flashrag"
-    own = write_jsonl(tmp_path / "own.jsonl", [{"id": 1, "question": "q?", "golden_answers": "a", "metadata": {"source": "mine"}}])
+    own = write_jsonl(
+        tmp_path / "own.jsonl", [{"id": 1, "question": "q?", "golden_answers": "a", "metadata": {"source": "mine"}}]
+    )
     rec = load_benchmark(own, "flashrag").records[0]
     assert (rec.id, rec.golden_answers, rec.metadata) == ("1", ["a"], {"source": "mine"})
 
@@ -224,8 +232,11 @@ def test_musique_unanswerable_skipped_and_counted(tmp_path: Path) -> None:
     items = [
         musique_item("2hop__1_2"),
         musique_item("2hop__3_4", answerable=False),
-        musique_item("2hop__5_6", answerable=False,
-                     question_decomposition=[{"id": 5, "question": "?", "answer": "", "paragraph_support_idx": None}]),
+        musique_item(
+            "2hop__5_6",
+            answerable=False,
+            question_decomposition=[{"id": 5, "question": "?", "answer": "", "paragraph_support_idx": None}],
+        ),
     ]
     for path in (write_jsonl(tmp_path / "m.jsonl", items), write_json(tmp_path / "m.json", items)):
         loaded = load_benchmark(path, "musique")
@@ -240,7 +251,10 @@ def test_musique_fixture_record(tmp_path: Path) -> None:
     assert rec.metadata["gold_doc_ids"] == [book, born]
     assert rec.metadata["gold_titles"] == ["Book X", "Ann Lee"]
     assert rec.metadata["decomposition"][1] == {
-        "question": "#1 >> place of birth", "answer": "Paris", "doc_ids": [born], "titles": ["Ann Lee"],
+        "question": "#1 >> place of birth",
+        "answer": "Paris",
+        "doc_ids": [born],
+        "titles": ["Ann Lee"],
         "question_resolved": "Ann Lee >> place of birth",
     }
     # both "Ann Lee" paragraphs are context paragraphs
@@ -264,7 +278,10 @@ def test_2wiki_fixture(tmp_path: Path) -> None:
         "evidences": twowiki_item()["evidences"],
     }
     assert list(iter_paragraphs(path)) == [
-        ("Polish-Russian War (film)", film), ("Xawery Żuławski", person), ("Other film", "Other film is a film.")]
+        ("Polish-Russian War (film)", film),
+        ("Xawery Żuławski", person),
+        ("Other film", "Other film is a film."),
+    ]
     # the HotpotQA loader reads 2Wiki's schema too, with the same texts
     assert load_benchmark(path, "hotpotqa").records[0].metadata["gold_doc_ids"] == rec.metadata["gold_doc_ids"]
 

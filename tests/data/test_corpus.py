@@ -26,15 +26,21 @@ def write_list(path: Path, paragraphs: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture
 def two_lists(tmp_path: Path) -> tuple[Path, Path]:
-    first = write_list(tmp_path / "first.json", [
-        {"title": "Ann Lee", "text": "Ann Lee was born in Paris."},
-        {"title": "Ann Lee", "text": "Ann Lee later moved to Rome."},  # same title, other text: kept
-    ])
-    second = write_list(tmp_path / "second.json", [
-        {"title": "Ann Lee", "text": "Ann Lee was born in Paris."},  # exact duplicate: dropped
-        {"title": "Rome", "text": "Rome is a city."},
-        {"title": "Empty", "text": "   "},  # empty text: skipped
-    ])
+    first = write_list(
+        tmp_path / "first.json",
+        [
+            {"title": "Ann Lee", "text": "Ann Lee was born in Paris."},
+            {"title": "Ann Lee", "text": "Ann Lee later moved to Rome."},  # same title, other text: kept
+        ],
+    )
+    second = write_list(
+        tmp_path / "second.json",
+        [
+            {"title": "Ann Lee", "text": "Ann Lee was born in Paris."},  # exact duplicate: dropped
+            {"title": "Rome", "text": "Rome is a city."},
+            {"title": "Empty", "text": "   "},  # empty text: skipped
+        ],
+    )
     return first, second
 
 
@@ -94,16 +100,26 @@ def test_pooled_corpus_of_all_shared_files(benchmarks_dir: Path) -> None:
 def test_cli_corpus_build_and_data_convert(benchmarks_dir: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     corpus = tmp_path / "corpus.jsonl"
-    result = runner.invoke(app, ["corpus", "build", str(benchmarks_dir / MUSIQUE_DEV),
-                                 str(benchmarks_dir / "bamboogle/test.jsonl"), "--out", str(corpus)])
+    result = runner.invoke(
+        app,
+        [
+            "corpus",
+            "build",
+            str(benchmarks_dir / MUSIQUE_DEV),
+            str(benchmarks_dir / "bamboogle/test.jsonl"),
+            "--out",
+            str(corpus),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = list(read_jsonl(corpus))
     assert f"wrote {len(rows)} paragraphs" in result.output
     assert len(rows) == len(build_corpus([benchmarks_dir / MUSIQUE_DEV]).passages)
 
     records = tmp_path / "musique.jsonl"
-    result = runner.invoke(app, ["data", "convert", str(benchmarks_dir / MUSIQUE_DEV),
-                                 "--format", "musique", "--out", str(records)])
+    result = runner.invoke(
+        app, ["data", "convert", str(benchmarks_dir / MUSIQUE_DEV), "--format", "musique", "--out", str(records)]
+    )
     assert result.exit_code == 0, result.output
     converted = list(read_jsonl(records))
     assert len(converted) == 200
@@ -114,8 +130,10 @@ def test_cli_corpus_build_and_data_convert(benchmarks_dir: Path, tmp_path: Path)
 
 def test_cli_malformed_input_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "broken_musique.jsonl"
-    bad.write_text('{"id": "2hop__1", "question": "q", "answer": "a", "paragraphs": [], '
-                   '"question_decomposition": [{"question": "x", "answer": "y", "paragraph_support_idx": 3}]}\n')
+    bad.write_text(
+        '{"id": "2hop__1", "question": "q", "answer": "a", "paragraphs": [], '
+        '"question_decomposition": [{"question": "x", "answer": "y", "paragraph_support_idx": 3}]}\n'
+    )
     runner = CliRunner()
     out = tmp_path / "out.jsonl"
     result = runner.invoke(app, ["data", "convert", str(bad), "-f", "musique", "-o", str(out)])

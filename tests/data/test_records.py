@@ -22,8 +22,15 @@ def test_missing_field_is_named(key: str) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("id", ["q"]), ("id", True), ("question", "   "), ("question", 3),
-     ("golden_answers", [{"a": 1}]), ("golden_answers", 5), ("metadata", [1])],
+    [
+        ("id", ["q"]),
+        ("id", True),
+        ("question", "   "),
+        ("question", 3),
+        ("golden_answers", [{"a": 1}]),
+        ("golden_answers", 5),
+        ("metadata", [1]),
+    ],
 )
 def test_wrong_type_is_named(key: str, value: object) -> None:
     with pytest.raises(DataError, match=rf"^f\.jsonl:3: field '{key}'"):
@@ -72,4 +79,7 @@ def test_passage_from_dict_errors() -> None:
     with pytest.raises(DataError, match=r"field 'partition'"):
         Passage.from_dict({"id": "x", "contents": "t\nx", "partition": 3}, where="c.jsonl:2")
     assert Passage.from_dict({"id": "x", "contents": "t\nx", "partition": "w1"}).to_dict() == {
-        "id": "x", "contents": "t\nx", "partition": "w1"}
+        "id": "x",
+        "contents": "t\nx",
+        "partition": "w1",
+    }

@@ -17,12 +17,21 @@ from prorag.data.records import Passage
 
 PLAIN = [
     ("Marie Curie", "Marie Curie was a physicist and chemist who conducted pioneering research on radioactivity."),
-    ("Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, designed by the company of Gustave Eiffel."),
+    (
+        "Eiffel Tower",
+        "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, designed by the company of Gustave Eiffel.",
+    ),
     ("Amazon River", "The Amazon River in South America is the largest river by discharge volume of water in the world."),
     ("Python (programming language)", "Python is a high-level programming language created by Guido van Rossum."),
     ("Mount Everest", "Mount Everest is Earth's highest mountain above sea level, located in the Himalayas."),
-    ("Photosynthesis", "Photosynthesis is the process by which plants convert light energy into chemical energy stored in glucose."),
-    ("Great Wall of China", "The Great Wall of China is a series of fortifications built across the northern borders of ancient Chinese states."),
+    (
+        "Photosynthesis",
+        "Photosynthesis is the process by which plants convert light energy into chemical energy stored in glucose.",
+    ),
+    (
+        "Great Wall of China",
+        "The Great Wall of China is a series of fortifications built across the northern borders of ancient Chinese states.",
+    ),
     ("Violin", "The violin is a wooden string instrument, the smallest and highest-pitched member of its family."),
     ("Wolfgang Amadeus Mozart", "Mozart was a prolific composer of the Classical period, born in Salzburg in 1756."),
     ("Jupiter", "Jupiter is the fifth planet from the Sun and the largest in the Solar System, a gas giant."),

@@ -31,7 +31,7 @@ def test_right_passage_ranks_first(plain: list[Passage], query: str, title: str)
 
 
 def test_title_is_indexed(plain: list[Passage]) -> None:
-    """"Jupiter" only occurs in the title line of its passage."""
+    """ "Jupiter" only occurs in the title line of its passage."""
     passages = [Passage("j", "Jupiter\nThe fifth planet from the Sun.")] + plain[:4]
     assert BM25Retriever(passages).search(["jupiter"], k=1)[0][0].id == "j"
 
@@ -145,9 +145,7 @@ def test_incomplete_index_folder_is_refused(mixed_corpus_file: Path, tmp_path: P
         load_index(tmp_path)
 
 
-def test_interrupted_rebuild_leaves_no_manifest(
-    mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_interrupted_rebuild_leaves_no_manifest(mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build_index(mixed_corpus_file, tmp_path)
 
     def crash(self: BM25Retriever, directory: Path) -> None:

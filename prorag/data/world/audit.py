@@ -100,7 +100,11 @@ def fact_recall(train: Sequence[Record]) -> Predictor:
         kind = r.metadata["type"]
         if kind == "chain":
             return recalled[-1]
-        ends = [v for v, h in zip(recalled, r.metadata["decomposition"], strict=True) if h["relation"] == r.metadata["decomposition"][-1]["relation"]]
+        ends = [
+            v
+            for v, h in zip(recalled, r.metadata["decomposition"], strict=True)
+            if h["relation"] == r.metadata["decomposition"][-1]["relation"]
+        ]
         if len(ends) < 2 or ends[0] is None or ends[-1] is None:
             return None
         if kind == "compare_same":
@@ -126,7 +130,11 @@ def chance(r: Record, worlds: dict[str, World]) -> float:
 
 def memorisation_audit(train: Sequence[Record], test: Sequence[Record], worlds: dict[str, World]) -> dict[str, dict[str, Any]]:
     """Per test category: n, chance, each predictor's EM and the best of them."""
-    predictors = {"question_lookup": question_lookup(train), "template_prior": template_prior(train), "fact_recall": fact_recall(train)}
+    predictors = {
+        "question_lookup": question_lookup(train),
+        "template_prior": template_prior(train),
+        "fact_recall": fact_recall(train),
+    }
     groups: dict[str, list[Record]] = defaultdict(list)
     for r in test:
         groups[category(r)].append(r)
@@ -137,7 +145,9 @@ def memorisation_audit(train: Sequence[Record], test: Sequence[Record], worlds: 
         row: dict[str, Any] = {"n": len(recs), "chance": sum(chance(r, worlds) for r in recs) / len(recs)}
         for name, predict in predictors.items():
             preds = [predict(r) for r in recs]
-            row[f"{name}_em"] = sum(exact_match(p, r.golden_answers) if p is not None else 0.0 for p, r in zip(preds, recs, strict=True)) / len(recs)
+            row[f"{name}_em"] = sum(
+                exact_match(p, r.golden_answers) if p is not None else 0.0 for p, r in zip(preds, recs, strict=True)
+            ) / len(recs)
         row["best_memoriser_em"] = max(row[f"{n}_em"] for n in predictors)
         report[cat] = row
     return report

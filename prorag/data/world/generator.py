@@ -39,9 +39,7 @@ class WorldConfig:
     """Worlds whose questions are for training (facts re-drawn in each)."""
     dev_worlds: int = 1
     test_worlds: int = 1
-    entities: dict[str, int] = field(
-        default_factory=lambda: {"person": 30, "city": 14, "country": 5, "film": 16, "company": 12}
-    )
+    entities: dict[str, int] = field(default_factory=lambda: {"person": 30, "city": 14, "country": 5, "film": 16, "company": 12})
     """Entities of each type per world."""
     train_questions_per_world: int = 150
     eval_questions_per_world: int = 400
@@ -146,7 +144,9 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
     splits: dict[str, list[tuple[Question, World]]] = {"train": [], "dev": [], "test": []}
     worlds: dict[str, World] = {}
     for split, idx in plan:
-        world = sample_world(world_id(idx), _world_rng(seed, idx, "facts"), cfg.entities, clusters, cfg.near_duplicate_rate, YEARS)
+        world = sample_world(
+            world_id(idx), _world_rng(seed, idx, "facts"), cfg.entities, clusters, cfg.near_duplicate_rate, YEARS
+        )
         docs = render_documents(world, _world_rng(seed, idx, "docs"))
         n = cfg.train_questions_per_world if split == "train" else cfg.eval_questions_per_world
         questions = generate_questions(world, docs, _world_rng(seed, idx, "questions"), n, cfg.mix, cfg.prefix_rate)
@@ -174,7 +174,10 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
     for split, recs in records.items():
         write_jsonl(out / f"{split}.jsonl", (r.to_dict() for r in recs))
     counts = {"worlds": len(plan), "passages": len(passages), **{f"{s}_questions": len(r) for s, r in records.items()}}
-    by_kind = {s: dict(Counter(r.metadata["type"] if r.metadata["type"] != "chain" else f"chain{r.metadata['hops']}" for r in recs)) for s, recs in records.items()}
+    by_kind = {
+        s: dict(Counter(r.metadata["type"] if r.metadata["type"] != "chain" else f"chain{r.metadata['hops']}" for r in recs))
+        for s, recs in records.items()
+    }
     write_json(
         out / "world.json",
         {

@@ -103,12 +103,18 @@ def chain_question(world: World, docs: WorldDocuments, rng: random.Random, hops:
     answer = decomposition[-1]["answer"]
     text = last.render(last.question, phrase)
     return Question(
-        text, answer, "chain", "year" if last.object == YEAR else "entity", decomposition,
+        text,
+        answer,
+        "chain",
+        "year" if last.object == YEAR else "entity",
+        decomposition,
         "chain:" + ">".join(r.name for r in path),
     )
 
 
-def _side(world: World, docs: WorldDocuments, rng: random.Random, rel: Relation, prefix_rate: float) -> tuple[str, str, list[dict[str, Any]]]:
+def _side(
+    world: World, docs: WorldDocuments, rng: random.Random, rel: Relation, prefix_rate: float
+) -> tuple[str, str, list[dict[str, Any]]]:
     """One side of a comparison: (phrase, entity, hops to reach it), via one extra hop at ``prefix_rate``."""
     prefixes = [r for r in RELATIONS.values() if r.object == rel.subject]
     if prefixes and rng.random() < prefix_rate:
@@ -177,7 +183,7 @@ def generate_questions(
         attempts += 1
         kind = rng.choices(kinds, weights)[0]
         if kind.startswith("chain"):
-            q = chain_question(world, docs, rng, int(kind[len("chain"):]))
+            q = chain_question(world, docs, rng, int(kind[len("chain") :]))
         elif kind == "which":
             q = which_question(world, docs, rng, prefix_rate)
         elif kind == "same":

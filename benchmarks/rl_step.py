@@ -1,0 +1,165 @@
+"""Wall time of one RL step with process supervision (ProRAG) against outcome-only GRPO.
+
+    OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
+        [--repeats 3] [--threads N] [--out results.json]
+
+Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
+``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
+(``--questions`` x ``--group`` trajectories per step). A step is timed in its parts, the calls
+TRL's training step makes:
+
+* **generation**: the rollout engine writing the group's trajectories (retrieval included);
+* **PRM scoring**: the PRM scoring every action of every trajectory (process supervision only);
+* **scoring, other**: the rest of ``_generate_and_score_completions``: padding, the outcome
+  reward, the advantages;
+* **loss**: the forward pass for the log-probabilities, the PPO-clip loss and the backward;
+* **optimizer**: AdamW's step and zeroing the gradients.
+
+The policy is a random built-in model run at full cost whose choices are steered along the gold
+trajectories (``benchmarks/rollout.py``'s :class:`SteeredModel`, greedy), so that trajectories
+have a realistic shape: several actions, real retrieval blocks. The PRM is a real
+:class:`~prorag.reward_model.ProcessRewardModel` on a backbone of the same size (as in the paper,
+where the PRM is the policy's backbone). Each side is timed ``--repeats`` times, alternating, and
+its best time kept; the ratio compares the two totals (target: process supervision adds < 25%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside this file
+
+from prorag.data.records import read_passages, read_records
+from prorag.data.world import build_world
+from prorag.gold import render_gold, tokenize_segments
+from prorag.models import make_tiny_model, save_policy, train_world_tokenizer, world_tokenizer_texts
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.reward_model import ProcessRewardModel, reward_model_from_policy
+from prorag.rollout import RolloutEngine
+from prorag.stages import rl
+from prorag.stages.rl import RLConfig, make_rl_trainer
+
+PARTS = ("generation", "prm", "scoring_other", "loss", "optimizer")
+
+
+def time_step(trainer: Any, rows: list[dict[str, Any]], optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """One training step of ``trainer`` on the generation batch ``rows``, timed by part."""
+    trainer.model.train()
+    t0 = time.perf_counter()
+    batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    t1 = time.perf_counter()
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    t2 = time.perf_counter()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    t3 = time.perf_counter()
+    generation = trainer.rollout_func.seconds
+    prm = trainer._metrics["train"]["time/prm_seconds"][-1] if trainer.scorer is not None else 0.0
+    return {
+        "generation": generation,
+        "prm": prm,
+        "scoring_other": (t1 - t0) - generation - prm,
+        "loss": t2 - t1,
+        "optimizer": t3 - t2,
+        "total": t3 - t0,
+        "tokens": int(batch["completion_mask"].sum()),
+        "model_tokens": int((batch["completion_mask"] * batch["tool_mask"]).sum()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=int, default=4, help="questions per step")
+    ap.add_argument("--group", type=int, default=8, help="G, trajectories per question")
+    ap.add_argument("--size", default="tiny", choices=("tiny", "small"))
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per side (best kept)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        build_world(tmp, seed=0, size="demo")
+        tokenizer = train_world_tokenizer(world_tokenizer_texts(tmp))
+        retriever = BM25Retriever(read_passages(Path(tmp) / "corpus.jsonl"))
+        records = read_records(Path(tmp) / "train.jsonl")[: args.questions]
+        policy = make_tiny_model(tokenizer, size=args.size, seed=0)
+        save_policy(policy, tokenizer, Path(tmp) / "policy")
+        prm = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy"))
+
+        golds = render_gold(records, retriever, k=3)
+        probe = RolloutEngine(policy, tokenizer, retriever)
+        script = GoldScript(
+            {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds},
+            tokenizer.eos_token_id,
+        )
+        steered = SteeredModel(policy, script)
+        rl.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
+
+        base = RLConfig(
+            group_size=args.group,
+            per_device_batch_size=args.group * args.questions,
+            max_action_tokens=64,
+            learning_rate=1e-5,
+            max_steps=1,
+            rollout_batch_size=args.group * args.questions,
+        )
+        sides = {
+            "process": make_rl_trainer(base, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),
+            "outcome": make_rl_trainer(
+                replace(base, process_reward="none"), Path(tmp) / "outcome", policy, tokenizer, records, retriever
+            ),
+        }
+        optimizers = {}
+        for trainer in sides.values():
+            trainer.rollout_func.config = replace(trainer.rollout_func.config, greedy=True)  # steering is argmax steering
+            trainer.current_gradient_accumulation_steps = 1
+            optimizers[id(trainer)] = torch.optim.AdamW(policy.parameters(), lr=0.0)  # lr 0: every step sees the same model
+        rows = [dict(sides["process"].train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
+
+        best: dict[str, dict[str, float]] = {}
+        for trainer in sides.values():
+            time_step(trainer, rows, optimizers[id(trainer)])  # warm-up
+        for _ in range(args.repeats):
+            for name, trainer in sides.items():
+                t = time_step(trainer, rows, optimizers[id(trainer)])
+                if name not in best or t["total"] < best[name]["total"]:
+                    best[name] = t
+
+    proc, out = best["process"], best["outcome"]
+    ratio = proc["total"] / out["total"]
+    n = args.questions * args.group
+    print(
+        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and a PRM of its backbone, "
+        f"{args.questions} questions x G={args.group} = {n} trajectories, {proc['model_tokens']} model tokens "
+        f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}"
+    )
+    print(f"{'part':<16}{'process (s)':>12}{'share':>8}{'outcome (s)':>13}{'share':>8}")
+    for part in PARTS:
+        print(
+            f"{part:<16}{proc[part]:>12.3f}{proc[part] / proc['total']:>8.1%}{out[part]:>13.3f}{out[part] / out['total']:>8.1%}"
+        )
+    print(f"{'total':<16}{proc['total']:>12.3f}{'':>8}{out['total']:>13.3f}")
+    print(f"process supervision / outcome-only: {ratio:.3f}x (target < 1.25x: {'met' if ratio < 1.25 else 'NOT met'})")
+    if args.out:
+        args.out.write_text(
+            json.dumps({"process": proc, "outcome": out, "ratio": ratio, "args": vars(args) | {"out": str(args.out)}}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

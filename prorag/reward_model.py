@@ -1,0 +1,312 @@
+"""The process reward model R_phi: a scalar score of one reasoning step in its context.
+
+R_phi (METHOD.md section 2, stage 2) is the policy's own backbone with a scalar head: a
+transformers ``*ForSequenceClassification`` model with ``num_labels=1``, whose backbone is
+copied from the policy checkpoint (``pi_sft``) and whose head (a bias-free ``hidden -> 1``
+linear, ``score``) is new. Its input is ``context + step``: the question's prompt and the whole
+history before the step (retrieval text included), then the step's own tokens; its output is
+one logit, read on the **last real token** of the input (the step's closing tag), where a
+causal model has seen the whole context and the whole step.
+
+Three choices a reader should know:
+
+* **The read-out position comes from the attention mask, not from the pad id.**
+  transformers' own head takes the rightmost token that is not the pad id; when the pad token
+  is the EOS token (SmolLM2, most chat models) a step that ends in EOS (a rollout cut by its
+  end-of-sequence) would be read one token early. :func:`last_token_rewards` takes the last
+  position whose mask is 1 and gives position ids counted over real tokens only, so a row
+  scores the same padded on the right, padded on the left, or alone (tested).
+* **Long inputs are cut from the left** (:func:`truncate_left`): the step must survive whole,
+  and what is lost first is the oldest history, then the prompt. A step longer than the budget
+  keeps its last tokens, so the read-out token is always the step's end.
+* **Optional read-out token.** The reference code appends EOS after the step and reads the
+  score there; ``append_eos=True`` does the same (the saved model remembers it, so scoring
+  always matches training). Off by default: the step's closing tag is already a fixed,
+  well-trained token at the step's end.
+
+Saved models (:meth:`ProcessRewardModel.save`) are ordinary transformers folders (safetensors,
+config with ``num_labels=1``, tokenizer) plus ``reward_model.json`` (``max_length``,
+``append_eos``); :meth:`ProcessRewardModel.load` reads them back for the later stages (RFT's
+filter, RL's step rewards), which call :meth:`~ProcessRewardModel.score_trajectories` or any
+object with that method (:class:`StepScorer`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from prorag.rollout import Trajectory
+
+log = logging.getLogger(__name__)
+
+#: The file beside the weights that says how inputs are built.
+SETTINGS_FILE = "reward_model.json"
+#: Longest input (context + step) in tokens: the reference code's ``max_seq_length``.
+DEFAULT_MAX_LENGTH = 4096
+
+
+@runtime_checkable
+class StepScorer(Protocol):
+    """Anything that scores the actions of trajectories: :class:`ProcessRewardModel`, or a
+    fake in tests. One logit per action of each trajectory, in action order."""
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]: ...
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def truncate_left(context: Sequence[int], step: Sequence[int], max_length: int) -> list[int]:
+    """``context + step`` cut from the left to at most ``max_length`` tokens.
+
+    The step is what is scored, so it is kept whole and the context loses its oldest tokens
+    first (a long history is dropped before the recent retrieval the step builds on). If the
+    step alone is longer than ``max_length`` its last ``max_length`` tokens are kept: the end
+    of the step, where the score is read, always survives.
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1, got {max_length}")
+    ids = [*context, *step]
+    return [int(t) for t in ids[-max_length:]]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``sequences`` padded with ``pad_id`` on ``side``
+    (``"right"`` or ``"left"``) to the longest one."""
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    if not sequences:
+        raise ValueError("pad_batch needs at least one sequence")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        n = len(s)
+        if n == 0:
+            raise ValueError(f"sequence {i} is empty")
+        cols = slice(0, n) if side == "right" else slice(width - n, width)
+        ids[i, cols] = torch.as_tensor(list(s), dtype=torch.long)
+        mask[i, cols] = 1
+    return ids, mask
+
+
+# ----------------------------------------------------------------------------- the read-out
+
+
+def last_token_rewards(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The scalar head on the hidden state of each row's last real token: ``(B,)`` float32 logits.
+
+    ``model`` is a transformers sequence-classification model (backbone under
+    ``model.base_model_prefix``, head ``model.score``). The last real token is the last
+    position whose ``attention_mask`` is 1, wherever the padding is, and whatever the pad id is.
+    Position ids count real tokens only (``cumsum(mask) - 1``), so left padding shifts nothing
+    and a padded row computes exactly what it would alone. The head runs on the ``B`` chosen
+    hidden states only, not on every position.
+    """
+    backbone = getattr(model, model.base_model_prefix)
+    mask = attention_mask.to(input_ids.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False).last_hidden_state
+    index = torch.arange(mask.shape[-1], device=mask.device)
+    last = (index * mask).argmax(-1)
+    picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), last.to(hidden.device)]
+    return model.score(picked).squeeze(-1).float()
+
+
+def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """``sigmoid(logit)``: the probability that a step is the better one of a pair (the
+    Bradley-Terry reading of the pairwise loss; RFT keeps steps above 0.5, i.e. logit > 0)."""
+    return torch.sigmoid(torch.as_tensor(logits, dtype=torch.float32))
+
+
+# ----------------------------------------------------------------------------- building one
+
+
+def reward_model_from_policy(
+    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A fresh reward model on the backbone of a policy checkpoint (or a training run folder).
+
+    The policy is loaded with :func:`~prorag.models.load_policy` (so the tags are registered and
+    the pad token set exactly as for the policy), then its backbone weights are copied into a
+    ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``; the causal
+    LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in a forked RNG
+    (same seed, same head; the caller's random state is untouched).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    from prorag.models import load_policy
+
+    causal, tokenizer = load_policy(str(policy), dtype=dtype)
+    config = causal.config
+    config.num_labels = 1
+    config.pad_token_id = tokenizer.pad_token_id
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForSequenceClassification.from_config(config, dtype=causal.dtype)
+    backbone = getattr(model, model.base_model_prefix)
+    backbone.load_state_dict(getattr(causal, causal.base_model_prefix).state_dict(), strict=True)
+    del causal
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------- the scorer
+
+
+class ProcessRewardModel:
+    """R_phi with its tokenizer and input settings: batched scoring of (context, step) pairs.
+
+    ``max_length`` bounds every input (:func:`truncate_left`); ``append_eos`` appends the
+    tokenizer's EOS after the step and reads the score there (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        append_eos: bool = False,
+    ) -> None:
+        if append_eos and tokenizer.eos_token_id is None:
+            raise ValueError("append_eos needs a tokenizer with an EOS token")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the reward model's tokenizer needs a pad token")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.append_eos = bool(append_eos)
+
+    # ---- inputs
+
+    def build_input(self, context: Sequence[int], step: Sequence[int]) -> list[int]:
+        """The ids the model scores for one (context, step): ``context + step (+ EOS)`` cut from the left."""
+        tail = [*step, int(self.tokenizer.eos_token_id)] if self.append_eos else list(step)
+        ids = truncate_left(context, tail, self.max_length)
+        if not ids:
+            raise ValueError("nothing to score: both the context and the step are empty")
+        return ids
+
+    # ---- scoring
+
+    @torch.inference_mode()
+    def score(self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32) -> torch.Tensor:
+        """The logit R_phi(context_i, step_i) of every pair: a ``(N,)`` float32 CPU tensor.
+
+        Inputs are sorted by length and scored ``batch_size`` at a time (padded on the right:
+        little padding per batch), and the logits returned in the given order. An empty step is
+        read on the last context token (every action of a trajectory gets a logit).
+        """
+        if len(contexts) != len(steps):
+            raise ValueError(f"{len(contexts)} contexts but {len(steps)} steps")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        inputs = [self.build_input(c, s) for c, s in zip(contexts, steps, strict=True)]
+        out = torch.empty(len(inputs), dtype=torch.float32)
+        if not inputs:
+            return out
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+        try:
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
+                out[torch.tensor(rows)] = logits.cpu()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def probabilities(
+        self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32
+    ) -> torch.Tensor:
+        """:func:`reward_probability` of :meth:`score`."""
+        return reward_probability(self.score(contexts, steps, batch_size))
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory], batch_size: int = 32) -> list[list[float]]:
+        """One logit per action of each trajectory, actions of every kind (``None`` included).
+
+        Action ``a`` of trajectory ``y`` is scored with context ``y.prompt_ids +
+        y.completion_ids[:a.span[0]]`` (everything before it, retrieval text included) and step
+        ``y.completion_ids[a.span[0]:a.span[1]]``; all actions of all trajectories go through
+        :meth:`score` together.
+        """
+        contexts: list[list[int]] = []
+        steps: list[list[int]] = []
+        for traj in trajectories:
+            for action in traj.actions:
+                start, end = action.span
+                contexts.append([*traj.prompt_ids, *traj.completion_ids[:start]])
+                steps.append(list(traj.completion_ids[start:end]))
+        flat = self.score(contexts, steps, batch_size).tolist()
+        out: list[list[float]] = []
+        at = 0
+        for traj in trajectories:
+            out.append(flat[at : at + len(traj.actions)])
+            at += len(traj.actions)
+        return out
+
+    # ---- files
+
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:
+        """Write the model folder atomically (as :func:`~prorag.models.save_policy` does a policy):
+        safetensors weights, config, tokenizer and :data:`SETTINGS_FILE`, built in a temporary
+        folder beside ``out_dir`` and renamed into place; an existing ``out_dir`` is replaced."""
+        from prorag.models import save_checkpoint
+
+        settings = {"max_length": self.max_length, "append_eos": self.append_eos}
+        return save_checkpoint(
+            self.model, self.tokenizer, out_dir, extra_files={SETTINGS_FILE: json.dumps(settings, indent=2) + "\n"}
+        )
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], device: str | None = None, *, dtype: str | torch.dtype = "auto"
+    ) -> ProcessRewardModel:
+        """Load a folder written by :meth:`save` (or a ``prorag prm`` run folder: its ``prm/``),
+        in eval mode, on ``device`` (default: CPU)."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from prorag.errors import DataError
+        from prorag.models import as_dtype
+
+        folder = Path(path)
+        if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
+            folder = folder / "prm"
+        settings_path = folder / SETTINGS_FILE
+        if not settings_path.is_file():
+            raise DataError(str(folder), f"not a process reward model folder (no {SETTINGS_FILE})")
+        settings: dict[str, Any] = json.loads(settings_path.read_text(encoding="utf-8"))
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
+        if getattr(model.config, "num_labels", None) != 1:
+            raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
+        if device is not None:
+            model.to(device)
+        model.eval()
+        return cls(model, tokenizer, max_length=int(settings["max_length"]), append_eos=bool(settings.get("append_eos", False)))
+
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "SETTINGS_FILE",
+    "ProcessRewardModel",
+    "StepScorer",
+    "last_token_rewards",
+    "pad_batch",
+    "reward_model_from_policy",
+    "reward_probability",
+    "truncate_left",
+]

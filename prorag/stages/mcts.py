@@ -1,0 +1,451 @@
+"""Stage 2 of ProRAG, part 1: Monte Carlo tree search over reasoning actions (METHOD.md section 2).
+
+One tree per question (:mod:`prorag.search_tree` holds the node and the rules). A state is
+the question plus the history (retrieval included); an action is one generated action. One
+*simulation* (one round) of a tree is:
+
+1. **Selection**: descend from the root by PUCT (Eq. 2) to a node that is not expanded.
+2. **Expansion**: sample ``K`` actions from the policy at that state (temperature 0.9,
+   top-p 0.95), remove duplicates (same action text), and execute each search at once, so a
+   child's state includes its retrieval. Each child's prior is the policy's probability of its
+   action normalised over the siblings (or uniform).
+3. **Simulation**: from every new child that does not end the trajectory, complete the
+   trajectory greedily; its value ``v`` is the correctness of the final answer (binary, the
+   paper) or its F1 (the reference code). A child that ends the trajectory (an answer, an
+   end-of-sequence, an action cut at the token cap) is valued by its own answer (0 without one).
+4. **Back-propagation** (Eq. 3): every new child's value goes up its path, discounted by
+   ``gamma^(T - t)`` where ``T`` is the step at which the evaluated trajectory ended.
+
+A selected node that is terminal, or at the depth limit, is not expanded: its own value (from
+when it was created; the simulation is greedy, so running it again would give the same) is
+back-propagated again, which is how visits keep concentrating on the best branches. Every new
+child is evaluated at once (not one of them per round), so siblings have a Q and N to compare
+from the start; ``simulations`` counts rounds.
+
+Batching (never one sample at a time)
+    A batch of ``trees_per_batch`` trees runs in lock-step: each round selects one leaf in
+    every tree; all their expansions (``K`` rows per leaf) go to **one** rollout-engine call
+    that writes one action per row and executes its search (``close_turn``); then all the new
+    children's simulations go to **one** greedy engine call. A row's input is its state's token
+    ids (``prompt_ids``), so the policy sees exactly the ids of the tree (never decoded and
+    re-encoded). :mod:`benchmarks.mcts` measures the gain over one-at-a-time expansion.
+
+Outputs in the run folder
+    ``config.json`` (which policy, data, index and :class:`MCTSConfig` made the trees; a rerun
+    with other settings is refused) and ``trees.jsonl`` (one tree per line, appended as each
+    batch finishes; a rerun skips the questions already there).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tqdm.auto import tqdm
+
+from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json
+from prorag.data.records import Record, read_records
+from prorag.metrics import exact_match, f1_score
+from prorag.prompts import PromptStyle
+from prorag.retrieval.base import Retriever
+from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.schema import parse_token_actions
+from prorag.search_tree import (
+    Node,
+    PriorKind,
+    SearchTree,
+    backpropagate,
+    select_path,
+    sibling_priors,
+    state_ids,
+    tree_from_dict,
+    tree_to_dict,
+)
+
+log = logging.getLogger(__name__)
+
+TerminalValue = Literal["binary", "f1"]
+
+
+@dataclass
+class MCTSConfig:
+    """Settings of the tree search (defaults: the paper's, METHOD.md section 2)."""
+
+    simulations: int = 200
+    """Selection rounds per tree."""
+    num_candidates: int = 5
+    """K: actions sampled per expansion (before duplicates are removed)."""
+    max_depth: int = 10
+    """Nodes at this depth (actions from the root) are not expanded."""
+    c_puct: float = 2.5
+    """Exploration weight of Eq. 2."""
+    gamma: float = 0.99
+    """Discount of Eq. 3 per step between a node and the end of the evaluated trajectory."""
+    temperature: float = 0.9
+    """Expansion sampling temperature (the reference code's)."""
+    top_p: float = 0.95
+    simulation: Literal["greedy", "sample"] = "greedy"
+    """How simulations complete a trajectory: greedily (the reference code) or by sampling at
+    the expansion temperature."""
+    terminal_value: TerminalValue = "binary"
+    """``binary``: exact match of the final answer with a gold alias (the paper, v in {0,1});
+    ``f1``: its token F1 (the reference code)."""
+    prior: PriorKind = "policy"
+    """``policy``: P(a|s) from the sampled actions' log-probabilities normalised over the
+    siblings (the paper); ``uniform``: 1/K (the reference code)."""
+    max_actions: int = 13
+    """Actions of a whole trajectory: simulations from a node at depth d get ``max_actions - d``."""
+    max_action_tokens: int = 128
+    max_completion_tokens: int = 2048
+    """Completion tokens per engine call (one expansion, or one simulation)."""
+    top_k: int = 3
+    """Documents retrieved per sub-query."""
+    trees_per_batch: int = 32
+    """Trees searched in lock-step (their expansions and simulations share engine calls)."""
+    batch_size: int = 160
+    """Rows per forward batch of the rollout engine (``trees_per_batch * num_candidates`` puts
+    a round's expansions in one batch)."""
+    prompt_style: PromptStyle | None = None
+    """``plain`` or ``chat``; by default chat when the tokenizer has a chat template."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "simulations",
+            "num_candidates",
+            "max_depth",
+            "max_actions",
+            "max_action_tokens",
+            "trees_per_batch",
+            "batch_size",
+            "top_k",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MCTSConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"MCTSConfig.gamma must be in (0, 1], got {self.gamma}")
+        if self.c_puct < 0:
+            raise ValueError(f"MCTSConfig.c_puct must be >= 0, got {self.c_puct}")
+        if not 0 < self.top_p <= 1 or self.temperature <= 0:
+            raise ValueError("MCTSConfig.temperature must be > 0 and top_p in (0, 1]")
+        if self.max_depth > self.max_actions:
+            raise ValueError(f"MCTSConfig.max_depth ({self.max_depth}) cannot exceed max_actions ({self.max_actions})")
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def terminal_value(answer: str | None, golds: Sequence[str], kind: TerminalValue = "binary") -> float:
+    """v of a finished trajectory: exact match (``binary``) or F1 (``f1``) of its answer
+    against the gold aliases; 0 without an answer."""
+    if answer is None:
+        return 0.0
+    if kind == "binary":
+        return exact_match(answer, golds)
+    if kind == "f1":
+        return f1_score(answer, golds)
+    raise ValueError(f"unknown terminal value {kind!r}; expected 'binary' or 'f1'")
+
+
+def count_actions(env_mask: Sequence[int]) -> int:
+    """Actions in a completion: the runs of model-written tokens (each engine turn writes one
+    action, and the environment's tokens separate them)."""
+    return sum(1 for i, m in enumerate(env_mask) if m and (i == 0 or not env_mask[i - 1]))
+
+
+def unique_by_text(nodes: Sequence[Node]) -> list[Node]:
+    """Drop duplicate actions (same text up to whitespace), keeping the first sampled."""
+    seen: set[str] = set()
+    out = []
+    for node in nodes:
+        key = " ".join(node.action_text.split())
+        if key not in seen:
+            seen.add(key)
+            out.append(node)
+    return out
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+class TreeSearch:
+    """Batched MCTS over questions with a policy and a retriever (see the module docstring)."""
+
+    def __init__(self, model: Any, tokenizer: Any, retriever: Retriever, config: MCTSConfig | None = None) -> None:
+        cfg = self.config = config or MCTSConfig()
+        self.tokenizer = tokenizer
+        common = dict(
+            max_action_tokens=cfg.max_action_tokens,
+            max_completion_tokens=cfg.max_completion_tokens,
+            top_k=cfg.top_k,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            prompt_style=cfg.prompt_style,
+        )
+        self.expander = RolloutEngine(
+            model, tokenizer, retriever, RolloutConfig(max_actions=1, temperature=cfg.temperature, top_p=cfg.top_p, **common)
+        )
+        greedy = cfg.simulation == "greedy"
+        self.simulator = RolloutEngine(
+            model,
+            tokenizer,
+            retriever,
+            RolloutConfig(max_actions=cfg.max_actions, greedy=greedy, temperature=cfg.temperature, top_p=cfg.top_p, **common),
+        )
+
+    def new_tree(self, record: Record) -> SearchTree:
+        return SearchTree(record=record.to_dict(), prompt_ids=self.expander.prompt_ids(record.question))
+
+    def run(
+        self,
+        records: Sequence[Record],
+        *,
+        on_tree: Callable[[SearchTree], None] | None = None,
+        progress: bool = False,
+    ) -> list[SearchTree]:
+        """Search a tree for every record, ``trees_per_batch`` at a time in lock-step; trees are
+        handed to ``on_tree`` as each batch finishes, and returned in input order."""
+        cfg = self.config
+        out: list[SearchTree] = []
+        bar = tqdm(total=len(records) * cfg.simulations, desc="mcts", unit="sim", disable=not progress, smoothing=0.1)
+        try:
+            for start in range(0, len(records), cfg.trees_per_batch):
+                batch = list(records[start : start + cfg.trees_per_batch])
+                trees = [self.new_tree(r) for r in batch]
+                for rnd in range(cfg.simulations):
+                    # One seed per (batch, round): the same config and seed give the same trees.
+                    self.simulate(trees, batch, seed=cfg.seed + 1_000_003 * start + 2 * rnd)
+                    bar.update(len(trees))
+                for tree in trees:
+                    if on_tree is not None:
+                        on_tree(tree)
+                out.extend(trees)
+        finally:
+            bar.close()
+        return out
+
+    def simulate(self, trees: Sequence[SearchTree], records: Sequence[Record], *, seed: int) -> None:
+        """One round of every tree: select, expand (one engine call), simulate (one engine
+        call), back-propagate."""
+        cfg = self.config
+        expand: list[tuple[int, list[Node]]] = []
+        for t, tree in enumerate(trees):
+            path = select_path(tree.root, cfg.c_puct)
+            leaf = path[-1]
+            tree.simulations += 1
+            if leaf.terminal or leaf.depth >= cfg.max_depth:
+                # Not expandable: its own (deterministic) evaluation counts again.
+                backpropagate(path, leaf.value or 0.0, max(leaf.value_end, leaf.depth), cfg.gamma)
+            else:
+                expand.append((t, path))
+        if not expand:
+            return
+        rows = [(t, path) for t, path in expand for _ in range(cfg.num_candidates)]
+        samples = self.expander.rollout(
+            [records[t] for t, _ in rows],
+            prompt_ids=[state_ids(trees[t].prompt_ids, path)[0] for t, path in rows],
+            close_turn=True,
+            seed=seed,
+        )
+        fresh: list[tuple[int, list[Node], Node]] = []
+        for j, (t, path) in enumerate(expand):
+            leaf = path[-1]
+            drawn = samples[j * cfg.num_candidates : (j + 1) * cfg.num_candidates]
+            children = unique_by_text([self._child(traj, leaf, records[t]) for traj in drawn])
+            for child, prior in zip(children, sibling_priors([c.logprob for c in children], cfg.prior), strict=True):
+                child.prior = prior
+            leaf.children = children
+            fresh.extend((t, path, c) for c in children)
+        self._evaluate([(t, path, c) for t, path, c in fresh if not c.terminal], trees, records, seed + 1)
+        for _, path, child in fresh:
+            backpropagate([*path, child], child.value or 0.0, child.value_end, cfg.gamma)
+
+    def _child(self, traj: Trajectory, parent: Node, record: Record) -> Node:
+        """The node of one sampled action: its ids split into the action and the environment's
+        reply, parsed (kind, content, I_step) with the parent's ``<step>`` opener in front."""
+        mask = traj.env_mask
+        n_action = next((i for i, m in enumerate(mask) if not m), len(mask))
+        action_ids, env_ids = traj.completion_ids[:n_action], traj.completion_ids[n_action:]
+        opener = parent.env_ids[-1:]  # the environment-written <step> (none at the root)
+        ids = opener + action_ids
+        parsed = parse_token_actions(
+            ids, self.expander.tag_ids, [0] * len(opener) + [1] * len(action_ids), blank_ids=self.expander.blank_ids
+        )
+        action = parsed[0] if parsed else None
+        content = ""
+        if action is not None and action.content_span is not None:
+            a, b = action.content_span
+            content = self.tokenizer.decode(ids[a:b], skip_special_tokens=False).strip()
+        kind = action.kind.value if action is not None and action.kind is not None else None
+        terminal = traj.stop_reason != "max_actions"
+        node = Node(
+            action_ids=action_ids,
+            env_ids=env_ids,
+            action_text=self.tokenizer.decode(action_ids, skip_special_tokens=False),
+            env_text=self.tokenizer.decode(env_ids, skip_special_tokens=False),
+            kind=kind,
+            content=content,
+            well_formed=bool(action is not None and action.well_formed),
+            logprob=float(sum(traj.logprobs[:n_action])),
+            retrieval={"query": traj.retrievals[0]["query"], "doc_ids": traj.retrievals[0]["doc_ids"]}
+            if traj.retrievals
+            else None,
+            terminal=terminal,
+            answer=traj.answer if kind == "answer" else None,
+            stop_reason=traj.stop_reason,
+            depth=parent.depth + 1,
+        )
+        if terminal:
+            node.value = terminal_value(node.answer, record.golden_answers, self.config.terminal_value)
+            node.value_end = node.depth
+        return node
+
+    def _evaluate(
+        self, items: list[tuple[int, list[Node], Node]], trees: Sequence[SearchTree], records: Sequence[Record], seed: int
+    ) -> None:
+        """Simulate from every new non-terminal child at once (one engine call) and store its
+        value and the step at which its trajectory ended."""
+        if not items:
+            return
+        cfg = self.config
+        sims = self.simulator.rollout(
+            [records[t] for t, _, _ in items],
+            prompt_ids=[state_ids(trees[t].prompt_ids, [*path, child])[0] for t, path, child in items],
+            max_actions=[max(1, cfg.max_actions - child.depth) for _, _, child in items],
+            seed=seed,
+        )
+        for (t, _, child), sim in zip(items, sims, strict=True):
+            child.value = terminal_value(sim.answer, records[t].golden_answers, cfg.terminal_value)
+            child.value_end = child.depth + count_actions(sim.env_mask)
+
+
+# ----------------------------------------------------------------------------- the run folder
+
+
+@dataclass
+class MCTSSummary:
+    """What a run did (printed by ``prorag mcts``)."""
+
+    trees: int = 0
+    already_done: int = 0
+    simulations: int = 0
+    seconds: float = 0.0
+    nodes: int = 0
+    solved: int = 0
+    """Trees with at least one correct terminal value (a node valued 1 under ``binary``)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        rate = self.simulations / self.seconds if self.seconds else 0.0
+        return (
+            f"searched {self.trees} trees ({self.already_done} already done): {self.simulations} simulations in "
+            f"{self.seconds:.1f}s ({rate:.2f} sim/s), {self.nodes} nodes, {self.solved} trees reached a correct answer"
+        )
+
+
+def done_tree_ids(path: Path) -> set[str]:
+    """Question ids already in ``trees.jsonl`` (a cut last line is ignored)."""
+    return {row["id"] for row in read_jsonl(path, tolerate_truncated_tail=True)} if path.exists() else set()
+
+
+def read_trees(path: str | Path) -> list[SearchTree]:
+    """The trees of a ``trees.jsonl`` file, or of a run folder holding one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "trees.jsonl"
+    return [tree_from_dict(row) for row in read_jsonl(path, tolerate_truncated_tail=True)]
+
+
+def _check_run_config(run_dir: Path, wanted: dict[str, Any]) -> None:
+    """Write ``config.json``, or check that an existing one asked for the same search."""
+    path = run_dir / "config.json"
+    if path.exists():
+        have = read_json(path)
+        diff = [k for k in ("policy", "mcts") if have.get(k) != wanted.get(k)]
+        if diff:
+            raise ValueError(f"{path} was written by another search ({', '.join(diff)} differ); use a new --run-dir")
+        return
+    write_json(path, wanted)
+
+
+def _count_nodes(node: Node) -> int:
+    return 1 + sum(_count_nodes(c) for c in node.children)
+
+
+def _solved(node: Node) -> bool:
+    return (node.value or 0.0) >= 1.0 and node.terminal or any(_solved(c) for c in node.children)
+
+
+def run_mcts(
+    records: Sequence[Record],
+    run_dir: str | Path,
+    search: TreeSearch,
+    *,
+    provenance: dict[str, Any] | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+) -> MCTSSummary:
+    """Search the records not yet in ``RUN_DIR/trees.jsonl`` and append their trees."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    _check_run_config(run, {**(provenance or {}), "mcts": asdict(search.config)})
+    records = list(records)[:limit] if limit else list(records)
+    trees_path = run / "trees.jsonl"
+    summary = MCTSSummary()
+    with JsonlAppender(trees_path) as out:  # repairs a cut last line before the done ids are read
+        done = done_tree_ids(trees_path)
+        todo = [r for r in records if r.id not in done]
+        summary.already_done = len(records) - len(todo)
+        if summary.already_done:
+            log.info("resuming: %d of %d trees already in %s", summary.already_done, len(records), trees_path)
+
+        def write(tree: SearchTree) -> None:
+            out.append(tree_to_dict(tree))
+            summary.trees += 1
+            summary.simulations += tree.simulations
+            summary.nodes += _count_nodes(tree.root)
+            summary.solved += _solved(tree.root)
+
+        start = time.perf_counter()
+        search.run(todo, on_tree=write, progress=progress)
+        summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def run_mcts_files(
+    policy: str,
+    data: str | Path,
+    index: str,
+    run_dir: str | Path,
+    config: MCTSConfig | None = None,
+    *,
+    limit: int | None = None,
+    device: str | None = None,
+) -> MCTSSummary:
+    """``prorag mcts``: load the policy, the records and the index, and search."""
+    from prorag.models import load_policy
+    from prorag.retrieval.index import open_retriever
+
+    model, tokenizer = load_policy(policy, device=device)
+    search = TreeSearch(model, tokenizer, open_retriever(index), config)
+    provenance = {"policy": str(policy), "data": str(data), "index": str(index)}
+    return run_mcts(read_records(data), run_dir, search, provenance=provenance, limit=limit)
+
+
+__all__ = [
+    "MCTSConfig",
+    "MCTSSummary",
+    "TerminalValue",
+    "TreeSearch",
+    "count_actions",
+    "done_tree_ids",
+    "read_trees",
+    "run_mcts",
+    "run_mcts_files",
+    "terminal_value",
+    "unique_by_text",
+]

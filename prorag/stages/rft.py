@@ -1,0 +1,473 @@
+"""Stage 3 of ProRAG: PRM-guided reasoning refinement by step-level rejection sampling (RFT).
+
+``pi_sft`` answers every training question ``N`` times; two filters pick what it learns from
+(paper Sec. 3.3, METHOD.md section 2, stage 3):
+
+1. **Outcome**: a trajectory is kept only if its final answer is correct (normalised exact
+   match by default, or token F1 above a threshold), read from its token ids as the outcome
+   reward reads it (:func:`prorag.rewards.outcome.trajectory_answer`).
+2. **Process**: within a kept trajectory the PRM scores every action in its context, and an
+   action is a training target only if its logit passes the threshold (``R_phi > 0``, i.e.
+   sigmoid > 0.5). A malformed action (I_step = 0) is dropped too by default: our PRM is
+   trained on pairs of well-formed steps and has no reason to score format errors low.
+
+Then ``pi_sft`` is fine-tuned with the next-token loss on the kept (context, action) pairs,
+one more epoch in the paper. The pairs of one trajectory share their contexts, so one pass
+over the trajectory with only the kept actions as targets is the same loss as the separate
+pairs and far cheaper: the loss mask (:func:`rft_loss_mask`) is 1 on the tokens of the kept
+actions and 0 on the prompt, the retrieval blocks and every other environment token, and on
+rejected actions, which stay in the context (the model conditions on them, as it did when it
+wrote the kept action that follows) but are never targets. The example format, the trainer
+(:class:`~prorag.stages.sft.WeightedSFTTrainer` through
+:func:`~prorag.stages.sft.make_sft_trainer`) and the loss weighting
+(:func:`~prorag.losses.format_token_weights`, reference or paper scheme) are stage 1's.
+
+Sampling: questions are taken in fixed chunks, each question repeated ``N`` times next to
+itself, and every chunk is one rollout call with its own seed derived from ``(seed, chunk)``.
+So the samples do not depend on where an interrupted run stopped, and a run resumes chunk by
+chunk. The token ids are the ones the policy sampled (never re-encoded), and they are the
+ids the fine-tuning trains on.
+
+Outputs in the run directory
+    ``rft_config.json`` (the resolved config; a resumed run must sample with the same
+    settings), ``samples.jsonl`` (every sample with its verdicts, appended chunk by chunk:
+    ``id`` = ``question_id#k``, the trajectory, its answer, ``correct``, the PRM logits of a
+    correct one and ``kept_actions``), ``kept.jsonl`` (the samples with at least one kept
+    action: the refinement data), ``rft_counts.json`` (how many questions, samples, correct
+    trajectories, scored and kept actions), and, from the fine-tuning, ``checkpoints/``,
+    ``metrics.jsonl`` and ``policy/`` (``pi_rft``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from tqdm.auto import tqdm
+
+from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
+from prorag.data.records import Record, read_records
+from prorag.losses import format_token_weights, tag_weight_table
+from prorag.metrics import exact_match, f1_score
+from prorag.retrieval.base import Retriever
+from prorag.rewards.outcome import trajectory_answer
+from prorag.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
+from prorag.stages.sft import SFTConfig, make_sft_trainer
+from prorag.training import resume_training, save_trained_policy
+
+if TYPE_CHECKING:
+    from prorag.reward_model import StepScorer
+
+log = logging.getLogger(__name__)
+
+Correctness = Literal["em", "f1"]
+
+
+@dataclass
+class RFTConfig:
+    """Settings of the RFT stage. The paper fixes the filters (correct answer, PRM logit > 0)
+    and the fine-tuning (next-token loss, one epoch); it does not give ``N``."""
+
+    samples_per_question: int = 8
+    """``N``, trajectories sampled per question. The paper gives no value; 8 is its RL group size
+    ``G``, and it makes a question whose samples are right a quarter of the time yield a correct
+    trajectory with probability 0.9 (``1 - 0.75**8``). Sampling cost grows linearly with it."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """The engine's settings: sampling at temperature 1.0 (no top-p), inference caps (13
+    actions), ``top_k`` documents per search, rollout batch size (a chunk of questions fills one
+    batch: ``batch_size // N`` questions). Its ``seed`` is not used: :attr:`seed` is."""
+    correctness: Correctness = "em"
+    """Outcome filter: ``"em"``, normalised exact match with any gold alias; ``"f1"``, token F1 at
+    least :attr:`f1_threshold`."""
+    f1_threshold: float = 0.8
+    """F1 a trajectory needs to count as correct with ``correctness="f1"``."""
+    prm_threshold: float = 0.0
+    """An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's)."""
+    drop_malformed_actions: bool = True
+    """Also drop actions that are not well formed (I_step = 0), whatever their PRM score."""
+    limit: int | None = None
+    """Use only the first ``limit`` questions of the record file."""
+    seed: int = 0
+    """Seeds the sampling (per chunk) and the fine-tuning (replaces ``train.seed``)."""
+    train: SFTConfig = field(default_factory=SFTConfig)
+    """The fine-tuning: stage 1's settings (one epoch, lr 2e-5, reference loss weights by default;
+    ``weight_scheme``, ``reduction``, ``tag_weights``, LoRA, batch size, checkpoints, ``max_length``
+    and ``overlong``). Its data, model and held-out fields are not used: the data are the kept
+    samples and the model is the policy that sampled them."""
+
+    def __post_init__(self) -> None:
+        if self.samples_per_question < 1:
+            raise ValueError(f"RFTConfig.samples_per_question must be >= 1, got {self.samples_per_question}")
+        if self.correctness not in ("em", "f1"):
+            raise ValueError(f"RFTConfig.correctness must be 'em' or 'f1', got {self.correctness!r}")
+        if not 0.0 < self.f1_threshold <= 1.0:
+            raise ValueError(f"RFTConfig.f1_threshold must be in (0, 1], got {self.f1_threshold}")
+
+    def sampling_settings(self) -> dict[str, Any]:
+        """What decides the samples and their verdicts; a resumed run must not change it."""
+        keys = (
+            "samples_per_question",
+            "rollout",
+            "correctness",
+            "f1_threshold",
+            "prm_threshold",
+            "drop_malformed_actions",
+            "seed",
+        )
+        return {k: v for k, v in asdict(self).items() if k in keys}
+
+
+@dataclass
+class RFTCounts:
+    """How much each filter kept (written to ``rft_counts.json`` and logged)."""
+
+    questions: int = 0
+    samples: int = 0
+    correct: int = 0
+    """Trajectories whose answer passed the outcome filter."""
+    actions_scored: int = 0
+    """Actions of the correct trajectories (all scored by the PRM)."""
+    actions_kept: int = 0
+    """Actions that passed the PRM filter: the (context, action) training pairs."""
+    trajectories_kept: int = 0
+    """Correct trajectories with at least one kept action (one training example each)."""
+
+
+# ----------------------------------------------------------------------------- the filters
+
+
+def is_correct(answer: str | None, golds: Sequence[str], correctness: Correctness = "em", f1_threshold: float = 0.8) -> bool:
+    """The outcome filter: a missing answer is wrong; otherwise normalised EM with a gold alias
+    (``"em"``) or token F1 of at least ``f1_threshold`` (``"f1"``)."""
+    if answer is None:
+        return False
+    if correctness == "em":
+        return exact_match(answer, list(golds)) == 1.0
+    return f1_score(answer, list(golds)) >= f1_threshold
+
+
+def kept_actions(
+    actions: Sequence[ActionRecord], prm_logits: Sequence[float], threshold: float = 0.0, *, drop_malformed: bool = True
+) -> list[int]:
+    """The process filter: indices of the actions whose PRM logit is strictly above
+    ``threshold`` (and, with ``drop_malformed``, that are well formed)."""
+    if len(actions) != len(prm_logits):
+        raise ValueError(f"{len(prm_logits)} PRM logits for {len(actions)} actions")
+    return [
+        i
+        for i, (action, logit) in enumerate(zip(actions, prm_logits, strict=True))
+        if logit > threshold and (action.well_formed or not drop_malformed)
+    ]
+
+
+def rft_loss_mask(traj: Trajectory, kept: Sequence[int]) -> list[int]:
+    """The loss mask over ``prompt_ids + completion_ids``: 1 on the tokens of the kept actions'
+    spans that the model wrote, 0 everywhere else (prompt, environment tokens, rejected
+    actions). A span never holds an environment token; the env mask is applied anyway, so no
+    retrieval token can become a target whatever the spans say."""
+    offset = len(traj.prompt_ids)
+    mask = [0] * (offset + len(traj.completion_ids))
+    for i in kept:
+        start, end = traj.actions[i].span
+        for t in range(start, end):
+            if traj.env_mask[t]:
+                mask[offset + t] = 1
+    return mask
+
+
+def rft_example(
+    traj: Trajectory, kept: Sequence[int], tag_weights: Mapping[int, float], example_id: str | None = None
+) -> dict[str, Any]:
+    """One training example in stage 1's format (``id``, ``input_ids``, ``loss_mask``,
+    ``loss_weights``, ``length``): the sampled ids as they are, the kept actions as targets,
+    weighted by :func:`~prorag.losses.format_token_weights`."""
+    ids = [*traj.prompt_ids, *traj.completion_ids]
+    mask = rft_loss_mask(traj, kept)
+    weights = format_token_weights(torch.tensor([ids]), torch.tensor([mask]), tag_weights)[0]
+    return {
+        "id": example_id or traj.id,
+        "input_ids": ids,
+        "loss_mask": mask,
+        "loss_weights": weights.tolist(),
+        "length": len(ids),
+    }
+
+
+def build_rft_examples(
+    samples: Sequence[Mapping[str, Any]],
+    tag_weights: Mapping[int, float],
+    *,
+    max_length: int | None = None,
+    overlong: Literal["drop", "truncate"] = "drop",
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Examples of the kept samples (rows of ``kept.jsonl``), with stage 1's handling of
+    overlong ones (dropped, or cut on the right). Returns the examples and counts (``kept``,
+    ``dropped_overlong``, ``truncated``, ``no_target``)."""
+    out: list[dict[str, Any]] = []
+    stats = {"kept": 0, "dropped_overlong": 0, "truncated": 0, "no_target": 0}
+    for row in samples:
+        ex = rft_example(Trajectory.from_dict(row["trajectory"]), row["kept_actions"], tag_weights, str(row["id"]))
+        if max_length is not None and ex["length"] > max_length:
+            if overlong == "drop":
+                stats["dropped_overlong"] += 1
+                continue
+            ex = {**ex, **{k: ex[k][:max_length] for k in ("input_ids", "loss_mask", "loss_weights")}, "length": max_length}
+            stats["truncated"] += 1
+        if not any(ex["loss_mask"]):
+            stats["no_target"] += 1
+            continue
+        out.append(ex)
+        stats["kept"] += 1
+    return out, stats
+
+
+def judge_samples(
+    trajectories: Sequence[Trajectory],
+    records: Sequence[Record],
+    scorer: StepScorer,
+    tokenizer: Any,
+    config: RFTConfig,
+) -> list[dict[str, Any]]:
+    """Both filters over a chunk of samples (``trajectories[i]`` answers ``records[i]``): one
+    ``samples.jsonl`` row each. Only correct trajectories are sent to the PRM, in one call."""
+    answers = [trajectory_answer(t, tokenizer) for t in trajectories]
+    correct = [
+        is_correct(a, r.golden_answers, config.correctness, config.f1_threshold) for a, r in zip(answers, records, strict=True)
+    ]
+    to_score = [t for t, ok in zip(trajectories, correct, strict=True) if ok]
+    scored = scorer.score_trajectories(to_score) if to_score else []
+    if len(scored) != len(to_score):
+        raise ValueError(f"the PRM scored {len(scored)} trajectories, expected {len(to_score)}")
+    scores = iter(scored)
+    rows = []
+    for traj, answer, ok in zip(trajectories, answers, correct, strict=True):
+        logits = [float(x) for x in next(scores)] if ok else None
+        kept = (
+            kept_actions(traj.actions, logits, config.prm_threshold, drop_malformed=config.drop_malformed_actions)
+            if logits is not None
+            else []
+        )
+        rows.append(
+            {
+                "id": f"{traj.id}#{traj.metadata['sample']}",
+                "question_id": traj.id,
+                "sample": traj.metadata["sample"],
+                "chunk": traj.metadata["chunk"],
+                "answer": answer,
+                "correct": ok,
+                "prm_logits": logits,
+                "kept_actions": kept,
+                "trajectory": traj.to_dict(),
+            }
+        )
+    return rows
+
+
+def count_samples(rows: Sequence[Mapping[str, Any]]) -> RFTCounts:
+    """The counts of :class:`RFTCounts` over ``samples.jsonl`` rows."""
+    return RFTCounts(
+        questions=len({r["question_id"] for r in rows}),
+        samples=len(rows),
+        correct=sum(bool(r["correct"]) for r in rows),
+        actions_scored=sum(len(r["prm_logits"]) for r in rows if r["prm_logits"] is not None),
+        actions_kept=sum(len(r["kept_actions"]) for r in rows),
+        trajectories_kept=sum(bool(r["kept_actions"]) for r in rows),
+    )
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """The rollout seed of one chunk: a fixed function of the run's seed and the chunk index,
+    so a chunk samples the same trajectories whether or not the run was interrupted."""
+    return random.Random(f"rft:{seed}:{chunk}").getrandbits(62)
+
+
+def question_chunks(records: Sequence[Record], samples_per_question: int, batch_size: int) -> list[list[Record]]:
+    """The questions cut into fixed chunks of ``max(1, batch_size // N)``: with each question
+    repeated ``N`` times a chunk fills one rollout batch."""
+    size = max(1, batch_size // samples_per_question)
+    return [list(records[i : i + size]) for i in range(0, len(records), size)]
+
+
+def _read_samples(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``samples.jsonl`` once each (a chunk redone after a crash appends rows that are
+    already there; its seed makes them identical, the first copy is kept)."""
+    if not path.exists():
+        return []
+    seen: set[str] = set()
+    rows = []
+    for row in read_jsonl(path, tolerate_truncated_tail=True):
+        if row["id"] not in seen:
+            seen.add(row["id"])
+            rows.append(row)
+    return rows
+
+
+def collect_rft_samples(
+    config: RFTConfig,
+    run_dir: str | Path,
+    engine: RolloutEngine,
+    records: Sequence[Record],
+    scorer: StepScorer,
+    *,
+    progress: bool = True,
+) -> RFTCounts:
+    """Sample, judge and record (the first half of the stage): append ``samples.jsonl`` chunk by
+    chunk, skipping chunks already complete there, then write ``kept.jsonl`` and
+    ``rft_counts.json`` from it. ``engine`` samples (its config's seed is replaced per chunk)."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    n = config.samples_per_question
+    records = list(records)[: config.limit] if config.limit else list(records)
+    path = run / "samples.jsonl"
+    have = {r["id"] for r in _read_samples(path)}
+    chunks = question_chunks(records, n, engine.config.batch_size)
+    todo = [(c, chunk) for c, chunk in enumerate(chunks) if any(f"{r.id}#{k}" not in have for r in chunk for k in range(n))]
+    if have:
+        log.info("resuming RFT sampling: %d of %d chunks already in %s", len(chunks) - len(todo), len(chunks), path)
+    with JsonlAppender(path) as out:
+        for c, chunk in tqdm(todo, desc="rft sampling", unit="chunk", disable=not progress):
+            expanded = [r for r in chunk for _ in range(n)]
+            trajs = engine.rollout(expanded, seed=chunk_seed(config.seed, c))
+            for j, traj in enumerate(trajs):
+                traj.metadata.update(sample=j % n, chunk=c)
+            for row in judge_samples(trajs, expanded, scorer, engine.tokenizer, config):
+                out.append(row)
+    wanted = {f"{r.id}#{k}" for r in records for k in range(n)}
+    rows = [r for r in _read_samples(path) if r["id"] in wanted]
+    counts = count_samples(rows)
+    write_jsonl(run / "kept.jsonl", (r for r in rows if r["kept_actions"]))
+    write_json(run / "rft_counts.json", asdict(counts))
+    log.info("RFT filters: %s", asdict(counts))
+    return counts
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+def finetune_rft(
+    config: RFTConfig, run_dir: str | Path, model: Any, tokenizer: Any, samples: Sequence[Mapping[str, Any]]
+) -> Path:
+    """Fine-tune ``model`` on the kept samples with stage 1's trainer (the second half of the
+    stage); resumes from the last checkpoint in ``run_dir/checkpoints``. Returns ``run_dir/policy``."""
+    from prorag.models import tag_token_ids
+
+    run = Path(run_dir)
+    train = replace(config.train, seed=config.seed)
+    table = tag_weight_table(tag_token_ids(tokenizer), train.weight_scheme, train.control_lambda, weights=train.tag_weights)
+    examples, stats = build_rft_examples(samples, table, max_length=train.max_length, overlong=train.overlong)
+    log.info("RFT examples: %s", stats)
+    if not examples:
+        raise ValueError(f"no kept (context, action) pair to train on ({stats}); see {run / 'rft_counts.json'}")
+    trainer = make_sft_trainer(train, run, model, tokenizer, examples, None, table)
+    resume_training(trainer, run, "RFT fine-tuning")
+    out = run / "policy"
+    save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora)
+    return out
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def _check_resumable(run: Path, config: RFTConfig) -> None:
+    """Refuse to resume a run whose samples were drawn or judged with other settings."""
+    path = run / "rft_config.json"
+    if not path.exists() or not (run / "samples.jsonl").exists():
+        return
+    before = read_json(path)
+    now = config.sampling_settings()
+    changed = sorted(k for k in now if before.get(k) != now[k])
+    if changed:
+        raise ValueError(
+            f"{run} holds samples drawn with other settings ({', '.join(changed)}); use a new run folder or the old settings"
+        )
+
+
+def run_rft(
+    config: RFTConfig,
+    run_dir: str | Path,
+    *,
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[Record],
+    retriever: Retriever,
+    scorer: StepScorer | None = None,
+    load_scorer: Callable[[], StepScorer] | None = None,
+    sampler: RolloutEngine | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run the RFT stage in ``run_dir``: sample from ``model`` (pi_sft), filter by outcome and
+    PRM, fine-tune ``model`` on the kept pairs; return the saved ``run_dir/policy`` (pi_rft).
+
+    Pass the PRM as ``scorer``, or a function that loads it as ``load_scorer``: then it is loaded
+    for the sampling and released before the fine-tuning (a PRM is as large as the policy). ``sampler`` replaces the
+    rollout engine over ``model`` (tests pass one over a scripted model). Resumes: complete
+    sampling chunks are not redone, and fine-tuning continues from its last checkpoint.
+    """
+    if (scorer is None) == (load_scorer is None):
+        raise ValueError("pass exactly one of scorer and load_scorer")
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    _check_resumable(run, config)
+    write_json(run / "rft_config.json", asdict(config))
+    engine = sampler or RolloutEngine(model, tokenizer, retriever, config.rollout)
+    prm = scorer if scorer is not None else load_scorer()  # type: ignore[misc]
+    collect_rft_samples(config, run, engine, records, prm, progress=progress)
+    del prm
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return finetune_rft(config, run, model, tokenizer, list(read_jsonl(run / "kept.jsonl")))
+
+
+def run_rft_files(
+    policy: str,
+    prm: str,
+    data: str | Path,
+    index: str,
+    run_dir: str | Path,
+    config: RFTConfig | None = None,
+    *,
+    device: str | None = None,
+) -> Path:
+    """``prorag rft``: load pi_sft, the PRM, the records and the index, then :func:`run_rft`."""
+    from prorag.models import load_policy
+    from prorag.retrieval.index import open_retriever
+    from prorag.reward_model import ProcessRewardModel
+
+    cfg = config or RFTConfig()
+    model, tokenizer = load_policy(policy, dtype=cfg.train.dtype, device=device)
+    return run_rft(
+        cfg,
+        run_dir,
+        model=model,
+        tokenizer=tokenizer,
+        records=read_records(data),
+        retriever=open_retriever(index),
+        load_scorer=lambda: ProcessRewardModel.load(prm, device=device),
+    )
+
+
+__all__ = [
+    "RFTConfig",
+    "RFTCounts",
+    "build_rft_examples",
+    "chunk_seed",
+    "collect_rft_samples",
+    "count_samples",
+    "finetune_rft",
+    "is_correct",
+    "judge_samples",
+    "kept_actions",
+    "question_chunks",
+    "rft_example",
+    "rft_loss_mask",
+    "run_rft",
+    "run_rft_files",
+]

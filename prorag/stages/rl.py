@@ -1,0 +1,717 @@
+"""Stage 4 of ProRAG: process-supervised RL with the dual-granularity advantage (METHOD.md section 2).
+
+For each training question the policy ``pi_theta`` (initialised from ``pi_rft``) writes a group
+of G trajectories through the rollout engine (:class:`~prorag.rollout.RolloutEngine`: the
+retriever answers every sub-query, retrieval tokens are marked 0 in the environment mask).
+Each trajectory gets an outcome reward (Eq. 6, :mod:`prorag.rewards.outcome`) and each of its
+actions a step reward from the frozen PRM (Eq. 5, :mod:`prorag.rewards.process`); the two are
+standardised within the group and combined per token, ``A = A_out + beta * A_proc``
+(:mod:`prorag.advantages`); the policy takes a PPO-clip step on those token advantages, with
+no value network and (by default) no KL term (Eq. 9, :func:`~prorag.losses.ppo_clip_loss`).
+
+``process_reward="none"`` (or ``beta = 0``) is the paper's outcome-only GRPO baseline on the
+very same machinery: same rollouts, same outcome reward, same loss, no PRM call.
+
+The trainer: :class:`ProcessSupervisedGRPOTrainer`, a subclass of TRL's ``GRPOTrainer`` (trl==1.16.0)
+    What TRL does unchanged: the data order (its ``RepeatSampler`` puts each question G times in
+    one generation batch, so ``rollout_func`` receives the prompts *already repeated G times*
+    and must return one completion per prompt), padding, the forward pass for the
+    log-probabilities, the clipped loss with ``mask = completion_mask * tool_mask``,
+    optimiser, schedule, checkpoints and resuming, logging, LoRA through ``peft_config``,
+    distributed training. What this module adds:
+
+    * ``rollout_func`` = :class:`EngineRollout`: the rollout engine instead of
+      ``model.generate``. It returns the engine's own prompt and completion ids (never decoded
+      and re-encoded), its log-probabilities, ``env_mask`` (which TRL 1.16 turns into its
+      ``tool_mask``, so retrieval tokens carry no loss) and the
+      :class:`~prorag.rollout.Trajectory` objects, which TRL forwards to the reward functions.
+      TRL hands ``rollout_func`` only the prompt strings; the record of each row (its retrieval
+      partition, gold answers) is found through :attr:`ProcessSupervisedGRPOTrainer.generation_rows`,
+      the dataset rows of the batch being generated, which the trainer sets just before.
+    * The outcome reward is computed from each ``Trajectory``'s token ids
+      (:func:`outcome_reward_function`), not from the ``completions`` TRL decodes for reward
+      functions: those are decoded with ``skip_special_tokens=True``, and the trajectory tags
+      are special tokens, so they hold neither an ``<answer>`` nor a format to judge.
+    * ``_generate_and_score_completions`` is overridden to replace TRL's ``(B,)`` advantages by
+      the ``(B, T)`` dual-granularity ones. TRL's ``_compute_loss`` already accepts ``(B, T)``
+      advantages (it only unsqueezes a 1-D tensor), so the loss itself is TRL's, which the tests
+      check against the project's reference :func:`~prorag.losses.ppo_clip_loss`. The groups
+      may span processes: outcome rewards, step rewards and step sizes are gathered from every
+      process, the advantages computed on the whole groups, and each process keeps its rows.
+    * ``</answer>`` is added to the trainer's EOS ids. TRL counts a completion whose last
+      token is not an EOS id as truncated (and with ``mask_truncated_completions`` drops its
+      loss); a trajectory that ends in ``</answer>`` has finished.
+
+Defaults (:class:`RLConfig`) are the paper's and its reference code's: G = 8, beta = 0.3,
+PPO-clip epsilon 0.2, no KL, temperature 1.0, lr 1e-5, at most 11 actions per trajectory,
+LoRA r 16 alpha 32 when ``lora`` is on (off by default, so the tiny CPU model trains fully).
+
+Keep the RL questions disjoint from the SFT questions: a policy trained on a question answers it
+right in every sample, and a group whose rewards all agree has zero advantage (no signal).
+``exclude_ids_from`` drops the questions of given files (SFT trajectories, SFT or RFT records)
+from the RL data; otherwise pass a record file that is disjoint by construction (for the
+built-in world, e.g. the dev split, or a seeded part of the train split).
+
+Outputs in the run directory
+    ``rl_config.json`` (the resolved config), ``checkpoints/checkpoint-N`` (Trainer's, for
+    resuming), ``metrics.jsonl`` (one line per logged step: ``outcome_reward``,
+    ``process_reward``, ``format_valid_rate``, ``searches_per_trajectory``, ``answer_f1``,
+    ``answer_em``, TRL's ``entropy``, ``kl`` when ``beta_kl > 0``, ``loss``, clip ratios,
+    timings), ``learning_curve.csv`` (outcome reward per step: the paper's Figure 4) and
+    ``policy/`` (the final policy; a LoRA adapter is merged first).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from prorag.advantages import PROCESS_NORMS, ProcessNorm, broadcast_to_tokens, dual_step_advantages, step_token_counts
+from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
+from prorag.data.records import Record, read_records
+from prorag.losses import PPO_AGGREGATIONS, PPOAggregation
+from prorag.metrics import exact_match, f1_score
+from prorag.prompts import PromptStyle
+from prorag.retrieval.base import Retriever
+from prorag.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
+from prorag.rewards.process import StepRewardConfig, trajectory_step_rewards
+from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, use_bf16
+
+log = logging.getLogger(__name__)
+
+#: TRL's ``loss_type`` computing each :func:`~prorag.losses.ppo_clip_loss` aggregation.
+TRL_LOSS_TYPES: dict[str, str] = {"token_mean": "dapo", "sequence_mean": "grpo", "sum": "dr_grpo"}
+
+
+@dataclass
+class RLConfig:
+    """Settings of the RL stage. Defaults are the paper's (G = 8, beta = 0.3, 1 epoch) and its
+    reference code's (PPO-clip 0.2, no KL, lr 1e-5, temperature 1.0, LoRA r 16 alpha 32,
+    11 actions per trajectory); the rest follow TRL.
+
+    ``learning_rate`` 1e-5 is for LoRA on a real pretrained model; a tiny built-in model
+    trained fully needs a higher one (the world configs set it).
+    """
+
+    # --- models
+    policy: str | None = None
+    """The policy to train (``pi_rft``, or ``pi_sft`` for the "w/o refinement" ablation): a
+    checkpoint folder or a training run folder (its ``policy/``), loaded with
+    :func:`~prorag.models.load_policy`."""
+    prm: str | None = None
+    """The frozen PRM (``prorag prm`` output), loaded with :meth:`ProcessRewardModel.load`;
+    unused with ``process_reward="none"``."""
+    dtype: str = "float32"
+    """Dtype the policy is loaded and trained in (``"auto"``: the checkpoint's own)."""
+
+    # --- data
+    train_file: str | None = None
+    """Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see
+    ``exclude_ids_from`` and the module docstring)."""
+    exclude_ids_from: list[str] = field(default_factory=list)
+    """JSONL files whose questions are dropped from ``train_file``: each row's ``question_id``,
+    else its ``id`` (record files, SFT trajectory files, step-pair files)."""
+    limit: int | None = None
+    """Only the first N questions (after the exclusion)."""
+    index: str | None = None
+    """Retrieval index folder or ``http(s)://`` URL (:func:`~prorag.retrieval.index.open_retriever`)."""
+
+    # --- rollouts
+    group_size: int = 8
+    """G, trajectories sampled per question (the paper's 8)."""
+    top_k: int = 3
+    """Documents per retrieval."""
+    max_actions: int = 11
+    """Actions per trajectory during RL (METHOD.md: 11; 13 at inference)."""
+    max_action_tokens: int = 128
+    max_completion_tokens: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    prompt_style: PromptStyle | None = None
+    """``plain`` or ``chat``; default: chat when the tokenizer has a chat template (as the engine)."""
+    rollout_batch_size: int = 64
+    """Trajectories the engine decodes together."""
+
+    # --- rewards and advantages
+    process_reward: Literal["prm", "none"] = "prm"
+    """``"prm"``: ProRAG's step rewards from the PRM; ``"none"``: outcome only (the GRPO baseline;
+    ``beta`` is then ignored and the PRM never called)."""
+    beta: float = 0.3
+    """Weight of the process advantage, ``A = A_out + beta * A_proc`` (Eq. 8; the paper's 0.3)."""
+    process_norm: ProcessNorm = "step"
+    """``"step"``: step rewards standardised over the group's steps (the paper's Eq. 7);
+    ``"token"``: over the group's generated tokens (the reference code; long steps weigh more)."""
+    scale_advantages: bool = True
+    """Divide by the group's standard deviation (``False``: only subtract the mean, Dr. GRPO)."""
+    outcome_reward: OutcomeRewardConfig = field(default_factory=OutcomeRewardConfig)
+    """Eq. 6's form (``paper``: F1 + nu2 I_traj; ``reference``: the code's thresholded form)."""
+    step_reward: StepRewardConfig = field(default_factory=StepRewardConfig)
+    """Eq. 5's form (``paper``: logit + nu1 I_step; ``reference``: sigmoid(logit) + 1 / -2)."""
+    prm_batch_size: int = 32
+
+    # --- loss (Eq. 9)
+    epsilon: float = 0.2
+    """PPO clip: ratios outside ``[1 - epsilon, 1 + epsilon_high]`` stop pushing."""
+    epsilon_high: float | None = None
+    """Upper clip (DAPO's clip-higher); default ``epsilon`` (symmetric, as in Eq. 9)."""
+    beta_kl: float = 0.0
+    """KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."""
+    loss_aggregation: PPOAggregation = "token_mean"
+    """How per-token losses are reduced (:func:`~prorag.losses.ppo_clip_loss`): ``token_mean``
+    weighs every token alike, as Eq. 9's sum over tokens does, at a length-free scale;
+    ``sequence_mean`` is TRL's ``grpo``; ``sum`` is Eq. 9 up to a constant (TRL's ``dr_grpo``)."""
+    num_iterations: int = 1
+    """PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and
+    clipping never binds (on-policy GRPO); more make ``pi_old`` differ from ``pi_theta``."""
+    mask_truncated_completions: bool = False
+    """Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."""
+
+    # --- optimisation
+    epochs: float = 1.0
+    """Passes over the questions (the paper's 1)."""
+    max_steps: int = -1
+    """Optimiser steps; > 0 overrides ``epochs``."""
+    max_minutes: float | None = None
+    """Wall-clock budget of the training loop (stops with a checkpoint once spent)."""
+    per_device_batch_size: int = 8
+    """Trajectories per process per micro-step. Questions per optimiser step =
+    ``per_device_batch_size * processes * gradient_accumulation_steps / group_size``."""
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-5
+    lr_scheduler_type: str = "constant"
+    """Constant, as RL libraries (verl, OpenRLHF) run it by default."""
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    gradient_checkpointing: bool = False
+
+    # --- LoRA
+    lora: bool = False
+    """Train a LoRA adapter (the paper's setting for Qwen3-8B), merged into the saved policy."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: str | list[str] = "all-linear"
+    """All projections (the reference code's choice)."""
+
+    # --- run
+    bf16: bool | Literal["auto"] = "auto"
+    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it (never on CPU)."""
+    seed: int = 0
+    save_steps: int = 50
+    save_total_limit: int | None = 2
+    logging_steps: int = 1
+    """Log every step: the learning curve is per step."""
+    report_to: str | list[str] = "none"
+
+    def __post_init__(self) -> None:
+        choices = {
+            "process_reward": ("prm", "none"),
+            "process_norm": PROCESS_NORMS,
+            "loss_aggregation": PPO_AGGREGATIONS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"RLConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.group_size < 2:
+            raise ValueError(f"RLConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
+        if self.beta < 0:
+            raise ValueError(f"RLConfig.beta must be >= 0, got {self.beta}")
+        if not 0 < self.epsilon < 1:
+            raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
+
+    @property
+    def uses_prm(self) -> bool:
+        """Whether step rewards are computed (they only matter with ``beta > 0``, but are
+        logged whenever a PRM is in use)."""
+        return self.process_reward == "prm"
+
+    @property
+    def effective_beta(self) -> float:
+        """``beta``, or 0 for the outcome-only baseline."""
+        return self.beta if self.uses_prm else 0.0
+
+    def rollout_config(self) -> RolloutConfig:
+        """The engine's settings during RL (sampling at ``temperature``, 11 actions)."""
+        return RolloutConfig(
+            max_actions=self.max_actions,
+            max_action_tokens=self.max_action_tokens,
+            max_completion_tokens=self.max_completion_tokens,
+            top_k=self.top_k,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            greedy=False,
+            batch_size=self.rollout_batch_size,
+            seed=self.seed,
+            prompt_style=self.prompt_style,
+        )
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def excluded_ids(paths: Sequence[str | Path]) -> set[str]:
+    """The question ids of JSONL files: each row's ``question_id`` if it has one, else its ``id``."""
+    out: set[str] = set()
+    for path in paths:
+        for row in read_jsonl(path):
+            qid = row.get("question_id", row.get("id"))
+            if qid is not None:
+                out.add(str(qid))
+    return out
+
+
+def rl_records(records: Sequence[Record], exclude: set[str], limit: int | None = None) -> list[Record]:
+    """The RL questions: ``records`` minus the ids in ``exclude``, then the first ``limit``."""
+    kept = [r for r in records if r.id not in exclude]
+    return kept[:limit] if limit is not None else kept
+
+
+def rl_dataset(records: Sequence[Record]) -> Any:
+    """TRL's training dataset: one row per question, ``prompt`` (the question, which TRL logs and
+    hands to ``rollout_func``), ``record_index`` (the row's record, for :class:`EngineRollout`
+    and the advantage groups) and ``golden_answers`` (for the outcome reward)."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": r.question, "record_index": i, "golden_answers": list(r.golden_answers)} for i, r in enumerate(records)]
+    )
+
+
+# ----------------------------------------------------------------------------- rollouts
+
+
+def rollout_seed(seed: int, step: int, process_index: int, num_processes: int) -> int:
+    """A distinct, reproducible sampling seed for each (optimiser step, process)."""
+    return int(seed) + 1_000_003 * (int(step) * int(num_processes) + int(process_index) + 1)
+
+
+class EngineRollout:
+    """TRL's ``rollout_func``: runs the rows of a generation batch through the rollout engine.
+
+    Called as ``rollout(prompts, trainer)`` with the prompts of this process's rows (each
+    question already repeated G times by TRL's sampler); the rows themselves come from
+    ``trainer.generation_rows``. Returns the engine's ``prompt_ids``, ``completion_ids``,
+    ``logprobs`` and ``env_mask`` (1 on tokens the policy wrote, 0 on the environment's), plus
+    ``trajectory`` (the :class:`~prorag.rollout.Trajectory` of each row), which TRL forwards to
+    the reward functions and merges into the rows. ``seconds`` holds the last call's duration.
+    """
+
+    def __init__(self, records: Sequence[Record], retriever: Retriever, config: RolloutConfig) -> None:
+        self.records = list(records)
+        self.retriever = retriever
+        self.config = config
+        self.seconds = 0.0
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        rows = getattr(trainer, "generation_rows", None)
+        if rows is None or len(rows) != len(prompts):
+            raise RuntimeError("EngineRollout needs the trainer's generation_rows (use ProcessSupervisedGRPOTrainer)")
+        records = [self.records[int(r["record_index"])] for r in rows]
+        for p, rec in zip(prompts, records, strict=True):
+            if p != rec.question:
+                raise RuntimeError(f"prompt {p!r} does not match record {rec.id!r}")
+        acc = trainer.accelerator
+        seed = rollout_seed(self.config.seed, trainer.state.global_step, acc.process_index, acc.num_processes)
+        start = time.perf_counter()
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, acc, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+        ) as model:
+            engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
+            trajs = engine.rollout(records, seed=seed)
+        self.seconds = time.perf_counter() - start
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajs],
+            "completion_ids": [t.completion_ids for t in trajs],
+            "logprobs": [t.logprobs for t in trajs],
+            "env_mask": [t.env_mask for t in trajs],
+            "trajectory": trajs,
+        }
+
+
+def outcome_reward_function(
+    prompts: list[Any],
+    completions: list[Any],
+    *,
+    trajectory: list[Trajectory],
+    golden_answers: list[list[str]],
+    tokenizer: Any,
+    config: OutcomeRewardConfig,
+    **_: Any,
+) -> list[float]:
+    """TRL reward function: Eq. 6 of each row's :class:`~prorag.rollout.Trajectory` (TRL's
+    ``completions`` are ignored: they are decoded without the special tokens, i.e. the tags)."""
+    return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectory, golden_answers, strict=True)]
+
+
+def outcome(**kwargs: Any) -> list[float]:
+    """The outcome reward, under the name TRL logs it by (``rewards/outcome/mean``)."""
+    return outcome_reward_function(**kwargs)
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+
+@dataclass
+class ScoredBatch:
+    """What one generation batch (this process's rows) scored: per-row outcome rewards, step
+    rewards (one per action, empty without a PRM) and the statistics logged per step."""
+
+    outcome: list[float]
+    step_rewards: list[list[float]]
+    f1: list[float]
+    em: list[float]
+    format_valid: list[float]
+    searches: list[float]
+    prm_seconds: float = 0.0
+
+
+def score_batch(
+    trajectories: Sequence[Trajectory],
+    golds: Sequence[Sequence[str]],
+    tokenizer: Any,
+    config: RLConfig,
+    scorer: Any | None,
+) -> ScoredBatch:
+    """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
+    (the PRM scores every action of every trajectory in one batched call; skipped without a
+    scorer), answer F1/EM and I_traj as the outcome reward reads them, searches per trajectory."""
+    answers = [trajectory_answer(t, tokenizer) for t in trajectories]
+    f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
+    em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
+    valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
+    rewards = [outcome_reward(t, g, tokenizer, config.outcome_reward) for t, g in zip(trajectories, golds, strict=True)]
+    steps: list[list[float]] = [[] for _ in trajectories]
+    seconds = 0.0
+    if scorer is not None:
+        start = time.perf_counter()
+        logits = _score_trajectories(scorer, trajectories, config.prm_batch_size)
+        steps = trajectory_step_rewards(list(trajectories), logits, config.step_reward)
+        seconds = time.perf_counter() - start
+    return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
+
+
+def _score_trajectories(scorer: Any, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
+    """``scorer.score_trajectories``, with the batch size when the scorer takes one (a
+    :class:`~prorag.reward_model.ProcessRewardModel` does, a :class:`StepScorer` need not)."""
+    try:
+        return scorer.score_trajectories(list(trajectories), batch_size=batch_size)
+    except TypeError:
+        return scorer.score_trajectories(list(trajectories))
+
+
+class ProcessSupervisedGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with rollouts from the rollout engine and ProRAG's ``(B, T)``
+    dual-granularity advantages (see the module docstring for what is overridden and why).
+
+    ``rl_config`` gives the advantage settings (``beta``, ``process_norm``, ``scale_advantages``)
+    and the reward forms; ``scorer`` is the PRM (any object with ``score_trajectories``, e.g. a
+    :class:`~prorag.reward_model.ProcessRewardModel`), ``None`` for the outcome-only baseline.
+    """
+
+    def __init__(self, *args: Any, rl_config: RLConfig, scorer: Any | None = None, **kwargs: Any) -> None:
+        if rl_config.uses_prm and scorer is None:
+            raise ValueError("process_reward='prm' needs a PRM scorer (or set process_reward='none')")
+        self.rl_config = rl_config
+        self.scorer = scorer if rl_config.uses_prm else None
+        self.generation_rows: list[dict[str, Any]] | None = None
+        """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
+        super().__init__(*args, **kwargs)
+        # A trajectory ending in </answer> has finished: TRL must not count it as truncated.
+        from prorag.models import answer_eos_ids
+
+        for eos in answer_eos_ids(self.processing_class):
+            if eos not in self.eos_token_ids:
+                self.eos_token_ids.append(eos)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self.generation_rows = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self.generation_rows = None
+        trajectories = [row.get("trajectory") for row in inputs]
+        if any(t is None for t in trajectories):
+            raise RuntimeError("the rollout function returned no trajectories (TRL merges them into the rows)")
+        scored = score_batch(
+            trajectories, [row["golden_answers"] for row in inputs], self.processing_class, self.rl_config, self.scorer
+        )
+        loss_mask = output["completion_mask"]
+        if "tool_mask" in output:
+            loss_mask = loss_mask * output["tool_mask"]
+        groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
+        output["advantages"] = self._dual_advantages(trajectories, scored, groups, loss_mask)
+        self._log_rollout_metrics(scored)
+        return output
+
+    def _dual_advantages(
+        self, trajectories: list[Trajectory], scored: ScoredBatch, groups: torch.Tensor, loss_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """The ``(B, T)`` advantages of this process's rows, from the groups gathered over all
+        processes (a group's G rows may live on different processes)."""
+        from accelerate.utils import gather_object
+
+        cfg = self.rl_config
+        spans = [[a.span for a in t.actions] for t in trajectories] if cfg.uses_prm else [[] for _ in trajectories]
+        lengths = step_token_counts(spans, loss_mask.cpu()) if cfg.process_norm == "token" else None
+        local = len(trajectories)
+        if self.accelerator.num_processes > 1:
+            outcome_all = gather_object(scored.outcome)
+            groups_all = gather_object(groups.tolist())
+            steps_all = gather_object(scored.step_rewards)
+            lengths_all = gather_object([x.tolist() for x in lengths]) if lengths is not None else None
+        else:
+            outcome_all, groups_all, steps_all = scored.outcome, groups.tolist(), scored.step_rewards
+            lengths_all = [x.tolist() for x in lengths] if lengths is not None else None
+        a_out, per_step = dual_step_advantages(
+            torch.tensor(outcome_all, dtype=torch.float32),
+            [torch.tensor(s, dtype=torch.float32) for s in steps_all],
+            torch.tensor(groups_all, dtype=torch.long),
+            cfg.effective_beta,
+            cfg.process_norm,
+            [torch.tensor(n, dtype=torch.float32) for n in lengths_all] if lengths_all is not None else None,
+            scale=cfg.scale_advantages,
+        )
+        mine = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+        adv = broadcast_to_tokens(a_out[mine], per_step[mine], spans, loss_mask.cpu())
+        return adv.to(loss_mask.device)
+
+    def _log_rollout_metrics(self, scored: ScoredBatch) -> None:
+        """Per-step means over every process's rows (averaged again over logging steps by TRL)."""
+        mode = "train" if self.model.training else "eval"
+        steps = [r for rs in scored.step_rewards for r in rs]
+        columns = {
+            "outcome_reward": scored.outcome,
+            "answer_f1": scored.f1,
+            "answer_em": scored.em,
+            "format_valid_rate": scored.format_valid,
+            "searches_per_trajectory": scored.searches,
+        }
+        device = self.accelerator.device
+        for name, values in columns.items():
+            total = self.accelerator.gather(torch.tensor([sum(values), len(values)], dtype=torch.float64, device=device))
+            total = total.view(-1, 2).sum(0)
+            self._metrics[mode][name].append((total[0] / total[1].clamp(min=1)).item())
+        if self.scorer is not None:
+            total = self.accelerator.gather(torch.tensor([sum(steps), len(steps)], dtype=torch.float64, device=device))
+            total = total.view(-1, 2).sum(0)
+            self._metrics[mode]["process_reward"].append((total[0] / total[1].clamp(min=1)).item())
+            self._metrics[mode]["time/prm_seconds"].append(scored.prm_seconds)
+        rollout = self.rollout_func
+        if isinstance(rollout, EngineRollout):
+            self._metrics[mode]["time/generation_seconds"].append(rollout.seconds)
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
+    """TRL's ``GRPOConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU and bf16
+    chosen from the hardware, the loss and sampling settings of the stage."""
+    cuda = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=str(Path(run_dir) / "checkpoints"),
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.per_device_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        activation_checkpointing=config.gradient_checkpointing,
+        bf16=use_bf16(config.bf16),
+        fp16=False,
+        use_cpu=not cuda,
+        dataloader_pin_memory=cuda,
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        report_to=config.report_to,
+        # --- GRPO
+        num_generations=config.group_size,
+        max_completion_length=config.max_completion_tokens + config.max_action_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        beta=config.beta_kl,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        num_iterations=config.num_iterations,
+        loss_type=TRL_LOSS_TYPES[config.loss_aggregation],
+        mask_truncated_completions=config.mask_truncated_completions,
+        # The advantages are replaced wholesale; TRL's own (logged as its "advantages") use this.
+        scale_rewards="group" if config.scale_advantages else "none",
+        remove_unused_columns=False,
+        log_completions=False,
+    )
+
+
+def make_rl_trainer(
+    config: RLConfig,
+    run_dir: str | Path,
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[Record],
+    retriever: Retriever,
+    scorer: Any | None = None,
+) -> ProcessSupervisedGRPOTrainer:
+    """The :class:`ProcessSupervisedGRPOTrainer` of :func:`train_rl` (rollouts, reward, LoRA,
+    metrics file and time budget included), not yet trained."""
+    import os
+    import warnings
+
+    run = Path(run_dir)
+    peft_config = None
+    if config.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
+    if config.max_minutes is not None:
+        callbacks.append(TimeBudget(config.max_minutes))
+    reward = functools.partial(outcome, tokenizer=tokenizer, config=config.outcome_reward)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API, pinned here
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*rollout_func.*")
+        return ProcessSupervisedGRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=rl_training_args(config, run),
+            train_dataset=rl_dataset(records),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=callbacks,
+            rollout_func=EngineRollout(records, retriever, config.rollout_config()),
+            rl_config=config,
+            scorer=scorer,
+        )
+
+
+def write_learning_curve(log_history: Sequence[dict[str, Any]], path: str | Path) -> int:
+    """Write ``step,outcome_reward,process_reward,answer_f1,format_valid_rate`` per logged step
+    (the paper's Figure 4) as CSV, atomically; returns the number of rows. On a resumed run the
+    history is the checkpoint's plus the new steps, so the curve covers the whole run."""
+    columns = ["step", "outcome_reward", "process_reward", "answer_f1", "format_valid_rate"]
+    rows = {}
+    for entry in log_history:
+        if "outcome_reward" in entry:
+            rows[int(entry["step"])] = [entry.get(c, "") for c in columns]
+    with atomic_writer(path) as f:
+        out = csv.writer(f)
+        out.writerow(columns)
+        for step in sorted(rows):
+            out.writerow(rows[step])
+    return len(rows)
+
+
+def train_rl(
+    config: RLConfig,
+    run_dir: str | Path,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    records: Sequence[Record] | None = None,
+    retriever: Retriever | None = None,
+    scorer: Any | None = None,
+) -> Path:
+    """Run the RL stage in ``run_dir``; return the saved policy folder ``run_dir/policy``.
+
+    ``model``/``tokenizer`` (else ``config.policy``), ``records`` (else ``config.train_file``,
+    minus ``config.exclude_ids_from``), ``retriever`` (else ``config.index``) and ``scorer``
+    (else ``config.prm``, when ``process_reward="prm"``) can be passed in. Resumes from the last
+    checkpoint in ``run_dir/checkpoints`` (raise ``max_steps`` to train further).
+    """
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    if records is None:
+        if not config.train_file:
+            raise ValueError("no RL questions: pass `records` or set `train_file`")
+        records = read_records(config.train_file)
+    before = len(records)
+    records = rl_records(records, excluded_ids(config.exclude_ids_from), config.limit)
+    if before != len(records):
+        log.info("RL questions: %d of %d kept (exclusions and limit)", len(records), before)
+    if not records:
+        raise ValueError("no RL question left after the exclusions")
+    if retriever is None:
+        if not config.index:
+            raise ValueError("no retriever: pass `retriever` or set `index`")
+        from prorag.retrieval.index import open_retriever
+
+        retriever = open_retriever(config.index)
+    if model is None:
+        if not config.policy:
+            raise ValueError("no policy: pass `model` and `tokenizer` or set `policy`")
+        from prorag.models import load_policy
+
+        model, tokenizer = load_policy(config.policy, dtype=config.dtype)
+    elif tokenizer is None:
+        raise ValueError("a `model` needs its `tokenizer`")
+    if config.uses_prm and scorer is None and not config.prm and config.beta == 0:
+        log.info("beta = 0 and no PRM: the outcome-only GRPO baseline (process_reward='none')")
+        config = replace(config, process_reward="none")
+    if config.uses_prm and scorer is None:
+        if not config.prm:
+            raise ValueError("process_reward='prm' needs a PRM: pass `scorer` or set `prm` (or use process_reward='none')")
+        from accelerate import PartialState
+
+        from prorag.reward_model import ProcessRewardModel
+
+        scorer = ProcessRewardModel.load(config.prm, device=str(PartialState().device))  # this process's device
+
+    write_json(run / "rl_config.json", asdict(config))
+    trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
+    resume_training(trainer, run, "RL")
+    out = run / "policy"
+    if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora) is not None:
+        write_learning_curve(trainer.state.log_history, run / "learning_curve.csv")
+    return out
+
+
+def with_overrides(config: RLConfig, **overrides: Any) -> RLConfig:
+    """``config`` with the non-``None`` overrides applied (the command line's options)."""
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+__all__ = [
+    "TRL_LOSS_TYPES",
+    "EngineRollout",
+    "ProcessSupervisedGRPOTrainer",
+    "RLConfig",
+    "ScoredBatch",
+    "excluded_ids",
+    "make_rl_trainer",
+    "outcome",
+    "outcome_reward_function",
+    "rl_dataset",
+    "rl_records",
+    "rl_training_args",
+    "rollout_seed",
+    "score_batch",
+    "train_rl",
+    "with_overrides",
+    "write_learning_curve",
+]

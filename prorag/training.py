@@ -1,0 +1,86 @@
+"""Plumbing shared by the stages' trainers (SFT, PRM, RFT, RL): the metrics log, the time
+budget, the bf16 switch, resuming from the last checkpoint and writing the trained policy.
+
+Every stage trains through a Hugging Face/TRL ``Trainer`` in a run folder laid out the same
+way (``checkpoints/``, ``metrics.jsonl``, the result folder); these helpers are what makes
+that layout the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from prorag.data.jsonl import JsonlAppender
+
+log = logging.getLogger(__name__)
+
+
+class MetricsFile(TrainerCallback):
+    """Appends every log of the trainer to ``metrics.jsonl`` (with ``step`` and ``epoch``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        with JsonlAppender(self.path) as out:
+            out.append({"step": state.global_step, "epoch": state.epoch, **logs})
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training (with a checkpoint) once ``minutes`` of training have passed."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds = 60.0 * minutes
+        self.start = time.monotonic()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if time.monotonic() - self.start >= self.seconds:
+            log.info("time budget of %.1f min spent at step %d: stopping", self.seconds / 60, state.global_step)
+            control.should_training_stop = True
+            control.should_save = True
+
+
+def use_bf16(setting: bool | str) -> bool:
+    """``"auto"``: bf16 when a CUDA device supports it; otherwise the setting itself."""
+    if setting == "auto":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return bool(setting)
+
+
+def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
+    """Train, continuing from the last checkpoint in ``run_dir/checkpoints`` if there is one
+    (global step, optimiser, scheduler and data order continue)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    ckpt_dir = run_dir / "checkpoints"
+    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    if last:
+        log.info("resuming %s from %s", what, last)
+    trainer.train(resume_from_checkpoint=last)
+
+
+def save_trained_policy(trainer: Any, tokenizer: Any, out: Path, *, merge_lora: bool) -> Any | None:
+    """Write the trained policy to ``out`` (LoRA merged, generation settings for the tags) from
+    the main process; return it there, ``None`` on the other processes."""
+    from prorag.models import configure_generation, save_policy
+
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        return None
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    if merge_lora:
+        policy = policy.merge_and_unload()
+    configure_generation(policy, tokenizer)
+    save_policy(policy, tokenizer, out)
+    return policy

@@ -1,0 +1,357 @@
+"""The PRM stage: Eq. 4 on hand-computed numbers, the step-pairs reader's errors, the split by
+question, and a tiny reward model trained for a few steps on synthetic pairs of the built-in
+world (weights move, losses finite, held-out accuracy logged, scorer saved, runs resume)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.records import Record, read_records
+from prorag.errors import DataError
+from prorag.gold import GoldTrajectory, render_gold
+from prorag.models import make_tiny_model, save_policy
+from prorag.prompts import prompt_token_ids
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.reward_model import ProcessRewardModel, last_token_rewards, pad_batch, reward_model_from_policy
+from prorag.stages.prm import (
+    PRMConfig,
+    StepPair,
+    make_prm_trainer,
+    pair_examples,
+    pair_metrics,
+    pair_wins,
+    pairwise_loss,
+    read_step_pairs,
+    split_by_question,
+    train_prm,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """One intra-op thread: the tiny model's ops are too small to gain from two on a shared CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- synthetic pairs
+
+
+def synthetic_pairs(gold: list[GoldTrajectory], records: list[Record], tokenizer: Any, seed: int = 0) -> list[dict[str, Any]]:
+    """Step-pairs rows (contract 1) from gold trajectories: at every step the gold action is
+    chosen and a corrupted sibling rejected. A conclusion is corrupted by putting another
+    entity of the same relation in place of the gold sub-answer, in the thought and in the
+    sub-answer (a claim the retrieved text does not support); a search after the first by
+    repeating the previous search (redundant retrieval). The context is the prompt and every
+    segment before the step, tokenised segment by segment as the rollout engine does."""
+    rng = random.Random(seed)
+    by_id = {r.id: r for r in records}
+    pool: dict[str, set[str]] = {}
+    for r in records:
+        for hop in r.metadata.get("decomposition") or []:
+            pool.setdefault(hop.get("relation", ""), set()).add(str(hop["answer"]))
+    rows: list[dict[str, Any]] = []
+    for traj in gold:
+        hops = by_id[traj.id].metadata["decomposition"]
+        context = prompt_token_ids(tokenizer, traj.question)
+        conclude = search = 0
+        previous_search: str | None = None
+        for n, (text, by_model) in enumerate(traj.segments):
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            rejected_text = None
+            if by_model and "<subanswer>" in text and conclude < len(hops):
+                answer = str(hops[conclude]["answer"])
+                others = sorted(pool.get(hops[conclude].get("relation", ""), set()) - {answer})
+                if others:
+                    rejected_text = text.replace(answer, rng.choice(others))
+                conclude += 1
+            elif by_model and "<subquery>" in text:
+                if previous_search is not None:
+                    rejected_text = previous_search
+                previous_search = text if text.startswith(" ") else text.replace("<step>", "", 1)
+                search += 1
+            if rejected_text is not None and rejected_text != text:
+                rows.append(
+                    {
+                        "id": f"{traj.id}/{n}",
+                        "question_id": traj.id,
+                        "question": traj.question,
+                        "partition": None,
+                        "context_ids": list(context),
+                        "chosen_ids": ids,
+                        "rejected_ids": tokenizer(rejected_text, add_special_tokens=False)["input_ids"],
+                        "context_text": tokenizer.decode(context),
+                        "chosen_text": text,
+                        "rejected_text": rejected_text,
+                        "chosen_q": 1.0,
+                        "chosen_n": 1,
+                        "rejected_q": 0.0,
+                        "rejected_n": 1,
+                        "judge": "oracle",
+                        "reason": "synthetic corruption",
+                        "depth": n,
+                    }
+                )
+            context = context + ids
+    return rows
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def tokenizer(world_tokenizer: Any) -> Any:
+    return world_tokenizer
+
+
+@pytest.fixture(scope="module")
+def records(tiny_world: Path) -> list[Record]:
+    return read_records(tiny_world / "train.jsonl")
+
+
+@pytest.fixture(scope="module")
+def gold(records: list[Record], tiny_retriever: BM25Retriever) -> list[GoldTrajectory]:
+    return render_gold(records, tiny_retriever, k=3)
+
+
+@pytest.fixture(scope="module")
+def pair_rows(gold: list[GoldTrajectory], records: list[Record], tokenizer: Any) -> list[dict[str, Any]]:
+    return synthetic_pairs(gold, records, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def pairs_file(tmp_path_factory: pytest.TempPathFactory, pair_rows: list[dict[str, Any]]) -> Path:
+    path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
+    write_jsonl(path, pair_rows[:48])
+    return path
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
+    """A tiny random policy checkpoint (what `prorag sft` writes), the PRM's initialisation."""
+    return save_policy(make_tiny_model(tokenizer, "tiny", seed=0), tokenizer, tmp_path_factory.mktemp("pi") / "policy")
+
+
+def fast_config(**kw: Any) -> PRMConfig:
+    base = dict(
+        per_device_batch_size=4,
+        gradient_accumulation_steps=1,
+        learning_rate=1e-3,
+        warmup_ratio=0.0,
+        logging_steps=1,
+        save_steps=2,
+        eval_steps=2,
+        eval_batch_size=8,
+        max_length=512,
+        held_out_fraction=0.2,
+    )
+    return PRMConfig(**(base | kw))
+
+
+# ----------------------------------------------------------------------------- the loss
+
+
+def test_pairwise_loss_hand_computed() -> None:
+    chosen = torch.tensor([2.0, 0.0, 1.0])
+    rejected = torch.tensor([0.0, 1.0, 1.0])
+    # -log sigmoid(d) = log(1 + exp(-d)) for d = 2, -1, 0.
+    expected = (math.log(1 + math.exp(-2.0)) + math.log(1 + math.exp(1.0)) + math.log(2.0)) / 3
+    assert pairwise_loss(chosen, rejected).item() == pytest.approx(expected, rel=1e-6)
+    assert expected == pytest.approx(0.711112, abs=1e-6)  # (0.126928 + 1.313262 + 0.693147) / 3
+    assert pair_wins(chosen, rejected).tolist() == [1.0, 0.0, 0.5]
+    metrics = pair_metrics(chosen, rejected)
+    assert metrics["accuracy"] == pytest.approx(0.5)
+    assert metrics["margin"] == pytest.approx(1 / 3)
+    # AUC of all chosen {2, 0, 1} against all rejected {0, 1, 1}: wins 2>0,2>1,2>1 (3), 0=0 (.5), 1>0, 1=1, 1=1 (2).
+    assert metrics["auc"] == pytest.approx(5.5 / 9)
+    # The loss pushes the chosen score up and the rejected one down.
+    c, r = torch.tensor([0.0], requires_grad=True), torch.tensor([0.0], requires_grad=True)
+    pairwise_loss(c, r).backward()
+    assert c.grad.item() == pytest.approx(-0.5) and r.grad.item() == pytest.approx(0.5)
+
+
+def test_trainer_loss_is_eq4_on_the_scorer_logits(policy_dir: Path, pair_rows: list[dict[str, Any]], tmp_path: Path) -> None:
+    model, tok = reward_model_from_policy(policy_dir, seed=0)
+    scorer = ProcessRewardModel(model, tok, max_length=512)
+    pairs = [StepPair(r["id"], r["question_id"], r["context_ids"], r["chosen_ids"], r["rejected_ids"]) for r in pair_rows[:4]]
+    examples, _ = pair_examples(pairs, scorer)
+    trainer = make_prm_trainer(fast_config(), tmp_path, scorer, examples)
+    batch = trainer.data_collator(examples)
+    loss = trainer.compute_loss(trainer.model, dict(batch))
+    contexts = [p.context_ids for p in pairs]
+    chosen = scorer.score(contexts, [p.chosen_ids for p in pairs])
+    rejected = scorer.score(contexts, [p.rejected_ids for p in pairs])
+    assert loss.item() == pytest.approx(pairwise_loss(chosen, rejected).item(), rel=1e-5)
+    # The batch is TRL's: chosen rows then rejected rows, right padded.
+    ids, mask = pad_batch([e["chosen_ids"] for e in examples] + [e["rejected_ids"] for e in examples], tok.pad_token_id)
+    assert torch.equal(batch["input_ids"], ids) and torch.equal(batch["attention_mask"], mask)
+    with torch.no_grad():
+        assert torch.allclose(last_token_rewards(model, ids, mask), torch.cat([chosen, rejected]), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the pairs file
+
+
+def test_read_step_pairs_round_trip(pairs_file: Path, pair_rows: list[dict[str, Any]]) -> None:
+    pairs = read_step_pairs(pairs_file)
+    assert len(pairs) == 48
+    assert pairs[0].chosen_ids == pair_rows[0]["chosen_ids"] and pairs[0].judge == "oracle"
+    assert all(p.chosen_ids != p.rejected_ids for p in pairs)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"chosen_ids": [1, "x"]}, r"pairs.jsonl:2: field 'chosen_ids': item 1 is 'x'"),
+        ({"rejected_ids": []}, r"pairs.jsonl:2: field 'rejected_ids': empty"),
+        ({"context_ids": "1 2 3"}, r"pairs.jsonl:2: field 'context_ids': expected a list"),
+        ({"question_id": None}, r"pairs.jsonl:2: field 'question_id': expected a non-empty string"),
+        ({"rejected_ids": "SAME"}, r"pairs.jsonl:2: fields 'chosen_ids' and 'rejected_ids' are identical"),
+        ({"id": "DUP"}, r"pairs.jsonl:2: field 'id': .* already used on line 1"),
+    ],
+)
+def test_bad_pairs_line_names_file_line_and_field(
+    tmp_path: Path, pair_rows: list[dict[str, Any]], change: dict[str, Any], message: str
+) -> None:
+    bad = dict(pair_rows[1])
+    for key, value in change.items():
+        bad[key] = {"SAME": bad["chosen_ids"], "DUP": pair_rows[0]["id"]}.get(value, value) if isinstance(value, str) else value
+    path = tmp_path / "pairs.jsonl"
+    write_jsonl(path, [pair_rows[0], bad])
+    with pytest.raises(DataError, match=message):
+        read_step_pairs(path)
+
+
+def test_invalid_json_and_empty_files(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"id": "a"\n')
+    with pytest.raises(DataError, match=r"pairs.jsonl:1: invalid JSON"):
+        read_step_pairs(path)
+    path.write_text("\n")
+    with pytest.raises(DataError, match="no step pairs"):
+        read_step_pairs(path)
+
+
+def test_split_by_question_keeps_questions_whole(pair_rows: list[dict[str, Any]]) -> None:
+    pairs = [StepPair(r["id"], r["question_id"], r["context_ids"], r["chosen_ids"], r["rejected_ids"]) for r in pair_rows]
+    questions = {p.question_id for p in pairs}
+    train, held = split_by_question(pairs, 0.2, seed=0)
+    train_q, held_q = {p.question_id for p in train}, {p.question_id for p in held}
+    assert not train_q & held_q and train_q | held_q == questions
+    assert len(held_q) == round(0.2 * len(questions))
+    assert len(train) + len(held) == len(pairs)
+    again, held_again = split_by_question(pairs, 0.2, seed=0)
+    assert [p.id for p in held_again] == [p.id for p in held]
+    assert {p.question_id for p in split_by_question(pairs, 0.2, seed=1)[1]} != held_q
+    assert split_by_question(pairs, 0.0, seed=0) == (pairs, [])
+    two = [p for p in pairs if p.question_id in sorted(questions)[:2]]
+    assert len({p.question_id for p in split_by_question(two, 0.01, seed=0)[1]}) == 1  # at least one held out
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(policy_dir: Path, pair_rows: list[dict[str, Any]]) -> None:
+    model, tok = reward_model_from_policy(policy_dir)
+    r = pair_rows[0]
+    pair = StepPair(r["id"], r["question_id"], r["context_ids"], [len(tok) + 5], r["rejected_ids"])
+    with pytest.raises(ValueError, match="outside the PRM tokenizer"):
+        pair_examples([pair], ProcessRewardModel(model, tok))
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_train_save_reload_and_resume(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cfg = fast_config(max_steps=4)
+    out = train_prm(cfg, run, init=policy_dir, pairs=read_step_pairs(pairs_file))
+    assert out == run / "prm"
+    assert sorted(p.name for p in (run / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    train_rows = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+    assert all(math.isfinite(r["loss"]) and 0.0 <= r["accuracy"] <= 1.0 for r in train_rows)
+    evals = [r for r in rows if "eval_loss" in r and "eval_auc" not in r]
+    assert [r["step"] for r in evals] == [2, 4] and all(math.isfinite(r["eval_loss"]) for r in evals)
+    final = rows[-1]
+    assert {"eval_accuracy", "eval_loss", "eval_auc", "eval_pairs"} <= final.keys()
+    held = set(json.loads((run / "split.json").read_text())["held_out_questions"])
+    assert final["eval_pairs"] == sum(p.question_id in held for p in read_step_pairs(pairs_file))
+    # The trainer's held-out numbers (last eval, same weights) equal the saved scorer's.
+    assert final["eval_accuracy"] == pytest.approx(evals[-1]["eval_accuracy"])
+    assert final["eval_loss"] == pytest.approx(evals[-1]["eval_loss"], rel=1e-4)
+
+    # The saved scorer reloads with its settings, and its weights moved from the initial ones.
+    prm = ProcessRewardModel.load(run)
+    assert prm.max_length == 512 and not prm.append_eos
+    assert not any(p.suffix in (".bin", ".pt", ".pkl") for p in out.iterdir())
+    init, _ = reward_model_from_policy(policy_dir, seed=0)
+    before, after = init.state_dict(), prm.model.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert "score.weight" in changed and len(changed) >= len(before) // 2
+
+    # Resume: ask for 6 steps in the same run directory; training continues at step 5.
+    train_prm(fast_config(max_steps=6), run, init=policy_dir, pairs=read_step_pairs(pairs_file))
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
+    state = json.loads((run / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+
+
+def test_head_only_training_freezes_the_backbone(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:
+    cfg = fast_config(max_steps=2, train_backbone=False, held_out_fraction=0.0, append_eos=True)
+    prm = ProcessRewardModel.load(train_prm(cfg, tmp_path / "head", init=policy_dir, pairs=read_step_pairs(pairs_file)))
+    assert prm.append_eos
+    init, _ = reward_model_from_policy(policy_dir, seed=0)
+    before, after = init.state_dict(), prm.model.state_dict()
+    assert [k for k in before if not torch.equal(before[k], after[k])] == ["score.weight"]
+
+
+def test_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="held_out_fraction"):
+        PRMConfig(held_out_fraction=1.0)
+    with pytest.raises(ValueError, match="init"):
+        train_prm(PRMConfig(), tmp_path, pairs=[])
+    with pytest.raises(ValueError, match="pairs"):
+        train_prm(PRMConfig(init="x"), tmp_path)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_prm_command_trains_from_yaml_and_reports_bad_lines(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from prorag.cli import app
+
+    runner = CliRunner()
+    cfg = tmp_path / "prm.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {"per_device_batch_size": 4, "gradient_accumulation_steps": 1, "max_length": 256, "held_out_fraction": 0.2}
+        )
+    )
+    run = tmp_path / "run"
+    args = ["prm", "--pairs", str(pairs_file), "--init", str(policy_dir), "--run-dir", str(run), "--config", str(cfg)]
+    result = runner.invoke(app, [*args, "--max-steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert ProcessRewardModel.load(run / "prm").max_length == 256
+    assert json.loads((run / "prm_config.json").read_text())["pairs_file"] == str(pairs_file)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(pairs_file.read_text().replace('"chosen_ids": [', '"chosen_ids": [-1, ', 1))
+    result = runner.invoke(app, ["prm", "--pairs", str(bad), "--init", str(policy_dir), "--run-dir", str(tmp_path / "r2")])
+    assert result.exit_code == 2
+    assert f"{bad}:1: field 'chosen_ids': item 0 is -1" in result.output
+    cfg.write_text("epochs: three\n")
+    result = runner.invoke(app, [*args[:-2], "--config", str(cfg)])
+    assert result.exit_code == 2 and "prm.yaml:1" in result.output and "epochs" in result.output

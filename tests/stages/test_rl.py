@@ -1,0 +1,266 @@
+"""The RL stage on the tiny built-in world: the trainer's loss is the project's reference PPO-clip
+loss over the dual-granularity advantages (environment tokens carry none), a few steps move the
+weights with a finite loss, the outcome-only baseline never calls the PRM, and runs resume."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.records import Record, read_records
+from prorag.gold import render_gold, tokenize_segments
+from prorag.losses import ppo_clip_loss
+from prorag.models import load_policy, make_tiny_model
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.rollout import RolloutEngine, Trajectory
+from prorag.stages import rl
+from prorag.stages.rl import RLConfig, excluded_ids, make_rl_trainer, rl_records, train_rl
+from tests.fakes import ReplayLM
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def records(tiny_world: Path) -> list[Record]:
+    return read_records(tiny_world / "train.jsonl")[:4]
+
+
+class FakePRM:
+    """A stand-in PRM: a deterministic logit per action from its token ids; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
+        self.calls += 1
+        return [[float(sum(t.completion_ids[a.span[0] : a.span[1]]) % 7 - 3) for a in t.actions] for t in trajectories]
+
+
+class ForbiddenPRM:
+    def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
+        raise AssertionError("the outcome-only baseline must not call the PRM")
+
+
+def fast_config(**kw: Any) -> RLConfig:
+    base = dict(
+        group_size=2,
+        per_device_batch_size=4,
+        max_action_tokens=12,
+        max_actions=3,
+        max_completion_tokens=48,
+        learning_rate=1e-3,
+        max_steps=2,
+        save_steps=1,
+        logging_steps=1,
+    )
+    return RLConfig(**(base | kw))
+
+
+# ----------------------------------------------------------------------------- the loss
+
+
+@pytest.fixture
+def replayed(monkeypatch: pytest.MonkeyPatch, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:
+    """Rollouts replay the gold trajectories (searches, retrievals, answers), whatever the trained model."""
+    golds = render_gold(records, tiny_retriever, k=3)
+    engine = RolloutEngine(make_tiny_model(world_tokenizer), world_tokenizer, tiny_retriever)
+    targets = {tuple(engine.prompt_ids(g.question)): tokenize_segments(world_tokenizer, g.segments)[0] for g in golds}
+    replay = ReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
+    monkeypatch.setattr(rl, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
+
+
+def reference_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+    """Log-probabilities of the completion tokens, one unpadded row at a time (no TRL code)."""
+    B, T = batch["completion_ids"].shape
+    out = torch.zeros(B, T)
+    for i in range(B):
+        prompt = batch["prompt_ids"][i][batch["prompt_mask"][i] == 1]
+        n = int(batch["completion_mask"][i].sum())
+        ids = torch.cat([prompt, batch["completion_ids"][i, :n]])[None]
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+        out[i, :n] = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+    return out
+
+
+def test_trainer_loss_is_the_reference_ppo_clip_loss(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    cfg = fast_config(temperature=0.7, max_action_tokens=64, max_actions=11, max_completion_tokens=1024)
+    model = make_tiny_model(world_tokenizer)
+    prm = FakePRM()
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, prm)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]  # groups interleaved
+    model.train()
+    batch = trainer._generate_and_score_completions(rows)
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    adv = batch["advantages"]
+    assert prm.calls == 1
+    assert adv.shape == batch["completion_ids"].shape
+    assert (mask == 0).sum() > (batch["completion_mask"] == 0).sum(), "replayed gold trajectories hold retrievals"
+    assert (adv[mask == 0] == 0).all() and (adv[mask == 1] != 0).any()
+    # Both samples of a question replay the same trajectory: equal outcomes, A_out = 0, so the
+    # advantages are beta * A_proc: process supervision alone gives the signal here.
+    assert torch.allclose(adv[0], adv[2]) and torch.allclose(adv[1], adv[3])
+
+    with torch.no_grad():
+        logp = reference_logprobs(model, batch, cfg.temperature)
+    # pi_old differs from pi_theta, so some ratios leave [0.8, 1.2] and the clip binds.
+    old = logp + 0.4 * torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
+    batch["old_per_token_logps"] = old
+    expected = ppo_clip_loss(logp, old, adv, mask, cfg.epsilon)
+    trainer.current_gradient_accumulation_steps = 1
+    got = trainer.compute_loss(trainer.model, dict(batch))
+    assert torch.isfinite(got)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    ratio = torch.exp(logp - old)[mask == 1]
+    assert ((ratio < 0.8) | (ratio > 1.2)).any()
+
+    # Advantages on environment tokens change nothing; on a generated token they do.
+    env = dict(batch, advantages=torch.where(mask == 0, torch.full_like(adv, 1e3), adv))
+    assert trainer.compute_loss(trainer.model, env).item() == pytest.approx(got.item(), rel=1e-6, abs=1e-7)
+    own = dict(batch, advantages=torch.where(mask == 1, adv + 1.0, adv))
+    assert trainer.compute_loss(trainer.model, own).item() != pytest.approx(got.item(), rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _params(model: Any) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_a_few_steps_move_the_weights_and_log_the_curve(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    model = make_tiny_model(world_tokenizer)
+    before = _params(model)
+    prm = FakePRM()
+    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024)
+    out = train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=prm)
+    assert prm.calls == 2
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed, "training must move the weights"
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for key in (
+            "loss",
+            "outcome_reward",
+            "process_reward",
+            "format_valid_rate",
+            "searches_per_trajectory",
+            "answer_f1",
+            "entropy",
+        ):
+            assert key in r and r[key] is not None and r[key] == r[key], key
+    assert all(r["grad_norm"] > 0 for r in rows)
+    assert all(r["searches_per_trajectory"] > 0 and r["format_valid_rate"] == 1.0 for r in rows)
+    curve = list(csv.DictReader((tmp_path / "learning_curve.csv").open()))
+    assert [int(c["step"]) for c in curve] == [1, 2]
+    assert json.loads((tmp_path / "rl_config.json").read_text())["beta"] == 0.3
+    reloaded, _ = load_policy(str(out))
+    assert torch.equal(reloaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+def test_outcome_only_baseline_never_calls_the_prm_and_resumes(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # The untrained model writes no well-formed trajectory: every outcome reward is equal, every
+    # outcome-only advantage 0, so the weights stay those of seed 0 throughout.
+    cfg = fast_config(process_reward="none", max_steps=1)
+    kw = dict(tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=ForbiddenPRM())
+    train_rl(cfg, tmp_path, model=make_tiny_model(world_tokenizer, seed=0), **kw)
+    assert (tmp_path / "checkpoints" / "checkpoint-1").is_dir()
+    # Resume with another model (seed 1), two steps in all: step 2 runs from checkpoint 1's weights.
+    out = train_rl(
+        fast_config(process_reward="none", max_steps=2), tmp_path, model=make_tiny_model(world_tokenizer, seed=1), **kw
+    )
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("process_reward" not in r and r["loss"] == 0.0 for r in rows)
+    final = load_policy(str(out))[0].model.embed_tokens.weight
+    assert torch.equal(final, make_tiny_model(world_tokenizer, seed=0).model.embed_tokens.weight)
+    curve = list(csv.DictReader((tmp_path / "learning_curve.csv").open()))
+    assert [int(c["step"]) for c in curve] == [1, 2]
+
+
+def test_rl_questions_exclude_the_sft_questions(tmp_path: Path, records: list[Record]) -> None:
+    sft = tmp_path / "sft.jsonl"
+    write_jsonl(sft, [{"id": records[0].id, "segments": []}, {"question_id": records[2].id}])
+    assert excluded_ids([sft]) == {records[0].id, records[2].id}
+    kept = rl_records(records, excluded_ids([sft]))
+    assert [r.id for r in kept] == [records[1].id, records[3].id]
+    assert rl_records(records, set(), limit=1) == records[:1]
+
+
+def test_config_checks_and_yaml(tmp_path: Path) -> None:
+    from prorag.config import load_config
+
+    with pytest.raises(ValueError, match="process_norm"):
+        RLConfig(process_norm="tokens")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group_size"):
+        RLConfig(group_size=1)
+    path = tmp_path / "rl.yaml"
+    path.write_text("beta: 0.5\nprocess_norm: token\noutcome_reward:\n  form: reference\nlearning_rate: 1e-5\n")
+    cfg = load_config(path, RLConfig)
+    assert cfg.beta == 0.5 and cfg.process_norm == "token" and cfg.outcome_reward.form == "reference"
+    assert cfg.learning_rate == 1e-5 and cfg.group_size == 8 and cfg.epsilon == 0.2 and cfg.beta_kl == 0.0
+    assert RLConfig(process_reward="none").effective_beta == 0.0
+    # The shipped configs load: the tiny world's, and the paper's (LoRA r 16 alpha 32, lr 1e-5).
+    repo = Path(__file__).resolve().parents[2]
+    assert load_config(repo / "configs" / "rl_world_tiny.yaml", RLConfig).group_size == 8
+    paper = load_config(repo / "configs" / "rl_paper.yaml", RLConfig)
+    assert (paper.lora, paper.lora_r, paper.lora_alpha, paper.learning_rate, paper.beta) == (True, 16, 32, 1e-5, 0.3)
+
+
+# ----------------------------------------------------------------------------- several processes
+
+
+@pytest.mark.slow
+def test_two_process_torchrun_run_on_cpu(tmp_path: Path, tiny_world: Path, world_tokenizer: Any) -> None:
+    """`torchrun --nproc_per_node 2 -m prorag.cli rl ...` on CPU (gloo), with a real PRM and
+    groups of 4 split over both processes (2 rows each), writes the policy and the curve."""
+    import os
+    import subprocess
+    import sys
+
+    from prorag.models import save_policy
+    from prorag.retrieval.index import build_index
+    from prorag.reward_model import ProcessRewardModel, reward_model_from_policy
+
+    policy = save_policy(make_tiny_model(world_tokenizer), world_tokenizer, tmp_path / "policy")
+    ProcessRewardModel(*reward_model_from_policy(policy)).save(tmp_path / "prm")
+    build_index(tiny_world / "corpus.jsonl", tmp_path / "bm25")
+    config = tmp_path / "rl.yaml"
+    config.write_text(
+        "group_size: 4\nper_device_batch_size: 2\nmax_action_tokens: 8\nmax_actions: 2\nmax_completion_tokens: 32\n"
+        "learning_rate: 1.0e-3\nsave_steps: 1\nlimit: 4\n"
+    )
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+        "-m", "prorag.cli", "rl",
+        "--policy", str(policy), "--prm", str(tmp_path / "prm"), "--data", str(tiny_world / "train.jsonl"),
+        "--index", str(tmp_path / "bm25"), "--run-dir", str(run), "--config", str(config), "--max-steps", "2",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [r for r in read_jsonl(run / "metrics.jsonl") if "outcome_reward" in r]
+    assert [r["step"] for r in rows] == [1, 2]  # written once (by the main process)
+    assert all("process_reward" in r for r in rows)
+    assert (run / "policy" / "config.json").is_file() and (run / "learning_curve.csv").is_file()

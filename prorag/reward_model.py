@@ -123,6 +123,28 @@ def last_token_rewards(model: PreTrainedModel, input_ids: torch.Tensor, attentio
     return model.score(picked).squeeze(-1).float()
 
 
+def action_end_rewards(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: Sequence[Sequence[int]]
+) -> list[list[float]]:
+    """The scalar head at chosen positions of each row (right-padded): ``positions[b]`` lists
+    the token indices of row ``b`` to read. With a causal backbone the hidden state at index
+    ``p`` depends on tokens ``0..p`` only, so reading it equals scoring the prefix ``0..p`` alone
+    (:func:`last_token_rewards` on that prefix), for every position at the price of one pass."""
+    backbone = getattr(model, model.base_model_prefix)
+    mask = attention_mask.to(input_ids.device)
+    pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos_ids, use_cache=False).last_hidden_state
+    rows = torch.tensor([b for b, ps in enumerate(positions) for _ in ps], dtype=torch.long, device=hidden.device)
+    cols = torch.tensor([p for ps in positions for p in ps], dtype=torch.long, device=hidden.device)
+    flat = model.score(hidden[rows, cols]).squeeze(-1).float().cpu().tolist() if len(cols) else []
+    out: list[list[float]] = []
+    at = 0
+    for ps in positions:
+        out.append(flat[at : at + len(ps)])
+        at += len(ps)
+    return out
+
+
 def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
     """``sigmoid(logit)``: the probability that a step is the better one of a pair (the
     Bradley-Terry reading of the pairwise loss; RFT keeps steps above 0.5, i.e. logit > 0)."""
@@ -240,22 +262,68 @@ class ProcessRewardModel:
 
         Action ``a`` of trajectory ``y`` is scored with context ``y.prompt_ids +
         y.completion_ids[:a.span[0]]`` (everything before it, retrieval text included) and step
-        ``y.completion_ids[a.span[0]:a.span[1]]``; all actions of all trajectories go through
-        :meth:`score` together.
+        ``y.completion_ids[a.span[0]:a.span[1]]``.
+
+        The PRM is causal, so the input of action ``a`` is a prefix of the trajectory and its
+        score is the head on the trajectory's hidden state at the action's last token: one
+        forward pass per trajectory scores all its actions (:func:`action_end_rewards`), instead
+        of one pass per action over an ever longer context. That is exact whenever no input
+        needs cutting and no EOS is appended; other trajectories (longer than ``max_length``,
+        or with ``append_eos``) go through :meth:`score` action by action.
         """
+        out: list[list[float] | None] = [None] * len(trajectories)
+        whole: list[int] = []
+        for i, traj in enumerate(trajectories):
+            if not traj.actions:
+                out[i] = []
+                continue
+            end = max(a.span[1] for a in traj.actions)
+            if not self.append_eos and 0 < len(traj.prompt_ids) + end <= self.max_length:
+                whole.append(i)
+        if whole:
+            for i, row in zip(whole, self._score_in_one_pass([trajectories[i] for i in whole], batch_size), strict=True):
+                out[i] = row
+        rest = [i for i in range(len(trajectories)) if out[i] is None]
         contexts: list[list[int]] = []
         steps: list[list[int]] = []
-        for traj in trajectories:
+        for i in rest:
+            traj = trajectories[i]
             for action in traj.actions:
                 start, end = action.span
                 contexts.append([*traj.prompt_ids, *traj.completion_ids[:start]])
                 steps.append(list(traj.completion_ids[start:end]))
         flat = self.score(contexts, steps, batch_size).tolist()
-        out: list[list[float]] = []
         at = 0
+        for i in rest:
+            n = len(trajectories[i].actions)
+            out[i] = flat[at : at + n]
+            at += n
+        return [row or [] for row in out]
+
+    @torch.inference_mode()
+    def _score_in_one_pass(self, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
+        """Every action of each trajectory from one forward pass over the trajectory."""
+        inputs: list[list[int]] = []
+        reads: list[list[int]] = []
         for traj in trajectories:
-            out.append(flat[at : at + len(traj.actions)])
-            at += len(traj.actions)
+            end = max(a.span[1] for a in traj.actions)
+            inputs.append([*traj.prompt_ids, *traj.completion_ids[:end]])
+            # An empty action is read on the token before it, as score() reads an empty step.
+            reads.append([len(traj.prompt_ids) + a.span[1] - 1 for a in traj.actions])
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        out: list[list[float]] = [[] for _ in trajectories]
+        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+        try:
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
+                for i, row in zip(rows, scores, strict=True):
+                    out[i] = row
+        finally:
+            self.model.train(was_training)
         return out
 
     # ---- files

@@ -155,6 +155,22 @@ def test_score_trajectories_uses_the_action_spans(prm: ProcessRewardModel) -> No
     assert scores[0][0] != pytest.approx(scores[0][1], abs=1e-4)
 
 
+def test_score_trajectories_one_pass_equals_per_action_scoring(prm: ProcessRewardModel) -> None:
+    """Short trajectories are scored in one forward pass, long ones (over max_length = 64) action
+    by action with the context cut from the left; both equal scoring each (context, step) alone."""
+    short = _trajectory(
+        _ids(6, start=11), _ids(30, start=200), [(0, 0), (0, 7), (7, 19), (19, 30)], ["search", "search", "conclude", "answer"]
+    )
+    long = _trajectory(_ids(10, start=21), _ids(90, start=500), [(0, 30), (30, 60), (60, 90)], ["search", "conclude", "answer"])
+    got = prm.score_trajectories([short, long], batch_size=1)
+    for traj, row in zip([short, long], got):
+        want = [
+            prm.score([traj.prompt_ids + traj.completion_ids[:s]], [traj.completion_ids[s:e]]).item()
+            for s, e in (a.span for a in traj.actions)
+        ]
+        assert row == pytest.approx(want, abs=1e-5)
+
+
 def test_step_scorer_protocol(prm: ProcessRewardModel) -> None:
     class Fake:
         def score_trajectories(self, trajectories: Any) -> list[list[float]]:

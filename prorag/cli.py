@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -604,6 +605,98 @@ def rl_cmd(
     )
     out = train_rl(cfg, run_dir)
     typer.echo(f"wrote the RL policy to {out} (learning curve: {run_dir / 'learning_curve.csv'})")
+
+
+@app.command("report")
+@_friendly_errors
+def report_cmd(
+    run_dir: Annotated[Path, typer.Option(help="Pipeline run folder (holds results.json and eval/NAME/).")],
+    prm: Annotated[
+        Path | None,
+        typer.Option(help="Process reward model folder: first write each system's step_scores.jsonl (PRM score of every step)."),
+    ] = None,
+    viewer_limit: Annotated[int, typer.Option(help="Questions per system in the trajectory viewer.")] = 100,
+    device: Annotated[str | None, typer.Option(help="Device of the PRM (default: cuda if available).")] = None,
+) -> None:
+    """Write report.md, a self-contained report.html and plots/*.png from a pipeline run folder."""
+    from prorag.report import ReportConfig, eval_dir_of, load_results, score_eval_trajectories, write_report
+
+    if prm is not None:
+        from prorag.reward_model import ProcessRewardModel
+
+        scorer = ProcessRewardModel.load(prm, device=device)
+        results = load_results(run_dir)
+        for name in results["order"]:
+            where = eval_dir_of(run_dir, results["systems"][name])
+            if where is not None and (where / "trajectories.jsonl").is_file():
+                typer.echo(f"scored {name}: {score_eval_trajectories(scorer, where)}")
+    md, page = write_report(run_dir, ReportConfig(viewer_limit=viewer_limit))
+    typer.echo(f"wrote {md} and {page}")
+
+
+# ----------------------------------------------------------------------------- the whole method
+
+
+@app.command("pipeline")
+@_friendly_errors
+def pipeline_cmd(
+    config: Annotated[Path, typer.Option(help="YAML file of PipelineConfig (configs/demo.yaml, configs/paper.yaml).")],
+    run_dir: Annotated[Path, typer.Option(help="Run folder (resumes: finished stages are skipped).")],
+) -> None:
+    """Every stage in one run folder: data, index, SFT (+ baselines), MCTS, pairs, PRM, RFT, RL,
+    evaluation of every system on test, results.json and the report. Resumes after a kill."""
+    from prorag.config import load_config
+    from prorag.pipeline import PipelineConfig, results_table, run_pipeline
+
+    results = run_pipeline(load_config(config, PipelineConfig), run_dir, progress=typer.echo)
+    typer.echo(results_table(results))
+    typer.echo(f"-> {run_dir}/results.json, report.md, report.html")
+
+
+@app.command("demo")
+@_friendly_errors
+def demo_cmd(
+    quick: Annotated[bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: under an hour).")] = False,
+    run_dir: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo or runs/demo-quick).")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,
+) -> None:
+    """ProRAG's four stages on the built-in world with the tiny model, on the CPU, no network:
+    prints the paper's Table 2 for this world and writes the report."""
+    import torch
+
+    from prorag.pipeline import demo_config, results_table, run_pipeline
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = run_dir or Path("runs/demo-quick" if quick else "runs/demo")
+    started = time.perf_counter()
+    results = run_pipeline(demo_config(quick=quick), out, progress=typer.echo)
+    typer.echo("")
+    typer.echo(f"Built-in world, test split ({results['systems'][results['order'][0]]['metrics']['n']} questions):")
+    typer.echo(results_table(results))
+    typer.echo(
+        "EM: normalised exact match; F1: token F1 (SQuAD normalisation); valid: format-valid rate;\n"
+        "searches: mean retrieval steps per question. RL rows: mean±std over seeds "
+        f"{results['seeds']}."
+    )
+    typer.echo(f"wall time {time.perf_counter() - started:.0f}s; report: {out}/report.html")
+
+
+@app.command("ablate")
+@_friendly_errors
+def ablate_cmd(
+    config: Annotated[Path, typer.Option(help="YAML file of PipelineConfig.")],
+    run_dir: Annotated[Path, typer.Option(help="The pipeline's run folder (its SFT, PRM and RFT are reused).")],
+    what: Annotated[str, typer.Option(help="table2 (all systems over the config's seeds), beta (Table 3) or topk (Figure 5).")],
+) -> None:
+    """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG."""
+    from prorag.ablations import run_ablation
+    from prorag.config import load_config
+    from prorag.pipeline import PipelineConfig
+
+    if what not in ("table2", "beta", "topk"):
+        raise ValueError(f"--what must be table2, beta or topk, got {what!r}")
+    typer.echo(run_ablation(load_config(config, PipelineConfig), run_dir, what, progress=typer.echo))
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.data.records import Record
 from prorag.data.world.audit import memorisation_audit
-from prorag.data.world.documents import render_documents
+from prorag.data.world.documents import Granularity, render_documents
 from prorag.data.world.facts import World, sample_world
 from prorag.data.world.names import POOL_VERSION, YEARS, name_clusters
 from prorag.data.world.questions import Question, generate_questions
@@ -51,6 +51,9 @@ class WorldConfig:
     """Chance that one side of a comparison is reached through an extra hop."""
     near_duplicate_rate: float = 0.3
     """Chance that an entity's look-alike name (one letter apart) is given to another entity of its type."""
+    passages: Granularity = "page"
+    """``"page"``: one passage per page (an entity's intro and facts); ``"fact"``: one passage per
+    sentence, titled with its page (see :func:`~prorag.data.world.documents.render_documents`)."""
 
 
 SIZES: dict[str, WorldConfig] = {
@@ -147,7 +150,7 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
         world = sample_world(
             world_id(idx), _world_rng(seed, idx, "facts"), cfg.entities, clusters, cfg.near_duplicate_rate, YEARS
         )
-        docs = render_documents(world, _world_rng(seed, idx, "docs"))
+        docs = render_documents(world, _world_rng(seed, idx, "docs"), cfg.passages)
         n = cfg.train_questions_per_world if split == "train" else cfg.eval_questions_per_world
         questions = generate_questions(world, docs, _world_rng(seed, idx, "questions"), n, cfg.mix, cfg.prefix_rate)
         passages.extend(docs.passages)

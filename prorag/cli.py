@@ -131,6 +131,7 @@ def world(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
     size: Annotated[WorldSize, typer.Option(help="tiny (tests), demo (CPU demo), large.")] = WorldSize.demo,
+    passages: Annotated[str, typer.Option(help="page (one passage per page) or fact (one per sentence, the demo's).")] = "page",
 ) -> None:
     """Generate the built-in fictional world: corpus.jsonl and train/dev/test record files.
 
@@ -138,9 +139,13 @@ def world(
     re-draw every fact; train questions come from some worlds and dev/test from unseen ones,
     so answers cannot be memorised and must be read from the retrieved documents.
     """
-    from prorag.data.world import build_world
+    from dataclasses import replace
 
-    summary = build_world(out, seed=seed, size=size.value)
+    from prorag.data.world import SIZES, build_world
+
+    if passages not in ("page", "fact"):
+        raise ValueError(f"--passages must be page or fact, got {passages!r}")
+    summary = build_world(out, seed=seed, size=replace(SIZES[size.value], passages=passages))
     typer.echo(summary.describe())
 
 
@@ -656,7 +661,9 @@ def pipeline_cmd(
 @app.command("demo")
 @_friendly_errors
 def demo_cmd(
-    quick: Annotated[bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: under an hour).")] = False,
+    quick: Annotated[
+        bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: under an hour).")
+    ] = False,
     run_dir: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo or runs/demo-quick).")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,
 ) -> None:
@@ -675,9 +682,9 @@ def demo_cmd(
     typer.echo(f"Built-in world, test split ({results['systems'][results['order'][0]]['metrics']['n']} questions):")
     typer.echo(results_table(results))
     typer.echo(
-        "EM: normalised exact match; F1: token F1 (SQuAD normalisation); valid: format-valid rate;\n"
-        "searches: mean retrieval steps per question. RL rows: mean±std over seeds "
-        f"{results['seeds']}."
+        "EM: normalised exact match, F1: token F1 (SQuAD normalisation), Format-valid: trajectories that\n"
+        "follow the step grammar (all in percent; not applicable to the one-shot baselines); Retrieval\n"
+        f"steps: searches per question. RL rows: mean ± std over seeds {results['seeds']}."
     )
     typer.echo(f"wall time {time.perf_counter() - started:.0f}s; report: {out}/report.html")
 

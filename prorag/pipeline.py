@@ -197,6 +197,23 @@ def write_resolved_config(config: PipelineConfig, path: Path) -> None:
         f.write(yaml.safe_dump(asdict(config), sort_keys=False))
 
 
+def non_default_fields(config: Any) -> dict[str, Any]:
+    """The fields of a config dataclass that differ from their defaults, nested configs
+    included (what a readable YAML file needs to say; :func:`~prorag.config.load_config` fills
+    in the rest)."""
+    out: dict[str, Any] = {}
+    default = type(config)()
+    for f in dataclasses.fields(config):
+        value, base = getattr(config, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(value) and type(value) is type(base):
+            nested = non_default_fields(value)
+            if nested:
+                out[f.name] = nested
+        elif value != base:
+            out[f.name] = asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
 def write_records(path: Path, records: Sequence[Record]) -> None:
     write_jsonl(path, (r.to_dict() for r in records))
 
@@ -472,6 +489,9 @@ def collect_results(run: Run) -> dict[str, Any]:
         }
         if len(per_seed) > 1:
             entry["seeds"] = per_seed
+        if system in ("naive", "standard-rag"):
+            # One-shot answers have no step format: their format-valid rate does not apply.
+            entry["metrics"] = {**entry["metrics"], "format_valid_rate": None}
         systems[system] = entry
     curves = {
         rl_run_name(s, seed): f"rl/{rl_run_name(s, seed)}/metrics.jsonl"
@@ -501,22 +521,18 @@ def collect_results(run: Run) -> dict[str, Any]:
 
 
 def results_table(results: dict[str, Any]) -> str:
-    """The results as a fixed-width table for the terminal (EM and F1: normalised exact match
-    and token F1, SQuAD normalisation; valid: format-valid rate; searches: mean retrieval steps)."""
-    header = f"{'system':<38}{'EM':>12}{'F1':>12}{'valid':>8}{'searches':>10}"
+    """The report's results table (:func:`prorag.report.results_table`) as fixed-width text for
+    the terminal: EM and F1 in percent (normalised exact match and token F1, SQuAD
+    normalisation), the format-valid rate in percent, mean retrieval steps; mean ± std over
+    seeds where a system ran with several."""
+    from prorag.report import TABLE_METRICS, format_cell
+    from prorag.report import results_table as table_rows
+
+    header = f"{'system':<38}" + "".join(f"{col:>17}" for col, _, _ in TABLE_METRICS)
     lines = [header, "-" * len(header)]
-    for name in results["order"]:
-        m = results["systems"][name]["metrics"]
-
-        def cell(key: str, m: dict[str, Any] = m) -> str:
-            if f"{key}_std" in m:
-                return f"{m[key]:.3f}±{m[f'{key}_std']:.3f}"
-            return f"{m[key]:.3f}"
-
-        lines.append(
-            f"{results['systems'][name]['label']:<38}{cell('em'):>12}{cell('f1'):>12}"
-            f"{m['format_valid_rate']:>8.2f}{m['mean_retrieval_steps']:>10.2f}"
-        )
+    for row in table_rows(results):
+        cells = "".join(f"{format_cell(row.cells[col], percent):>17}" for col, _, percent in TABLE_METRICS)
+        lines.append(f"{row.label:<38}{cells}")
     return "\n".join(lines)
 
 
@@ -600,6 +616,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
         prm=PRMConfig(epochs=3, per_device_batch_size=16, gradient_accumulation_steps=1, learning_rate=1e-3, logging_steps=10),
         rft=RFTConfig(
             samples_per_question=4,
+            if_nothing_kept="copy_policy",
             train=SFTConfig(
                 model="tiny",
                 epochs=1,
@@ -635,6 +652,7 @@ __all__ = [
     "collect_results",
     "demo_config",
     "fingerprint",
+    "non_default_fields",
     "resolve",
     "results_table",
     "run_pipeline",

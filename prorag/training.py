@@ -51,6 +51,40 @@ class TimeBudget(TrainerCallback):
             control.should_save = True
 
 
+def trainer_arguments(config: Any, run_dir: str | Path) -> dict[str, Any]:
+    """The ``TrainingArguments`` every stage sets the same way, from the stage config's shared
+    fields (``epochs``, ``max_steps``, batch size and accumulation, the optimiser and schedule,
+    ``gradient_checkpointing``, ``bf16``, ``seed``, checkpoint and logging intervals,
+    ``report_to``): checkpoints in ``run_dir/checkpoints``, the CPU used when there is no CUDA
+    device, one seed for the model and the data order. A stage adds its own arguments."""
+    cuda = torch.cuda.is_available()
+    return dict(
+        output_dir=str(Path(run_dir) / "checkpoints"),
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.per_device_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        activation_checkpointing=config.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
+        bf16=use_bf16(config.bf16),
+        fp16=False,
+        use_cpu=not cuda,
+        dataloader_pin_memory=cuda,
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        report_to=config.report_to,
+    )
+
+
 def use_bf16(setting: bool | str) -> bool:
     """``"auto"``: bf16 when a CUDA device supports it; otherwise the setting itself."""
     if setting == "auto":

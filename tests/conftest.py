@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,19 @@ import pytest
 SHARED_DIR = Path(os.environ.get("PRORAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 #: The real benchmark files (read-only).
 BENCHMARKS_DIR = SHARED_DIR / "data" / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One intra-op torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    a tiny model's ops are too small to gain from two, and on a shared CPU two threads can run
+    them far slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

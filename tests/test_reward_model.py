@@ -23,13 +23,7 @@ from prorag.reward_model import (
 )
 from prorag.rollout import ActionRecord, Trajectory
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.errors import DataError
 from prorag.metrics import ranking_auc
 from prorag.reward_model import DEFAULT_MAX_LENGTH, ProcessRewardModel, last_token_rewards, reward_model_from_policy
-from prorag.training import MetricsFile, TimeBudget, resume_training, use_bf16
+from prorag.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -298,35 +298,12 @@ class PairwiseRewardTrainer(RewardTrainer):
 def prm_training_args(config: PRMConfig, run_dir: str | Path, *, has_eval: bool) -> RewardConfig:
     """TRL's ``RewardConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, the
     hardware's precision, and no length filter (the examples are already cut from the left)."""
-    cuda = torch.cuda.is_available()
     return RewardConfig(
-        output_dir=str(Path(run_dir) / "checkpoints"),
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.per_device_batch_size,
+        **trainer_arguments(config, run_dir),
         per_device_eval_batch_size=config.eval_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
         center_rewards_coefficient=config.center_rewards_coefficient,
-        activation_checkpointing=config.gradient_checkpointing,
-        bf16=use_bf16(config.bf16),
-        fp16=False,
-        use_cpu=not cuda,
-        dataloader_pin_memory=cuda,
-        seed=config.seed,
-        data_seed=config.seed,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=(config.eval_steps or config.save_steps) if has_eval else None,
-        report_to=config.report_to,
         max_length=None,
         remove_unused_columns=False,
     )

@@ -90,6 +90,11 @@ class RFTConfig:
     """An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's)."""
     drop_malformed_actions: bool = True
     """Also drop actions that are not well formed (I_step = 0), whatever their PRM score."""
+    if_nothing_kept: Literal["error", "copy_policy"] = "error"
+    """When no (context, action) pair passes the filters (a policy too weak to answer any
+    sampled question right): ``"error"`` stops with the counts; ``"copy_policy"`` logs a
+    warning and writes pi_sft unchanged as pi_rft (fine-tuning on nothing is a no-op), so a
+    pipeline with small budgets goes on."""
     limit: int | None = None
     """Use only the first ``limit`` questions of the record file."""
     seed: int = 0
@@ -364,11 +369,18 @@ def finetune_rft(
     table = tag_weight_table(tag_token_ids(tokenizer), train.weight_scheme, train.control_lambda, weights=train.tag_weights)
     examples, stats = build_rft_examples(samples, table, max_length=train.max_length, overlong=train.overlong)
     log.info("RFT examples: %s", stats)
+    out = run / "policy"
     if not examples:
-        raise ValueError(f"no kept (context, action) pair to train on ({stats}); see {run / 'rft_counts.json'}")
+        if config.if_nothing_kept == "error":
+            raise ValueError(f"no kept (context, action) pair to train on ({stats}); see {run / 'rft_counts.json'}")
+        log.warning("RFT kept no (context, action) pair (%s): pi_rft is pi_sft unchanged", stats)
+        from prorag.models import configure_generation, save_policy
+
+        configure_generation(model, tokenizer)
+        save_policy(model, tokenizer, out)
+        return out
     trainer = make_sft_trainer(train, run, model, tokenizer, examples, None, table)
     resume_training(trainer, run, "RFT fine-tuning")
-    out = run / "policy"
     save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora)
     return out
 

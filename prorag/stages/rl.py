@@ -87,7 +87,7 @@ from prorag.retrieval.base import Retriever
 from prorag.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
 from prorag.rewards.process import StepRewardConfig, trajectory_step_rewards
 from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, use_bf16
+from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -520,31 +520,8 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
 def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
     """TRL's ``GRPOConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU and bf16
     chosen from the hardware, the loss and sampling settings of the stage."""
-    cuda = torch.cuda.is_available()
     return GRPOConfig(
-        output_dir=str(Path(run_dir) / "checkpoints"),
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.per_device_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        activation_checkpointing=config.gradient_checkpointing,
-        bf16=use_bf16(config.bf16),
-        fp16=False,
-        use_cpu=not cuda,
-        dataloader_pin_memory=cuda,
-        seed=config.seed,
-        data_seed=config.seed,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        report_to=config.report_to,
+        **trainer_arguments(config, run_dir),
         # --- GRPO
         num_generations=config.group_size,
         max_completion_length=config.max_completion_tokens + config.max_action_tokens,

@@ -95,7 +95,7 @@ from prorag.losses import (
 )
 from prorag.prompts import PromptStyle, prompt_token_ids
 from prorag.retrieval.base import Retriever
-from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, use_bf16
+from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -477,36 +477,13 @@ def sft_training_args(config: SFTConfig, run_dir: str | Path, *, has_eval: bool 
     """TRL's ``SFTConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU/bf16 chosen
     from the hardware, and the options that keep TRL from re-tokenising or packing the
     pre-tokenised dataset."""
-    cuda = torch.cuda.is_available()
     return TRLSFTConfig(
-        output_dir=str(Path(run_dir) / "checkpoints"),
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.per_device_batch_size,
+        **trainer_arguments(config, run_dir),
         per_device_eval_batch_size=config.eval_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
-        activation_checkpointing=config.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
-        bf16=use_bf16(config.bf16),
-        fp16=False,
-        use_cpu=not cuda,
-        dataloader_pin_memory=cuda,
         dataloader_num_workers=config.dataloader_num_workers,
-        seed=config.seed,
-        data_seed=config.seed,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=(config.eval_steps or config.save_steps) if has_eval else None,
-        report_to=config.report_to,
         # A pre-tokenised dataset with a custom collator: TRL must neither re-tokenise nor pack.
         dataset_kwargs={"skip_prepare_dataset": True},
         remove_unused_columns=False,

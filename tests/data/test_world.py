@@ -83,6 +83,31 @@ def test_gold_evidence_is_in_the_corpus_and_states_each_sub_answer(demo: Path) -
             assert m["decomposition"][0]["subject"] in r.question
 
 
+def test_fact_passages_are_the_page_sentences_and_keep_questions_and_gold(tmp_path: Path, tiny: Path) -> None:
+    """``passages="fact"`` cuts every page into its sentences (intro left out): the same
+    questions, and each hop's gold evidence is the one sentence that states its sub-answer."""
+    import dataclasses
+
+    out = tmp_path / "fact"
+    build_world(out, seed=0, size=dataclasses.replace(SIZES["tiny"], passages="fact"))
+    for split in ("train", "dev", "test"):
+        assert [r.question for r in read_records(str(out / f"{split}.jsonl"))] == [
+            r.question for r in read_records(str(tiny / f"{split}.jsonl"))
+        ]
+    pages = {p.id: p for p in read_passages(str(tiny / "corpus.jsonl"))}
+    facts = {p.id: p for p in read_passages(str(out / "corpus.jsonl"))}
+    for pid, p in facts.items():
+        page = pages[pid.rsplit("/", 1)[0]]
+        assert p.title == page.title and p.partition == page.partition
+        assert p.text.count(". ") == 0 and p.text in page.text  # one sentence of that page
+    # Every sentence of every page but the intro is a passage.
+    assert len(facts) == sum(len(re.findall(r"[.!?](?:\s|$)", p.text)) - 1 for p in pages.values())
+    for r in read_records(str(out / "test.jsonl")):
+        for hop in r.metadata["decomposition"]:
+            for pid in hop["support_doc_ids"]:
+                assert hop["answer"] in facts[pid].text, (r.id, hop, facts[pid].contents)
+
+
 def test_hops_kinds_and_yes_no_balance(demo: Path) -> None:
     train = read_records(str(demo / "train.jsonl"))
     hops = Counter(r.metadata["hops"] for r in train if r.metadata["type"] == "chain")

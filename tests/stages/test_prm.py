@@ -34,14 +34,7 @@ from prorag.stages.prm import (
     train_prm,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """One intra-op thread: the tiny model's ops are too small to gain from two on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ----------------------------------------------------------------------------- synthetic pairs

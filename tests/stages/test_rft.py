@@ -36,13 +36,7 @@ from prorag.stages.rft import (
 from prorag.stages.sft import SFTConfig
 from tests.fakes import ReplayLM
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class AlternatingScorer:
@@ -247,9 +241,14 @@ def test_finetune_on_kept_pairs_moves_weights_and_resumes(
     cfg3 = rft_config(train=replace(rft_config().train, max_steps=3))
     finetune_rft(cfg3, tmp_path, make_tiny_model(world_tokenizer, "tiny", seed=0), world_tokenizer, kept)
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "loss" in r] == [1, 2, 3]
-    # Nothing kept: a clear error, not an empty training run.
+    # Nothing kept: a clear error, not an empty training run ...
     with pytest.raises(ValueError, match="no kept"):
         finetune_rft(rft_config(), tmp_path / "none", model, world_tokenizer, [])
+    # ... or, when asked, pi_sft written unchanged as pi_rft.
+    fresh = make_tiny_model(world_tokenizer, "tiny", seed=0)
+    copied = finetune_rft(rft_config(if_nothing_kept="copy_policy"), tmp_path / "copy", fresh, world_tokenizer, [])
+    again, _ = load_policy(str(copied))
+    assert all(torch.equal(v, init[k]) for k, v in again.state_dict().items())
 
 
 def test_run_rft_end_to_end_and_refuses_changed_settings(

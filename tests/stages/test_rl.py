@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,7 @@ from prorag.stages import rl
 from prorag.stages.rl import RLConfig, excluded_ids, make_rl_trainer, rl_records, train_rl
 from tests.fakes import ReplayLM
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

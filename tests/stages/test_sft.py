@@ -28,16 +28,7 @@ from prorag.stages.sft import (
     train_sft,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """One intra-op thread for this module: the tiny model's ops are so small that on a 2-core
-    machine shared with other work, synchronising two threads costs more than the ops (a
-    128x384 linear took 12 ms with two threads under load, 60 us with one)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # The tiny world, its BM25 retriever and its world tokenizer are the session fixtures of

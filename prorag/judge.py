@@ -47,6 +47,7 @@ from prorag.data.records import Record
 from prorag.gold import gold_hops
 from prorag.llm_teacher import ChatClient, LLMTeacherConfig, LLMTeacherError, LLMUsage
 from prorag.metrics import exact_match, normalize_answer
+from prorag.schema import parse_trajectory
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,19 @@ def step_verdict(record: Record, history: Sequence[StepView], step: StepView) ->
     return False, "no action kind"
 
 
+def trajectory_verdicts(record: Record, text: str) -> list[tuple[bool, str]]:
+    """The oracle's verdict on every action of a whole trajectory (its text with tags), each
+    judged after the actions before it: how a PRM's scores of fresh samples are checked."""
+    history: list[StepView] = []
+    out = []
+    for action in parse_trajectory(text).actions:
+        kind = action.kind.value if action.kind is not None else None
+        step = StepView(kind, action.content, action.well_formed, "", action.retrieval or "")
+        out.append(step_verdict(record, history, step))
+        history.append(step)
+    return out
+
+
 class OracleJudge:
     """The offline judge of gold decompositions (see the module docstring)."""
 
@@ -397,5 +411,6 @@ __all__ = [
     "parse_judgement",
     "replay",
     "step_verdict",
+    "trajectory_verdicts",
     "targets",
 ]

@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import yaml
 
-from prorag.data.jsonl import atomic_writer, read_json, write_json, write_jsonl
+from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.data.world.documents import Granularity
 from prorag.evaluate import EvalConfig, compare_predictions
@@ -382,6 +382,26 @@ def stage_prm(run: Run) -> None:
 
     run.stage("pairs", cfg.pairs, judge)
     run.stage("prm", cfg.prm, lambda: train_prm(replace(cfg.prm, pairs_file=str(pairs), init=policy), run.path("prm")))
+    run.stage("prm-audit", {"top_k": cfg.top_k, "seed": cfg.seed}, lambda: audit_prm(run))
+
+
+def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
+    """How the PRM ranks valid against invalid steps (oracle labels) of fresh pi_sft samples on
+    the dev questions, which neither SFT, MCTS nor the PRM saw; written to ``prm/audit.json``."""
+    from prorag.models import load_policy
+    from prorag.retrieval.index import open_retriever
+    from prorag.reward_model import ProcessRewardModel
+    from prorag.rollout import RolloutConfig, RolloutEngine
+    from prorag.stages.prm import step_ranking_audit
+
+    model, tokenizer = load_policy(str(run.path("policies", "sft", "policy")))
+    engine = RolloutEngine(model, tokenizer, open_retriever(str(run.path("index"))), RolloutConfig(top_k=run.config.top_k))
+    records = [r for r in read_records(run.path("splits", "dev.jsonl")) for _ in range(samples)]
+    trajectories = engine.rollout(records, seed=run.config.seed, progress=True)
+    audit = step_ranking_audit(ProcessRewardModel.load(run.path("prm", "prm")), trajectories, records)
+    write_json(run.path("prm", "audit.json"), audit)
+    run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
+    return audit
 
 
 def stage_rft(run: Run) -> None:
@@ -469,6 +489,24 @@ def _mean_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def stage_summaries(run: Run) -> dict[str, Any]:
+    """What the middle stages produced, for the report: the pairs' counts, the PRM's held-out
+    pairwise accuracy and its audit on fresh samples, and what RFT's filters kept."""
+    out: dict[str, Any] = {}
+    if run.path("pairs", "summary.json").exists():
+        out["pairs"] = read_json(run.path("pairs", "summary.json"))
+    metrics = run.path("prm", "metrics.jsonl")
+    if metrics.exists():
+        final = [r for r in read_jsonl(metrics) if "eval_accuracy" in r]
+        if final:
+            out["prm_held_out"] = {k: v for k, v in final[-1].items() if k.startswith("eval_")}
+    if run.path("prm", "audit.json").exists():
+        out["prm_audit"] = read_json(run.path("prm", "audit.json"))
+    if run.path("policies", "rft", "rft_counts.json").exists():
+        out["rft"] = read_json(run.path("policies", "rft", "rft_counts.json"))
+    return out
+
+
 def collect_results(run: Run) -> dict[str, Any]:
     """``RUN/results.json``: every system's metrics (mean over seeds for RL systems), per-seed
     metrics, learning curves, paired t-tests against full ProRAG, wall times."""
@@ -510,6 +548,7 @@ def collect_results(run: Run) -> dict[str, Any]:
                 significance[system] = {m: tests[m] for m in ("em", "f1")}
     world = read_json(run.path("world", "world.json")).get("counts", {}) if run.path("world", "world.json").exists() else {}
     return {
+        "stages": stage_summaries(run),
         "systems": systems,
         "order": list(cfg.systems),
         "curves": curves,
@@ -650,6 +689,7 @@ __all__ = [
     "PipelineConfig",
     "Run",
     "collect_results",
+    "audit_prm",
     "demo_config",
     "fingerprint",
     "non_default_fields",

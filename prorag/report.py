@@ -312,7 +312,7 @@ def learning_curves(run_dir: Path, results: Mapping[str, Any]) -> dict[str, list
 
 
 @dataclass(frozen=True)
-class StepView:
+class ViewerStep:
     """One action of a trajectory as the viewer shows it."""
 
     kind: str
@@ -341,7 +341,7 @@ class QuestionView:
     f1: float | None
     format_valid: bool | None
     stop_reason: str | None
-    steps: tuple[StepView, ...] = ()
+    steps: tuple[ViewerStep, ...] = ()
     prior_doc_ids: tuple[str, ...] = ()
     """Documents retrieved before generation (standard RAG puts them in the prompt)."""
 
@@ -357,7 +357,7 @@ def split_documents(retrieval: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in _DOC_START.split(retrieval) if part.strip())
 
 
-def trajectory_steps(traj: Trajectory, logits: Sequence[float] | None = None) -> list[StepView]:
+def trajectory_steps(traj: Trajectory, logits: Sequence[float] | None = None) -> list[ViewerStep]:
     """The steps of a trajectory, parsed from its text by :func:`prorag.schema.parse_trajectory`.
 
     The i-th parsed action gets the i-th PRM logit (both parsers cut a completion into the same
@@ -372,7 +372,7 @@ def trajectory_steps(traj: Trajectory, logits: Sequence[float] | None = None) ->
     steps = []
     for i, action in enumerate(parsed.actions):
         steps.append(
-            StepView(
+            ViewerStep(
                 kind=action.kind.value if action.kind else "malformed",
                 thought=action.thought,
                 content=action.content,
@@ -724,7 +724,7 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * float(x):.1f}"
 
 
-def render_step(step: StepView, index: int) -> str:
+def render_step(step: ViewerStep, index: int) -> str:
     """One step: kind, PRM score (number and colour), thought, content, and a search's documents."""
     if step.logit is None:
         score, colour = '<span class="step-score">PRM: not scored</span>', "#bbb"
@@ -879,7 +879,7 @@ __all__ = [
     "METRIC_DESCRIPTIONS",
     "QuestionView",
     "ReportConfig",
-    "StepView",
+    "ViewerStep",
     "TableRow",
     "load_questions",
     "load_results",

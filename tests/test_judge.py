@@ -233,3 +233,27 @@ def test_llm_judge_gives_no_pair_when_replies_stay_bad(tmp_path: Path) -> None:
         judge = LLMJudge(_config(server, tmp_path, cache_path=None))
         assert judge.judge([_request()]) == [None]
         assert judge.failed == 1 and server.n_requests == 3
+
+
+def test_trajectory_verdicts_judge_each_action_after_the_ones_before() -> None:
+    from prorag.judge import trajectory_verdicts
+    from prorag.schema import render_conclude, render_env_turn, render_search, step_opener
+
+    def then(action: str) -> str:  # the environment has already written the next "<step>"
+        return action[len(step_opener()) :]
+
+    docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
+    text = (
+        render_search("I need the director.", "Saenax director")
+        + render_env_turn(docs)
+        + then(render_conclude("Saenax was directed by Siril.", "Siril"))
+        + render_env_turn()
+        + then(render_search("Again.", "Saenax director"))  # redundant: hop 1 is resolved
+        + render_env_turn(docs)
+        + then(render_conclude("I guess.", "Tamal"))  # hop 2's answer, but in no retrieved text
+        + render_env_turn()
+        + " So the answer is Krirek. </step><answer> Krirek </answer>"
+    )
+    verdicts = trajectory_verdicts(CHAIN, text)
+    assert [ok for ok, _ in verdicts] == [True, True, False, False, True]
+    assert "redundant" in verdicts[2][1] and "not supported" in verdicts[3][1]

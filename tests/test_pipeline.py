@@ -145,3 +145,25 @@ def test_pipeline_resumes_after_kills_to_the_same_metrics(tmp_path: Path) -> Non
     proc = _pipeline(changed, resumed)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 2 and b"train-sft" in out
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_end_to_end_and_prints_its_measured_table(tmp_path: Path) -> None:
+    """``prorag demo --quick``: every stage on the built-in world, the table printed from the
+    evaluations it ran (each row's numbers are those of its eval folder), and the report."""
+    run = tmp_path / "demo"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "prorag.cli", "demo", "--quick", "--run-dir", str(run)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    results = read_json(run / "results.json")
+    assert results["order"] == ["naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag"]
+    for row in results["systems"].values():
+        measured = read_json(run / row["eval_dir"] / "metrics.json")
+        assert row["metrics"]["em"] == measured["em"] and row["metrics"]["n"] == measured["n"] == 100
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(row["label"]))
+        assert f"{100 * measured['em']:.1f}" in line and f"{100 * measured['f1']:.1f}" in line
+    for stage in ("train-sft", "mcts", "pairs", "prm", "rft", "rl-prorag-seed0", "rl-grpo-seed0", "eval-prorag-seed0"):
+        assert (run / "stages" / f"{stage}.json").exists(), stage
+    assert (run / "report.html").exists() and (run / "report.md").exists()
+    assert read_json(run / "policies" / "rft" / "rft_counts.json")["samples"] == 64 * 4

@@ -59,9 +59,11 @@ from transformers import TrainerCallback
 from trl import RewardConfig, RewardTrainer
 
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
+from prorag.data.records import Record
 from prorag.errors import DataError
 from prorag.metrics import ranking_auc
-from prorag.reward_model import DEFAULT_MAX_LENGTH, ProcessRewardModel, last_token_rewards, reward_model_from_policy
+from prorag.reward_model import DEFAULT_MAX_LENGTH, ProcessRewardModel, StepScorer, last_token_rewards, reward_model_from_policy
+from prorag.rollout import Trajectory
 from prorag.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
 
 log = logging.getLogger(__name__)
@@ -358,6 +360,36 @@ def pair_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, floa
     }
 
 
+def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], records: Sequence[Record]) -> dict[str, float]:
+    """How the PRM ranks the valid against the invalid steps of trajectories it never saw
+    (``trajectories[i]`` answers ``records[i]``; fresh samples of pi_sft): every action is
+    labelled by the oracle judge in its context (:func:`prorag.judge.trajectory_verdicts`), then
+    the PRM's logits of the valid ones are compared with those of the invalid ones by ROC AUC.
+    Also the share of each class the PRM scores above 0 (the RFT filter's threshold)."""
+    from prorag.judge import trajectory_verdicts
+
+    logits = scorer.score_trajectories(trajectories)
+    valid: list[float] = []
+    invalid: list[float] = []
+    skipped = 0
+    for traj, record, scores in zip(trajectories, records, logits, strict=True):
+        verdicts = trajectory_verdicts(record, traj.text)
+        if len(verdicts) != len(scores):  # a lossy decode: do not pair scores with other actions
+            skipped += 1
+            continue
+        for (ok, _), score in zip(verdicts, scores, strict=True):
+            (valid if ok else invalid).append(float(score))
+    out = {
+        "trajectories": float(len(trajectories) - skipped),
+        "valid_steps": float(len(valid)),
+        "invalid_steps": float(len(invalid)),
+        "valid_above_0": sum(x > 0 for x in valid) / len(valid) if valid else float("nan"),
+        "invalid_above_0": sum(x > 0 for x in invalid) / len(invalid) if invalid else float("nan"),
+    }
+    out["auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    return out
+
+
 def train_prm(
     config: PRMConfig,
     run_dir: str | Path,
@@ -432,6 +464,7 @@ __all__ = [
     "make_prm_trainer",
     "pair_examples",
     "pair_metrics",
+    "step_ranking_audit",
     "pair_wins",
     "pairwise_loss",
     "parse_step_pair",

@@ -348,3 +348,37 @@ def test_prm_command_trains_from_yaml_and_reports_bad_lines(policy_dir: Path, pa
     cfg.write_text("epochs: three\n")
     result = runner.invoke(app, [*args[:-2], "--config", str(cfg)])
     assert result.exit_code == 2 and "prm.yaml:1" in result.output and "epochs" in result.output
+
+
+def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
+    """Valid steps (oracle) scored 2, 1, -1 and invalid ones 0, 3: of the 6 (valid, invalid) score
+    pairs the valid one wins 2 (2 > 0, 1 > 0), so the AUC is 2/6."""
+    from prorag.rollout import ActionRecord, Trajectory
+    from prorag.schema import render_conclude, render_env_turn, render_search, step_opener
+    from prorag.stages.prm import step_ranking_audit
+    from tests.test_judge import CHAIN
+
+    docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
+    text = (
+        render_search("I need the director.", "Saenax director")  # valid
+        + render_env_turn(docs)
+        + render_conclude("Saenax was directed by Siril.", "Siril")[len(step_opener()) :]  # valid
+        + render_env_turn()
+        + render_search("Again.", "Saenax director")[len(step_opener()) :]  # invalid: redundant
+        + render_env_turn(docs)
+        + render_conclude("I guess.", "Tamal")[len(step_opener()) :]  # invalid: unsupported
+        + render_env_turn()
+        + " So the answer is Krirek. </step><answer> Krirek </answer>"  # valid
+    )
+    traj = Trajectory(
+        "w4-q1", CHAIN.question, [1], [2], [1], [0.0], [ActionRecord("search", (0, 1), True)] * 5, [], "answer", text=text
+    )
+
+    class Fake:
+        def score_trajectories(self, trajectories: Any) -> list[list[float]]:
+            return [[2.0, 1.0, 0.0, 3.0, -1.0] for _ in trajectories]
+
+    audit = step_ranking_audit(Fake(), [traj], [CHAIN])
+    assert (audit["valid_steps"], audit["invalid_steps"]) == (3, 2)
+    assert audit["auc"] == pytest.approx(2 / 6)
+    assert audit["valid_above_0"] == pytest.approx(2 / 3) and audit["invalid_above_0"] == pytest.approx(1 / 2)

@@ -6,7 +6,7 @@ standard-RAG baselines trained with the same questions, model, optimiser and num
 
 What it does, all on the CPU:
 
-1. builds the ``demo`` world (seed 0: 20 training worlds, an unseen dev world and an unseen
+1. builds the ``demo`` world (seed 0, one sentence per passage unless ``--passages page``: 20 training worlds, an unseen dev world and an unseen
    test world), trains the world tokenizer and indexes the corpus with BM25;
 2. renders a gold trajectory of every training question (template teacher, top-``k`` BM25);
 3. for every target, :func:`prorag.stages.sft.train_sft` with ``SFTConfig(target=...)``: the
@@ -31,13 +31,14 @@ import argparse
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.data.records import read_passages, read_records
-from prorag.data.world import build_world
+from prorag.data.world import SIZES, build_world
 from prorag.evaluate import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.gold import render_gold
 from prorag.models import load_policy, make_tiny_model, train_world_tokenizer, world_tokenizer_texts
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/sft_world"))
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--passages", default="fact", choices=["fact", "page"], help="world passages: one sentence or one page each")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -70,7 +72,7 @@ def main() -> None:
     t0 = time.perf_counter()
     world = args.out / "world"
     if not (world / "world.json").exists():
-        build_world(world, seed=0, size="demo")
+        build_world(world, seed=0, size=replace(SIZES["demo"], passages=args.passages))
     tokenizer = train_world_tokenizer(world_tokenizer_texts(world))
     retriever = BM25Retriever(read_passages(world / "corpus.jsonl"))
     train = read_records(world / "train.jsonl")

@@ -545,7 +545,7 @@ def collect_results(run: Run) -> dict[str, Any]:
                 seed = cfg.seeds[0] if system in RL_SYSTEMS else None
                 other = run.path("eval", eval_dir_name(system, seed), "predictions.jsonl")
                 tests = compare_predictions(ref, other)
-                significance[system] = {m: tests[m] for m in ("em", "f1")}
+                significance[system] = {"metric": "em", **tests["em"], "f1": tests["f1"]}
     world = read_json(run.path("world", "world.json")).get("counts", {}) if run.path("world", "world.json").exists() else {}
     return {
         "stages": stage_summaries(run),

@@ -165,5 +165,5 @@ def test_quick_demo_runs_end_to_end_and_prints_its_measured_table(tmp_path: Path
         assert f"{100 * measured['em']:.1f}" in line and f"{100 * measured['f1']:.1f}" in line
     for stage in ("train-sft", "mcts", "pairs", "prm", "rft", "rl-prorag-seed0", "rl-grpo-seed0", "eval-prorag-seed0"):
         assert (run / "stages" / f"{stage}.json").exists(), stage
-    assert (run / "report.html").exists() and (run / "report.md").exists()
+    assert (run / "report.html").exists() and "(EM, n=100)" in (run / "report.md").read_text()  # t-tests vs ProRAG
     assert read_json(run / "policies" / "rft" / "rft_counts.json")["samples"] == 64 * 4

@@ -113,9 +113,7 @@ def run_ablation(
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]
         for name, row in results.get("significance", {}).items():
-            lines.append(
-                f"  {name:<14} EM p={row['p_value']:.4f} (t={row['t']:.2f})  F1 p={row['f1']['p_value']:.4f}"
-            )
+            lines.append(f"  {name:<14} EM p={row['p_value']:.4f} (t={row['t']:.2f})  F1 p={row['f1']['p_value']:.4f}")
         return "\n".join(lines)
     run = Run(Path(run_dir), resolve(config), progress)
     if what == "beta":

@@ -184,10 +184,23 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
     )
 
 
+def _canonical(value: Any) -> Any:
+    """Numbers as a YAML file and a Python literal give them: ``3.0`` (a float field read from
+    ``epochs: 3``) and ``3`` (``epochs=3`` in code) are the same setting."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value
+
+
 def fingerprint(value: Any) -> str:
-    """A short stable hash of a config (dataclass or plain data) for the stage markers."""
+    """A short stable hash of a config (dataclass or plain data) for the stage markers; the same
+    settings give the same hash whether they came from code or from a YAML file."""
     data = asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-    text = json.dumps(data, sort_keys=True, default=str)
+    text = json.dumps(_canonical(data), sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

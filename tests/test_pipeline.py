@@ -18,7 +18,7 @@ import yaml
 from prorag.config import load_config
 from prorag.data.jsonl import read_json, read_jsonl
 from prorag.data.records import Record
-from prorag.pipeline import PipelineConfig, demo_config, non_default_fields, split_questions
+from prorag.pipeline import PipelineConfig, demo_config, fingerprint, non_default_fields, split_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,11 @@ def test_split_is_seeded_and_disjoint() -> None:
 
 @pytest.mark.parametrize("name,quick", [("demo.yaml", False), ("demo_quick.yaml", True)])
 def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
-    assert load_config(ROOT / "configs" / name, PipelineConfig) == demo_config(quick=quick)
+    loaded = load_config(ROOT / "configs" / name, PipelineConfig)
+    assert loaded == demo_config(quick=quick)
+    # ... and so is every stage's fingerprint: a run started with `prorag demo` resumes with the file.
+    for part in ("sft", "mcts", "prm", "rft", "rl", "eval", "data"):
+        assert fingerprint(getattr(loaded, part)) == fingerprint(getattr(demo_config(quick=quick), part)), part
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

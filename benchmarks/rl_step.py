@@ -1,7 +1,7 @@
 """Wall time of one RL step with process supervision (ProRAG) against outcome-only GRPO.
 
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
-        [--repeats 3] [--threads N] [--out results.json]
+        [--repeats 3] [--threads N] [--sampled] [--out results.json]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -17,7 +17,11 @@ TRL's training step makes:
 
 The policy is a random built-in model run at full cost whose choices are steered along the gold
 trajectories (``benchmarks/rollout.py``'s :class:`SteeredModel`, greedy), so that trajectories
-have a realistic shape: several actions, real retrieval blocks. The PRM is a real
+have a realistic shape: several actions, real retrieval blocks. ``--sampled`` samples at temperature
+0.02 instead of taking the argmax: the steering margin (one logit, 50 after the temperature) makes
+the sample the steered token all the same, so the trajectories are identical while every token
+goes through the sampler the RL stage uses (per-row random streams), whose cost is then
+included; without it decoding is greedy. The PRM is a real
 :class:`~prorag.reward_model.ProcessRewardModel` on a backbone of the same size (as in the paper,
 where the PRM is the policy's backbone). Each side is timed ``--repeats`` times, alternating, and
 its best time kept; the ratio compares the two totals (target: process supervision adds < 25%).
@@ -85,6 +89,7 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=("tiny", "small"))
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per side (best kept)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sampled", action="store_true", help="sample (temperature 0.02) instead of greedy decoding")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.threads:
@@ -126,7 +131,9 @@ def main() -> None:
         }
         optimizers = {}
         for trainer in sides.values():
-            trainer.rollout_func.config = replace(trainer.rollout_func.config, greedy=True)  # steering is argmax steering
+            # Steering is argmax steering: greedy, or sampling cold enough to pick the argmax.
+            sampling = dict(greedy=False, temperature=0.02) if args.sampled else dict(greedy=True)
+            trainer.rollout_func.config = replace(trainer.rollout_func.config, **sampling)
             trainer.current_gradient_accumulation_steps = 1
             optimizers[id(trainer)] = torch.optim.AdamW(policy.parameters(), lr=0.0)  # lr 0: every step sees the same model
         rows = [dict(sides["process"].train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
@@ -146,7 +153,8 @@ def main() -> None:
     print(
         f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and a PRM of its backbone, "
         f"{args.questions} questions x G={args.group} = {n} trajectories, {proc['model_tokens']} model tokens "
-        f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}"
+        f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
+        f"{'sampled' if args.sampled else 'greedy'} decoding"
     )
     print(f"{'part':<16}{'process (s)':>12}{'share':>8}{'outcome (s)':>13}{'share':>8}")
     for part in PARTS:

@@ -449,6 +449,11 @@ class JudgeKind(StrEnum):
     llm = "llm"
 
 
+class PairsPerSet(StrEnum):
+    one = "one"
+    all = "all"
+
+
 @app.command("pairs")
 @_friendly_errors
 def pairs(
@@ -456,6 +461,9 @@ def pairs(
     out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
     judge: Annotated[JudgeKind, typer.Option(help="oracle (gold decompositions, offline) or llm.")] = JudgeKind.oracle,
     min_visits: Annotated[int, typer.Option(help="Siblings take part with at least this many visits.")] = 2,
+    pairs_per_set: Annotated[
+        PairsPerSet, typer.Option(help="one: the judge's pair (the paper); all: every valid x invalid sibling (oracle).")
+    ] = PairsPerSet.one,
     agreement: Annotated[
         int, typer.Option(help="With --judge llm: also judge the first N sibling sets with the oracle and report agreement.")
     ] = 0,
@@ -485,7 +493,7 @@ def pairs(
         )  # fmt: skip
     elif agreement:
         raise ValueError("--agreement compares the llm judge with the oracle: use it with --judge llm")
-    cfg = PairsConfig(judge=judge.value, min_visits=min_visits, llm=llm)  # type: ignore[arg-type]
+    cfg = PairsConfig(judge=judge.value, min_visits=min_visits, pairs_per_set=pairs_per_set.value, llm=llm)  # type: ignore[arg-type]
     loaded = read_trees(trees)
     the_judge = make_judge(cfg)
     summary = extract_pairs(loaded, out, cfg, judge=the_judge)

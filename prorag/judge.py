@@ -21,7 +21,12 @@ Two judges with one interface (:class:`Judge`: a batch of :class:`JudgeRequest` 
     * a **conclusion** is valid iff its sub-answer agrees (SQuAD normalisation) with the gold
       sub-answer of an open hop *and* the retrieved documents in the history contain it (a
       correct guess without evidence is a hallucination that happened to be right);
-    * an **answer** is valid iff it is correct (exact match with a gold alias);
+    * an **answer** is valid iff it is correct (exact match with a gold alias) *and* grounded
+      (:func:`answer_grounded`): the history resolved every hop, or all but the last and the
+      retrieved documents hold the last hop's answer. A right answer the history does not
+      support is a lucky guess: labelling it valid would teach the PRM something no step in
+      the context shows (and the step is a hallucination by the paper's own criterion);
+
     * a malformed action is invalid.
 
     :func:`choose_pair` then picks the valid sibling with the highest Q as chosen and the
@@ -85,11 +90,16 @@ class JudgeRequest:
 
 @dataclass(frozen=True)
 class Judgement:
-    """Indices (into the request's candidates) of the chosen and the rejected step, and why."""
+    """Indices (into the request's candidates) of the chosen and the rejected step, and why.
+
+    ``verdicts`` holds ``(valid, reason)`` for every candidate when the judge labels each one
+    (the oracle does; an LLM judge names only its pair): with it, every valid sibling can be
+    paired with every invalid one (``PairsConfig.pairs_per_set = "all"``)."""
 
     chosen: int
     rejected: int
     reason: str
+    verdicts: tuple[tuple[bool, str], ...] | None = None
 
 
 class Judge(Protocol):
@@ -213,16 +223,35 @@ def replay(hops: Sequence[GoldHop], history: Sequence[StepView]) -> Progress:
     return progress
 
 
+def answer_grounded(content: str, hops: Sequence[GoldHop], progress: Progress) -> bool:
+    """Whether the history has worked a final answer out: every hop is resolved, or every hop but
+    the last is and the answer is the last hop's sub-answer, found in the retrieved documents
+    (answering straight from the last retrieval, without a conclusion step first). A comparison's
+    answer is not a hop's sub-answer, so it needs every hop resolved. No decomposition: True."""
+    unresolved = [i for i in range(len(hops)) if i not in progress.resolved]
+    if not unresolved:
+        return True
+    last = len(hops) - 1
+    return (
+        unresolved == [last]
+        and normalize_answer(content) == normalize_answer(hops[last].answer)
+        and any(mentions(text, hops[last].answer) for text in progress.evidence)
+    )
+
+
 def step_verdict(record: Record, history: Sequence[StepView], step: StepView) -> tuple[bool, str]:
     """The oracle's rule for one step after ``history`` (see the module docstring); returns
     ``(valid, reason)``."""
     if not step.well_formed:
         return False, "malformed action"
-    if step.kind == "answer":
-        ok = bool(exact_match(step.content, record.golden_answers))
-        return ok, "correct final answer" if ok else f"wrong final answer {step.content!r}"
     hops = oracle_hops(record)
     progress = replay(hops, history)
+    if step.kind == "answer":
+        if not exact_match(step.content, record.golden_answers):
+            return False, f"wrong final answer {step.content!r}"
+        if not answer_grounded(step.content, hops, progress):
+            return False, "correct final answer, but the history has not worked it out (a guess)"
+        return True, "correct final answer"
     if step.kind == "search":
         if normalize_answer(step.content) in progress.queries:
             return False, "redundant: repeats an earlier sub-query"
@@ -272,7 +301,8 @@ class OracleJudge:
         if pick is None:
             return None
         chosen, rejected = pick
-        return Judgement(chosen, rejected, f"chosen: {verdicts[chosen][1]}; rejected: {verdicts[rejected][1]}")
+        reason = f"chosen: {verdicts[chosen][1]}; rejected: {verdicts[rejected][1]}"
+        return Judgement(chosen, rejected, reason, tuple(verdicts))
 
 
 # ----------------------------------------------------------------------------- the LLM judge
@@ -402,6 +432,7 @@ __all__ = [
     "OracleJudge",
     "Progress",
     "StepView",
+    "answer_grounded",
     "choose_pair",
     "conclusion_hop",
     "hop_subject",

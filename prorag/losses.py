@@ -229,7 +229,9 @@ def ppo_clip_loss(
     exactly nothing, whatever their advantage or log-probabilities. Reductions:
 
     * ``"token_mean"`` (default): the sum over masked tokens divided by their number (or by
-      ``normalizer``, the token count of a larger batch split into micro-batches). Every token
+      ``normalizer``, the token count of a larger batch split into micro-batches; split over P
+      data-parallel processes, the global count divided by P, since DDP averages the P
+      gradients: TRL's ``dapo`` does exactly this, so P processes get one process's gradient). Every token
       weighs the same, as in Eq. 9's sum over tokens, while the scale does not grow with
       trajectory length (TRL's ``loss_type="dapo"``/``"bnpo"``, verl's ``token-mean``);
     * ``"sequence_mean"``: the mean over rows of each row's token mean (TRL's ``"grpo"``:

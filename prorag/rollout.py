@@ -37,6 +37,10 @@ How a batch runs (the choices a reader should know):
   the only host sync per step is "is any row still decoding". Python work per row happens
   only at turn boundaries (retrieval, tokenising the environment's text), which keeps the
   step ready for CUDA graphs.
+* **Randomness per batch or per row.** By default one generator samples a whole batch. With
+  ``row_seeds`` every row has its own stream (:class:`RowStreams`: uniforms drawn in blocks,
+  one gather per step, inverse-CDF sampling), so a row samples the same trajectory whatever
+  rows share its batch: what makes a distributed RL run sample what one process would.
 * **Caps end runaway generations**: tokens per action, actions per trajectory (11 in RL, 13 at
   inference) and completion tokens per trajectory. A capped trajectory is kept, its
   ``stop_reason`` says why, and it is malformed (no final answer), which rewards penalise.
@@ -165,12 +169,23 @@ class _Row:
 
 
 def sample_next(
-    logits: torch.Tensor, *, temperature: float, top_p: float, greedy: bool, generator: torch.Generator | None
+    logits: torch.Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    greedy: bool,
+    generator: torch.Generator | None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row; return ``(tokens, logprobs)``, both ``(B,)``.
 
     The log-probability is taken under ``softmax(logits / temperature)`` before top-p
     filtering (greedy: ``softmax(logits)``), the distribution a trainer recomputes.
+
+    The randomness comes from ``generator`` (``torch.multinomial`` over the whole batch), or,
+    when ``uniforms`` (``(B,)``, in ``[0, 1)``) is given, from one number per row
+    (:func:`inverse_cdf_sample`): then a row's token depends on its own logits and uniform only,
+    which is what per-row random streams (:class:`RowStreams`) need.
     """
     logits = logits.float()
     if greedy:
@@ -185,8 +200,80 @@ def sample_next(
         drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if uniforms is None:
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:
+        tokens = inverse_cdf_sample(probs, uniforms)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` (``(B, V)``, unnormalised weights >= 0) from one uniform
+    per row (``(B,)``, in ``[0, 1)``): the token whose interval of the cumulative distribution
+    holds ``u * total``. Batched (a cumulative sum and a binary search per row), and a row's
+    token is a function of its own weights and its own uniform only.
+
+    The point is cut just below the total, so rounding can never select past the last token;
+    a token of weight 0 (cut by top-p) has an empty interval and is never selected.
+    """
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    below_total = torch.nextafter(total, torch.zeros_like(total))
+    point = torch.minimum(uniforms.to(cdf.dtype)[:, None] * total, below_total)
+    return torch.searchsorted(cdf, point, right=True).squeeze(-1)
+
+
+class RowStreams:
+    """One random stream per row of a batch: row ``i``'s ``k``-th sampled token uses the
+    ``k``-th uniform of ``torch.Generator().manual_seed(seeds[i])``, whichever rows share its
+    batch, in which order, and however long they take.
+
+    Why not one generator per batch: then a row's samples depend on which rows come before it
+    and on how many tokens they draw, so the same question with the same seed is written
+    differently in another batch (e.g. when a distributed run splits a batch over processes).
+
+    How it stays batched: each row draws uniforms from its generator in blocks of ``block``
+    (at least the draws of one action) into a ``(rows, width)`` buffer on the device; a decode
+    step reads each row's next uniform with one gather and advances only the rows that kept
+    their token (:meth:`draw`), so no Python loop runs per token. :meth:`reserve`, called at
+    turn boundaries, tops up the rows about to decode; a row draws a new block exactly when its
+    *own* stream runs short, so the blocks a row draws never depend on the other rows.
+    """
+
+    def __init__(self, seeds: Sequence[int], device: torch.device, block: int) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+        self.device = device
+        self.block = max(1, int(block))
+        self.buffer = torch.zeros((len(seeds), 0), device=device)
+        self.next = torch.zeros(len(seeds), dtype=torch.long, device=device)
+        """Index in :attr:`buffer` of each row's next uniform."""
+        self.filled = [0] * len(seeds)
+        """Uniforms held in each row of :attr:`buffer` (host side)."""
+
+    def reserve(self, rows: Sequence[int], n: int) -> None:
+        """Make sure each of ``rows`` has at least ``n`` unused uniforms (one host sync)."""
+        used = self.next.tolist()
+        short = [r for r in rows if self.filled[r] - used[r] < n]
+        if not short:
+            return
+        left = [self.buffer[r, used[r] : self.filled[r]] for r in range(len(used))]
+        for r in short:
+            while left[r].numel() < n:
+                fresh = torch.rand(self.block, generator=self.generators[r], device=self.device)
+                left[r] = torch.cat([left[r], fresh])
+        self.filled = [x.numel() for x in left]
+        self.buffer = torch.zeros((len(left), max(self.filled)), device=self.device)
+        for r, x in enumerate(left):
+            self.buffer[r, : x.numel()] = x
+        self.next.zero_()
+
+    def draw(self, rows: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """The next uniform of each stream in ``rows`` (``(B,)`` stream indices, distinct);
+        only the streams where ``live`` is True advance (the others' draws are discarded, and a
+        stream that is not live may be spent: it reads its last uniform)."""
+        uniforms = self.buffer[rows, self.next[rows].clamp(max=self.buffer.shape[1] - 1)]
+        self.next.index_add_(0, rows, live.long())
+        return uniforms
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -233,6 +320,7 @@ class RolloutEngine:
         close_turn: bool = False,
         progress: bool = False,
         on_batch: Callable[[list[Trajectory]], None] | None = None,
+        row_seeds: Sequence[int] | None = None,
     ) -> list[Trajectory]:
         """Roll out every record, in batches of ``config.batch_size``; results keep input order.
 
@@ -247,12 +335,19 @@ class RolloutEngine:
         cap ends after a search or a conclusion still gets the environment's reply (the
         retrieval and the next ``<step>`` opener), so it ends exactly where its next action
         would begin.
+
+        Randomness: by default one generator, seeded with ``seed`` (else ``config.seed``), samples
+        every row of a batch, so a row's trajectory depends on the rows it is batched with.
+        ``row_seeds`` gives each row its own stream instead (:class:`RowStreams`): a row's
+        trajectory then depends only on its prompt, the model and its seed (up to the float noise
+        of batched forward passes), whatever batch it is in; ``seed`` is then unused. The RL
+        stage uses it so that a distributed run samples what a single process would.
         """
         if prompts is not None and len(prompts) != len(records):
             raise ValueError(f"{len(prompts)} prompts for {len(records)} records")
         if prompts is not None and prompt_ids is not None:
             raise ValueError("pass prompts or prompt_ids, not both")
-        for name, per_row in (("prompt_ids", prompt_ids), ("max_actions", max_actions)):
+        for name, per_row in (("prompt_ids", prompt_ids), ("max_actions", max_actions), ("row_seeds", row_seeds)):
             if per_row is not None and len(per_row) != len(records):
                 raise ValueError(f"{len(per_row)} {name} for {len(records)} records")
         cfg = self.config
@@ -272,7 +367,11 @@ class RolloutEngine:
                 else:
                     ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
                 caps = list(max_actions[start : start + cfg.batch_size]) if max_actions is not None else None
-                trajs = self._rollout_batch(batch, ids, generator, caps, close_turn)
+                streams = None
+                if row_seeds is not None and not cfg.greedy:
+                    # A block holds at least one action's draws, so a turn never runs a row dry.
+                    streams = RowStreams(row_seeds[start : start + cfg.batch_size], self.device, 2 * cfg.max_action_tokens)
+                trajs = self._rollout_batch(batch, ids, generator, caps, close_turn, streams)
                 out.extend(trajs)
                 if on_batch is not None:
                     on_batch(trajs)
@@ -291,7 +390,11 @@ class RolloutEngine:
         generator: torch.Generator,
         max_actions: list[int] | None = None,
         close_turn: bool = False,
+        streams: RowStreams | None = None,
     ) -> list[Trajectory]:
+        """Roll out one batch. With ``streams`` (one per row, indexed like ``records``), each
+        sample draws from the streams of the rows held, and only rows that keep their token
+        (``decoding``) advance theirs; otherwise ``generator`` samples the batch."""
         cfg = self.config
         dev = self.device
         subquery_close, subanswer_close = self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]
@@ -304,9 +407,12 @@ class RolloutEngine:
         state: _SlotState | _BatchState = (_SlotState if self.static_cache else _BatchState)(
             self.model, len(held), self.pad_id, dev, expected
         )
+        held_ids = torch.arange(len(held), device=dev)  # ``held`` on the device (the streams' indices)
         logits = state.feed([list(p) for p in prompts])
-        tok, lp = self._sample(logits, generator)
         decoding = torch.ones(len(held), dtype=torch.bool, device=dev)
+        if streams is not None:
+            streams.reserve(held, cfg.max_action_tokens)
+        tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
 
         while True:
             # ---- decode until every active row has closed its action (or hit a cap)
@@ -321,7 +427,7 @@ class RolloutEngine:
                 if not bool(decoding.any()):
                     break
                 logits = state.feed_step(tok, decoding)
-                tok, lp = self._sample(logits, generator)
+                tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
 
             # ---- turn boundary: move this turn's tokens to the rows, decide what comes next
             toks, lps, ons = (torch.stack(x, 1).cpu().tolist() for x in (step_tok, step_lp, step_on))
@@ -388,15 +494,30 @@ class RolloutEngine:
             if len(keep) < len(held) and state.can_drop:
                 state.select(keep)
                 held = [held[j] for j in keep]
+                held_ids = torch.tensor(held, dtype=torch.long, device=dev)
             logits = state.feed([chunks.get(i) for i in held])
-            tok, lp = self._sample(logits, generator)
             decoding = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
+            if streams is not None:
+                streams.reserve(list(chunks), cfg.max_action_tokens)
+            tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
 
         return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
 
-    def _sample(self, logits: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self,
+        logits: torch.Tensor,
+        generator: torch.Generator,
+        streams: RowStreams | None = None,
+        held: torch.Tensor | None = None,
+        live: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample the next token of every held row: from ``generator``, or from the ``streams``
+        of the rows ``held`` (advancing those of the ``live`` rows, whose token is kept)."""
         cfg = self.config
-        return sample_next(logits, temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy, generator=generator)
+        uniforms = streams.draw(held, live) if streams is not None and held is not None and live is not None else None
+        return sample_next(
+            logits, temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy, generator=generator, uniforms=uniforms
+        )
 
     def _last_query(self, ids: list[int]) -> str:
         """Text between the last ``<subquery>`` and the final ``</subquery>`` (empty if the opener is missing)."""

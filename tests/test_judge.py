@@ -83,6 +83,16 @@ def answer(text: str) -> StepView:
 
 SAENAX_DOCS = "<retrieval>\nDoc 1(Title: Saenax) Saenax is a film. Saenax was directed by Siril.\n</retrieval>"
 SIRIL_DOCS = "<retrieval>\nDoc 1(Title: Siril) Siril was born in Tamal.\n</retrieval>"
+TAMAL_DOCS = "<retrieval>\nDoc 1(Title: Tamal) Tamal is a city in Krirek.\n</retrieval>"
+#: The whole chain worked out: three searches, three supported conclusions.
+RESOLVED_ALL = [
+    search("Saenax director", SAENAX_DOCS),
+    conclude("Siril"),
+    search("Siril born", SIRIL_DOCS),
+    conclude("Tamal"),
+    search("Tamal country", TAMAL_DOCS),
+    conclude("Krirek"),
+]
 
 
 def test_subjects_and_dependencies_of_gold_hops() -> None:
@@ -116,8 +126,12 @@ def test_subjects_and_dependencies_of_gold_hops() -> None:
             True,
             "hop 2",
         ),
-        ([], answer("the Krirek"), True, "correct final answer"),
+        ([], answer("the Krirek"), False, "a guess"),  # right, but nothing was worked out
         ([], answer("Verol"), False, "wrong final answer"),
+        (RESOLVED_ALL, answer("the Krirek"), True, "correct final answer"),
+        (RESOLVED_ALL[:-1], answer("Krirek"), True, "correct final answer"),  # straight from hop 3's retrieval
+        (RESOLVED_ALL[:-2], answer("Krirek"), False, "a guess"),  # hop 3 never searched
+        (RESOLVED_ALL[:4], answer("Krirek"), False, "a guess"),  # hop 2 open
         ([], StepView("search", "Saenax director", False), False, "malformed"),
         ([], StepView(None, "", False), False, "malformed"),
     ],
@@ -149,15 +163,16 @@ def _request(record: Record = CHAIN) -> JudgeRequest:
     cands = [
         Candidate(search("Siril born"), q=0.8, n=5),  # a leap (invalid) that happened to score well
         Candidate(search("Saenax director"), q=0.5, n=4),
-        Candidate(answer("Krirek"), q=0.2, n=1),  # a correct guess is a correct answer
+        Candidate(answer("Krirek"), q=0.2, n=1),  # right, but a guess: nothing is worked out yet
     ]
     return JudgeRequest("w4-q1@root", record, [], cands, "")
 
 
 def test_oracle_judge_uses_validity_not_q() -> None:
     (j,) = OracleJudge().judge([_request()])
-    assert j is not None and (j.chosen, j.rejected) == (1, 0)
-    assert "open hop 1" in j.reason and "no open hop" in j.reason
+    assert j is not None and (j.chosen, j.rejected) == (1, 2), "the leap's high Q does not make it chosen"
+    assert "open hop 1" in j.reason and "a guess" in j.reason
+    assert j.verdicts is not None and [ok for ok, _ in j.verdicts] == [False, True, False]
     no_gold = Record("x", "q?", ["a"], {})
     assert OracleJudge().judge([_request(no_gold)]) == [None]
 
@@ -255,5 +270,6 @@ def test_trajectory_verdicts_judge_each_action_after_the_ones_before() -> None:
         + " So the answer is Krirek. </step><answer> Krirek </answer>"
     )
     verdicts = trajectory_verdicts(CHAIN, text)
-    assert [ok for ok, _ in verdicts] == [True, True, False, False, True]
+    assert [ok for ok, _ in verdicts] == [True, True, False, False, False]
     assert "redundant" in verdicts[2][1] and "not supported" in verdicts[3][1]
+    assert "a guess" in verdicts[4][1], "right, but hop 3 was never searched"

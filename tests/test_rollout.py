@@ -4,6 +4,7 @@ that give the same log-probabilities as a clean forward."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,16 @@ import torch
 from prorag.data.records import Record, read_records
 from prorag.gold import render_gold, tokenize_segments
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutConfig, RolloutEngine, SlotCache, Trajectory, sample_next, supports_slot_cache
+from prorag.rollout import (
+    RolloutConfig,
+    RolloutEngine,
+    RowStreams,
+    SlotCache,
+    Trajectory,
+    inverse_cdf_sample,
+    sample_next,
+    supports_slot_cache,
+)
 from prorag.schema import TAGS, i_traj
 from tests.fakes import CycleLM, ReplayLM
 
@@ -168,6 +178,57 @@ def test_kv_cache_matches_a_clean_forward_and_seeds_reproduce(
     assert [t.completion_ids for t in again] == [t.completion_ids for t in trajs]
     other = engine.rollout(records, seed=4)
     assert [t.completion_ids for t in other] != [t.completion_ids for t in trajs]
+
+
+@pytest.mark.parametrize("static_cache", [True, False], ids=["slot-cache", "model-cache"])
+def test_row_seeds_make_a_rows_sample_independent_of_its_batch(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], static_cache: bool
+) -> None:
+    """With ``row_seeds`` a row writes the same trajectory alone, beside other rows (before or
+    after it, in a batch of any size) and in another chunk of the records: what a distributed RL
+    run relies on to sample what one process would."""
+    model = _tiny_llama(world_tokenizer)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=5, batch_size=8, temperature=1.0, top_p=0.95)
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    engine.static_cache = static_cache
+    seeds = [101 + 7 * i for i in range(6)]
+    together = engine.rollout(records[:6], row_seeds=seeds, seed=1)
+    assert len({len(t.actions) for t in together}) > 1, "rows finish at different turns"
+    assert sum(t.num_searches for t in together) >= 3
+    b = 4
+    alone = engine.rollout([records[b]], row_seeds=[seeds[b]], seed=2)[0]
+    reordered = engine.rollout([records[b], records[0]], row_seeds=[seeds[b], seeds[0]])
+    for other in (alone, reordered[0]):
+        assert other.completion_ids == together[b].completion_ids and other.env_mask == together[b].env_mask
+        assert max(abs(x - y) for x, y in zip(other.logprobs, together[b].logprobs, strict=True)) < 1e-4
+    assert reordered[1].completion_ids == together[0].completion_ids
+    engine.config = replace(cfg, batch_size=2)  # rows 4 and 5 in a chunk of their own
+    assert [t.completion_ids for t in engine.rollout(records[:6], row_seeds=seeds)] == [t.completion_ids for t in together]
+    # Another seed, another trajectory; the shared generator's samples are not the per-row ones.
+    assert engine.rollout([records[b]], row_seeds=[seeds[b] + 1])[0].completion_ids != together[b].completion_ids
+    with pytest.raises(ValueError, match="row_seeds"):
+        engine.rollout(records[:2], row_seeds=[1])
+
+
+def test_row_streams_advance_only_live_rows_and_inverse_cdf_respects_zeros() -> None:
+    streams = RowStreams([5, 6], torch.device("cpu"), block=4)
+    streams.reserve([0, 1], 3)
+    first = streams.draw(torch.tensor([0, 1]), torch.tensor([True, False]))
+    second = streams.draw(torch.tensor([0, 1]), torch.tensor([True, True]))
+    assert second[1] == first[1] and second[0] != first[0], "a row that was not live draws its uniform again"
+    streams.reserve([0], 3)  # row 0 has 2 of its 4 left: it draws its next block, row 1 keeps its own
+    expected = torch.rand(8, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(torch.cat([first[:1], second[:1], streams.buffer[0, :6]]), expected)
+    assert (
+        streams.draw(torch.tensor([1]), torch.tensor([True]))[0] == torch.rand(2, generator=torch.Generator().manual_seed(6))[1]
+    )
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.2, 0.0, 0.8, 0.0]])
+    u = torch.rand(4000, generator=torch.Generator().manual_seed(0))
+    tokens = inverse_cdf_sample(probs.repeat(2000, 1), u)
+    assert set(tokens[0::2].tolist()) == {1, 3} and set(tokens[1::2].tolist()) == {0, 2}
+    assert abs((tokens[1::2] == 2).float().mean().item() - 0.8) < 0.05
+    edge = inverse_cdf_sample(probs, torch.tensor([1.0 - 2**-24, 0.0]))  # the largest uniform below 1, and 0
+    assert edge.tolist() == [3, 0]
 
 
 def _logprob_drift(model: torch.nn.Module, trajs: list[Trajectory]) -> float:

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,6 +132,13 @@ class JsonlAppender:
     def append(self, row: dict[str, Any]) -> None:
         self._f.write(dumps(row) + "\n")
         self._f.flush()
+
+    def extend(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Append several rows in one write and one flush (rows that belong together, such as
+        the pairs of one sibling set, are all there or, after a kill, mostly cut together)."""
+        if rows:
+            self._f.write("".join(dumps(row) + "\n" for row in rows))
+            self._f.flush()
 
     def close(self) -> None:
         if not self._f.closed:

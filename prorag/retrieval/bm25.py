@@ -112,8 +112,15 @@ class BM25Retriever:
         if not active:
             return
         k = min(k, int(index.scores["num_docs"]))
+        # numpy top-k, always: bm25s's "auto" picks JAX whenever it is installed, and JAX takes
+        # most of a GPU's memory the moment it starts (a policy training on that GPU then runs out).
         docs, scores = index.retrieve(
-            [ids for _, ids in active], k=k, show_progress=False, n_threads=self.n_threads, return_as="tuple"
+            [ids for _, ids in active],
+            k=k,
+            show_progress=False,
+            n_threads=self.n_threads,
+            return_as="tuple",
+            backend_selection="numpy",
         )
         for (qi, _), doc_row, score_row in zip(active, docs.tolist(), scores.tolist(), strict=True):
             results[qi] = [h for h in self.corpus.hits(name, doc_row, score_row) if h.score > 0]

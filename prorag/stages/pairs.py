@@ -4,21 +4,26 @@ Among the children of one node (siblings: the same state, different actions), a 
 (:mod:`prorag.judge`) labels one step *chosen* and one *rejected*, or none when they are equally
 good or equally bad; the siblings' Q and N go along as hints. Only siblings visited at least
 ``min_visits`` times take part: a step tried once has a Q from a single simulation, and the
-paper keeps "siblings with enough visits". One set of siblings gives at most one pair.
+paper keeps "siblings with enough visits". One set of siblings gives one pair (the paper's
+"one chosen and one rejected step"), or, with ``pairs_per_set: all`` and a judge that labels
+every sibling (the oracle), one pair per (valid, invalid) combination of its siblings: the
+same trees then give several times more pairs, which a small PRM needs (the judge's own pair
+comes first; the others are the same labels, not new judgements).
 
 Each pair is one line of the pairs file (the contract the PRM trainer reads)::
 
     {"id", "question_id", "question", "partition", "context_ids", "chosen_ids", "rejected_ids",
-     "context_text", "chosen_text", "rejected_text", "chosen_q", "chosen_n", "rejected_q",
-     "rejected_n", "judge", "reason", "depth"}
+     "context_text", "chosen_text", "rejected_text", "chosen_kind", "rejected_kind", "chosen_q",
+     "chosen_n", "rejected_q", "rejected_n", "judge", "reason", "depth"}
 
 ``context_ids`` are the state's ids (prompt, then every earlier action and retrieval, ending
 with the environment's ``<step>`` opener after the first action), ``chosen_ids`` /
 ``rejected_ids`` the actions' own ids (never the retrieval that follows a search), ``depth``
 the step's depth in the tree (1 for a first action). The pair's ``id`` is
-``QUESTION_ID@ADDRESS`` (the parent's address, e.g. ``w004-q0001@0.2``): the file is appended
-with a flush per pair, and a rerun skips the sibling sets that already gave a pair (the LLM
-judge's reply cache makes re-asking the others free).
+``QUESTION_ID@ADDRESS`` (the parent's address, e.g. ``w004-q0001@0.2``), and
+``QUESTION_ID@ADDRESS#C>R`` (sibling indices) for the extra pairs of ``pairs_per_set: all``: the
+file is appended with a flush per sibling set, and a rerun skips the sibling sets that already
+gave a pair (the LLM judge's reply cache makes re-asking the others free).
 
 :func:`judge_agreement` compares two judges on the same sibling sets (the paper checked its
 GPT-4o judge against people on 50 pairs; here the LLM judge is checked against the oracle).
@@ -47,6 +52,10 @@ class PairsConfig:
     """Settings of pair extraction (``prorag pairs``)."""
 
     judge: Literal["oracle", "llm"] = "oracle"
+    pairs_per_set: Literal["one", "all"] = "one"
+    """``one``: the judge's chosen and rejected step (the paper). ``all``: also every other
+    (valid, invalid) combination of the siblings, when the judge labels each sibling (the
+    oracle; an LLM judge names one pair, so it still gives one)."""
     min_visits: int = 2
     """A sibling takes part only with at least this many visits (N)."""
     llm: LLMTeacherConfig | None = None
@@ -57,6 +66,8 @@ class PairsConfig:
     def __post_init__(self) -> None:
         if self.min_visits < 1:
             raise ValueError(f"PairsConfig.min_visits must be >= 1, got {self.min_visits}")
+        if self.pairs_per_set not in ("one", "all"):
+            raise ValueError(f"PairsConfig.pairs_per_set must be 'one' or 'all', got {self.pairs_per_set!r}")
         if self.judge == "llm" and self.llm is None:
             raise ValueError("PairsConfig: judge 'llm' needs the llm settings (base_url, model)")
 
@@ -108,11 +119,11 @@ def judge_request(s: SiblingSet) -> JudgeRequest:
     )
 
 
-def make_pair(s: SiblingSet, judgement: Judgement, judge_name: str) -> dict[str, Any]:
-    """One line of the pairs file (see the module docstring)."""
+def make_pair(s: SiblingSet, judgement: Judgement, judge_name: str, *, id: str | None = None) -> dict[str, Any]:
+    """One line of the pairs file (see the module docstring); ``id`` defaults to the set's."""
     chosen, rejected = s.candidates[judgement.chosen], s.candidates[judgement.rejected]
     return {
-        "id": s.id,
+        "id": id or s.id,
         "question_id": s.tree.id,
         "question": s.tree.question,
         "partition": s.tree.record.get("metadata", {}).get("partition"),
@@ -122,6 +133,8 @@ def make_pair(s: SiblingSet, judgement: Judgement, judge_name: str) -> dict[str,
         "context_text": history_text(s.path),
         "chosen_text": chosen.action_text,
         "rejected_text": rejected.action_text,
+        "chosen_kind": chosen.kind,
+        "rejected_kind": rejected.kind,
         "chosen_q": chosen.q,
         "chosen_n": chosen.visits,
         "rejected_q": rejected.q,
@@ -130,6 +143,28 @@ def make_pair(s: SiblingSet, judgement: Judgement, judge_name: str) -> dict[str,
         "reason": judgement.reason,
         "depth": chosen.depth,
     }
+
+
+def set_pairs(s: SiblingSet, judgement: Judgement, judge_name: str, pairs_per_set: str = "one") -> list[dict[str, Any]]:
+    """The pairs file's lines for one judged sibling set: the judge's pair, then (``"all"``,
+    with per-sibling verdicts) every other valid sibling against every invalid one, each with
+    the reasons of its two steps."""
+    rows = [make_pair(s, judgement, judge_name)]
+    if pairs_per_set != "all" or judgement.verdicts is None:
+        return rows
+    verdicts = judgement.verdicts
+    for c, (c_ok, c_why) in enumerate(verdicts):
+        for r, (r_ok, r_why) in enumerate(verdicts):
+            if not c_ok or r_ok or (c, r) == (judgement.chosen, judgement.rejected):
+                continue
+            extra = Judgement(c, r, f"chosen: {c_why}; rejected: {r_why}", verdicts)
+            rows.append(make_pair(s, extra, judge_name, id=f"{s.id}#{c}>{r}"))
+    return rows
+
+
+def set_id(pair_id: str) -> str:
+    """The sibling set a pair's id comes from (an extra pair's id ends in ``#C>R``)."""
+    return pair_id.split("#", 1)[0]
 
 
 # ----------------------------------------------------------------------------- extraction
@@ -141,11 +176,15 @@ class PairsSummary:
     already_done: int = 0
     judged: int = 0
     pairs: int = 0
+    """Sibling sets that gave a pair (the judge's own)."""
+    extra_pairs: int = 0
+    """Further (valid, invalid) combinations written with ``pairs_per_set: all``."""
 
     def describe(self) -> str:
+        extra = f" (+{self.extra_pairs} more combinations)" if self.extra_pairs else ""
         return (
             f"{self.sibling_sets} sibling sets ({self.already_done} already paired): judged {self.judged}, "
-            f"wrote {self.pairs} pairs, {self.judged - self.pairs} without a pair"
+            f"wrote {self.pairs} pairs{extra}, {self.judged - self.pairs} without a pair"
         )
 
 
@@ -166,7 +205,7 @@ def extract_pairs(
     summary = PairsSummary()
     out = Path(out_path)
     with JsonlAppender(out) as appender:  # repairs a cut last line before the done ids are read
-        done = {row["id"] for row in read_jsonl(out, tolerate_truncated_tail=True)} if out.stat().st_size else set()
+        done = {set_id(row["id"]) for row in read_jsonl(out, tolerate_truncated_tail=True)} if out.stat().st_size else set()
         sets = [s for tree in trees for s in sibling_sets(tree, cfg.min_visits)]
         summary.sibling_sets = len(sets)
         todo = [s for s in sets if s.id not in done]
@@ -176,8 +215,10 @@ def extract_pairs(
             for s, judgement in zip(chunk, judge.judge([judge_request(s) for s in chunk]), strict=True):
                 summary.judged += 1
                 if judgement is not None:
-                    appender.append(make_pair(s, judgement, judge.name))
+                    rows = set_pairs(s, judgement, judge.name, cfg.pairs_per_set)
+                    appender.extend(rows)
                     summary.pairs += 1
+                    summary.extra_pairs += len(rows) - 1
             log.info("pairs: %d of %d sibling sets judged", min(start + cfg.chunk_size, len(todo)), len(todo))
     return summary
 
@@ -220,6 +261,8 @@ __all__ = [
     "PairsSummary",
     "SiblingSet",
     "agreement_report",
+    "set_id",
+    "set_pairs",
     "extract_pairs",
     "history_text",
     "judge_agreement",

@@ -42,6 +42,22 @@ The trainer: :class:`ProcessSupervisedGRPOTrainer`, a subclass of TRL's ``GRPOTr
       token is not an EOS id as truncated (and with ``mask_truncated_completions`` drops its
       loss); a trajectory that ends in ``</answer>`` has finished.
 
+Several processes (``torchrun``, ``accelerate launch``) train as one process would on the same
+global batch (``per_device_batch_size * processes`` trajectories per micro-step), up to float
+noise; ``tests/stages/test_rl.py::test_one_and_two_processes_train_alike`` checks it on CPU:
+
+    * Sampling: every row has its own random stream keyed by (seed, optimiser step, global row
+      index), and TRL gives process ``p`` the ``p``-th slice of the global generation batch
+      (:func:`local_rows`), so each row is sampled as a single process would sample it.
+    * Advantages: a group may span processes; rewards, step rewards and step sizes are gathered,
+      the advantages computed on the whole groups, each process keeps its slice.
+    * Loss: with ``token_mean`` (TRL's ``dapo``) each process divides its token sum by
+      ``num_items_in_batch / num_processes``, where ``num_items_in_batch`` is the loss-token
+      count of the *global* batch; DDP averages the gradients over processes, so the gradient is
+      ``sum over all tokens / num_items_in_batch``, the one-process gradient. ``sequence_mean``
+      and ``sum`` divide by a local row count that is the same on every process, so the
+      averaged gradient is again the global one. Nothing needs changing in TRL's loss.
+
 Defaults (:class:`RLConfig`) are the paper's and its reference code's: G = 8, beta = 0.3,
 PPO-clip epsilon 0.2, no KL, temperature 1.0, lr 1e-5, at most 11 actions per trajectory,
 LoRA r 16 alpha 32 when ``lora`` is on (off by default, so the tiny CPU model trains fully).
@@ -65,6 +81,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -293,9 +310,33 @@ def rl_dataset(records: Sequence[Record]) -> Any:
 # ----------------------------------------------------------------------------- rollouts
 
 
-def rollout_seed(seed: int, step: int, process_index: int, num_processes: int) -> int:
-    """A distinct, reproducible sampling seed for each (optimiser step, process)."""
-    return int(seed) + 1_000_003 * (int(step) * int(num_processes) + int(process_index) + 1)
+def local_rows(process_index: int, num_local: int) -> slice:
+    """Where this process's rows sit in the step's global generation batch.
+
+    TRL 1.16's ``RepeatSampler`` yields the *global* generation batch (``generation_batch_size``
+    rows: each question G times in a row), the same sequence on every process (same seed), and
+    the dataloader is built with batches of ``per_device_train_batch_size * steps_per_generation``
+    rows; accelerate (``split_batches=False``) then hands process ``p`` the ``p``-th of each run
+    of ``num_processes`` consecutive batches. So process ``p``'s local row ``j`` is global row
+    ``p * num_local + j``: one process with the whole batch holds the same rows in the same order.
+    """
+    return slice(process_index * num_local, (process_index + 1) * num_local)
+
+
+def row_seed(seed: int, step: int, row: int) -> int:
+    """The sampling seed of global row ``row`` of the generation batch of optimiser step ``step``
+    (a 63-bit hash, so no two (step, row) pairs share a stream by arithmetic accident).
+
+    Keyed by the global row (:func:`local_rows`), not by process, so that the same row is
+    sampled alike whatever the number of processes; the G rows of a group differ by row."""
+    digest = hashlib.blake2b(f"prorag-rl/{int(seed)}/{int(step)}/{int(row)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def generation_row_seeds(seed: int, step: int, process_index: int, num_local: int) -> list[int]:
+    """:func:`row_seed` of each of this process's ``num_local`` rows."""
+    rows = local_rows(process_index, num_local)
+    return [row_seed(seed, step, g) for g in range(rows.start, rows.stop)]
 
 
 class EngineRollout:
@@ -307,6 +348,10 @@ class EngineRollout:
     ``logprobs`` and ``env_mask`` (1 on tokens the policy wrote, 0 on the environment's), plus
     ``trajectory`` (the :class:`~prorag.rollout.Trajectory` of each row), which TRL forwards to
     the reward functions and merges into the rows. ``seconds`` holds the last call's duration.
+
+    Each row samples from its own stream, seeded by (``config.seed``, optimiser step, the row's
+    index in the step's *global* generation batch; :func:`generation_row_seeds`), so a row's
+    trajectory does not depend on how the batch is split over processes or rollout batches.
     """
 
     def __init__(self, records: Sequence[Record], retriever: Retriever, config: RolloutConfig) -> None:
@@ -324,13 +369,13 @@ class EngineRollout:
             if p != rec.question:
                 raise RuntimeError(f"prompt {p!r} does not match record {rec.id!r}")
         acc = trainer.accelerator
-        seed = rollout_seed(self.config.seed, trainer.state.global_step, acc.process_index, acc.num_processes)
+        seeds = generation_row_seeds(self.config.seed, trainer.state.global_step, acc.process_index, len(rows))
         start = time.perf_counter()
         with unwrap_model_for_generation(
             trainer.model_wrapped, acc, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
         ) as model:
             engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
-            trajs = engine.rollout(records, seed=seed)
+            trajs = engine.rollout(records, row_seeds=seeds)
         self.seconds = time.perf_counter() - start
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
@@ -484,7 +529,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             [torch.tensor(n, dtype=torch.float32) for n in lengths_all] if lengths_all is not None else None,
             scale=cfg.scale_advantages,
         )
-        mine = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+        mine = local_rows(self.accelerator.process_index, local)
         adv = broadcast_to_tokens(a_out[mine], per_step[mine], spans, loss_mask.cpu())
         return adv.to(loss_mask.device)
 
@@ -680,13 +725,15 @@ __all__ = [
     "RLConfig",
     "ScoredBatch",
     "excluded_ids",
+    "generation_row_seeds",
+    "local_rows",
     "make_rl_trainer",
     "outcome",
     "outcome_reward_function",
     "rl_dataset",
     "rl_records",
     "rl_training_args",
-    "rollout_seed",
+    "row_seed",
     "score_batch",
     "train_rl",
     "with_overrides",

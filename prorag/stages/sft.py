@@ -47,6 +47,16 @@ The trainer: :class:`WeightedSFTTrainer`, a subclass of TRL's ``SFTTrainer`` (tr
       normaliser of the whole accumulated batch (Trainer counts ``labels != -100``, and the
       batches here have no labels), and ``loss_is_scaled_for_ga = True`` says the loss is
       already normalised over that batch (Trainer must not divide it again).
+    * ``_get_train_sampler``: with ``group_by_length``, lengths are grouped over the examples of
+      one optimiser step on *all* processes (:func:`length_group_size`), not one process's.
+
+    Several processes (``torchrun``) train as one process would with the same global batch
+    (``per_device_batch_size * processes * gradient_accumulation_steps``), up to float noise,
+    which ``tests/stages/test_sft_cli.py::test_one_and_two_processes_train_alike`` checks on CPU:
+    the sampler yields the same sequence on every process and accelerate hands each process its
+    slice of every step's examples; the normaliser counts the targets of every process
+    (``average_tokens_across_devices``, on by default) and the loss is multiplied by the number
+    of processes, which DDP's gradient averaging divides away.
 
     Everything else (optimiser, schedule, checkpoints, resuming, logging, LoRA through
     ``peft_config``) is SFTTrainer's and Trainer's own.
@@ -75,6 +85,7 @@ from typing import Any, Literal
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
@@ -356,6 +367,19 @@ class WeightedSFTCollator:
 # ----------------------------------------------------------------------------- trainer
 
 
+def length_group_size(args: Any) -> int:
+    """The batch whose examples ``group_by_length`` sorts by length together: one optimiser
+    step's examples over every process (``train_batch_size * world_size * accumulation``).
+
+    Trainer gives its ``LengthGroupedSampler`` one process's batch, and the sampler's
+    megabatches (up to 50 batches, or a quarter of the data, sorted by length) are multiples of
+    it: with two processes at half the per-device batch the data order would change. With the
+    global batch the sampler yields the same sequence whatever the number of processes (and, on
+    one process, the one it always did), and accelerate cuts it into the same steps.
+    """
+    return int(args.train_batch_size) * max(1, int(args.world_size)) * int(args.gradient_accumulation_steps)
+
+
 class WeightedSFTTrainer(SFTTrainer):
     """TRL's ``SFTTrainer`` with the format-aware loss (see the module docstring for why each
     override is needed). Batches are :class:`WeightedSFTCollator`'s; ``reduction`` picks the
@@ -378,6 +402,12 @@ class WeightedSFTTrainer(SFTTrainer):
         self.reduction: Reduction = reduction
         self.fused_lm_head = fused_lm_head
         super().__init__(*args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        sampler = super()._get_train_sampler(train_dataset)
+        if isinstance(sampler, LengthGroupedSampler):
+            sampler.batch_size = length_group_size(self.args)
+        return sampler
 
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> torch.Tensor | None:
         if not batch_samples or "loss_weights" not in batch_samples[0]:
@@ -704,6 +734,7 @@ __all__ = [
     "WeightedSFTTrainer",
     "build_sft_examples",
     "gold_from_dict",
+    "length_group_size",
     "load_trajectories",
     "make_sft_trainer",
     "prompt_token_ids",

@@ -73,8 +73,10 @@ def test_oracle_pairs_follow_the_contract_and_resume(tmp_path: Path) -> None:
     first, second = rows
     assert set(first) == {
         "id", "question_id", "question", "partition", "context_ids", "chosen_ids", "rejected_ids", "context_text",
-        "chosen_text", "rejected_text", "chosen_q", "chosen_n", "rejected_q", "rejected_n", "judge", "reason", "depth",
+        "chosen_text", "rejected_text", "chosen_kind", "rejected_kind", "chosen_q", "chosen_n", "rejected_q",
+        "rejected_n", "judge", "reason", "depth",
     }  # fmt: skip
+    assert (first["chosen_kind"], first["rejected_kind"]) == ("search", "search")
     # At the root the valid search is chosen over the better-scored leap.
     assert first["id"] == "w4-q1@root" and first["context_ids"] == PROMPT and first["context_text"] == ""
     assert (first["chosen_ids"], first["rejected_ids"]) == ([1, 2], [1, 3])
@@ -93,6 +95,25 @@ def test_oracle_pairs_follow_the_contract_and_resume(tmp_path: Path) -> None:
     again = extract_pairs([_tree()], out, PairsConfig())
     assert (again.already_done, again.pairs) == (1, 1)
     assert [r["id"] for r in read_jsonl(out)] == ["w4-q1@root", "w4-q1@0"]
+
+
+def test_all_combinations_of_a_sibling_set(tmp_path: Path) -> None:
+    """``pairs_per_set: all``: at the root (the guess visited once takes part: a right answer,
+    but nothing is worked out, so invalid) the valid search is paired with both invalid
+    siblings, the judge's own pair (against the leap, the lowest Q) first; a rerun adds nothing."""
+    out = tmp_path / "pairs.jsonl"
+    summary = extract_pairs([_tree()], out, PairsConfig(min_visits=1, pairs_per_set="all"))
+    rows = list(read_jsonl(out))
+    assert (summary.pairs, summary.extra_pairs) == (2, 1)
+    assert [r["id"] for r in rows] == ["w4-q1@root", "w4-q1@root#0>2", "w4-q1@0"]
+    assert (rows[0]["chosen_ids"], rows[0]["rejected_ids"]) == ([1, 2], [1, 3])
+    assert (rows[1]["chosen_ids"], rows[1]["rejected_ids"], rows[1]["rejected_kind"]) == ([1, 2], [1, 4], "answer")
+    assert "a guess" in rows[1]["reason"] and rows[1]["rejected_q"] == 1.0
+    assert extract_pairs([_tree()], out, PairsConfig(min_visits=1, pairs_per_set="all")).already_done == 2
+    assert len(list(read_jsonl(out))) == 3
+    # "one" (the paper) on the same trees: one pair per set.
+    one = extract_pairs([_tree()], tmp_path / "one.jsonl", PairsConfig(min_visits=1))
+    assert (one.pairs, one.extra_pairs) == (2, 0)
 
 
 def test_pairs_from_a_real_search(world_tokenizer: Any, tiny_retriever: BM25Retriever, tiny_world: Path, tmp_path: Path) -> None:
@@ -124,6 +145,8 @@ def test_pairs_config_is_checked() -> None:
         PairsConfig(min_visits=0)
     with pytest.raises(ValueError, match="llm settings"):
         PairsConfig(judge="llm")
+    with pytest.raises(ValueError, match="pairs_per_set"):
+        PairsConfig(pairs_per_set="some")  # type: ignore[arg-type]
 
 
 def test_judge_agreement_counts() -> None:

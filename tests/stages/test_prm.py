@@ -379,6 +379,6 @@ def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
             return [[2.0, 1.0, 0.0, 3.0, -1.0] for _ in trajectories]
 
     audit = step_ranking_audit(Fake(), [traj], [CHAIN])
-    assert (audit["valid_steps"], audit["invalid_steps"]) == (3, 2)
-    assert audit["auc"] == pytest.approx(2 / 6)
-    assert audit["valid_above_0"] == pytest.approx(2 / 3) and audit["invalid_above_0"] == pytest.approx(1 / 2)
+    assert (audit["valid_steps"], audit["invalid_steps"]) == (2, 3)
+    assert audit["auc"] == pytest.approx(4 / 6)  # valid 2.0 and 1.0 each beat 0.0 and -1.0, lose to 3.0
+    assert audit["valid_above_0"] == pytest.approx(1.0) and audit["invalid_above_0"] == pytest.approx(1 / 3)

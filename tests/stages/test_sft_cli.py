@@ -1,30 +1,45 @@
-"""``prorag sft``: a YAML config, training that resumes, and ``prorag eval --policy RUN_DIR``; and the
-real-data path (MuSiQue records -> BM25 -> ``sft-data`` -> two SFT steps)."""
+"""``prorag sft``: a YAML config, training that resumes, and ``prorag eval --policy RUN_DIR``; the
+real-data path (MuSiQue records -> BM25 -> ``sft-data`` -> two SFT steps); and one process against
+two under ``torchrun`` (same steps, same weights). The helpers that launch the command line in
+processes and compare two runs serve the RL stage's test too."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
-from prorag.gold import gold_hops
-from prorag.models import load_policy
+from prorag.data.records import read_records
+from prorag.gold import gold_hops, render_gold
+from prorag.models import load_policy, make_tiny_model
+from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
 from prorag.schema import i_traj, parse_trajectory
 from prorag.stages.sft import load_trajectories
 
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def step_metrics(run: Path) -> list[dict[str, Any]]:
+    """The per-step training logs of a run folder (rows with a ``loss``)."""
+    return [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
 
 
 def loss_steps(run: Path) -> list[int]:
-    rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
+    rows = step_metrics(run)
     assert all(math.isfinite(r["loss"]) for r in rows)
     return [r["step"] for r in rows]
 
@@ -162,3 +177,71 @@ def test_musique_records_to_trajectories_to_two_sft_steps(tmp_path: Path, benchm
     assert result.exit_code == 0, result.output
     assert loss_steps(tmp_path / "run") == [1, 2]
     assert (tmp_path / "run" / "policy" / "model.safetensors").is_file()
+
+
+# ----------------------------------------------------------------------------- several processes
+
+
+def run_cli(args: Sequence[str], *, processes: int, port: int, timeout: int = 300) -> None:
+    """``python -m prorag.cli ARGS`` (one process), or the same under ``torchrun
+    --nproc_per_node N`` on the CPU (gloo, rendezvous on ``port``); one torch thread each."""
+    launch = [sys.executable, "-m", "prorag.cli"]
+    if processes > 1:
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+        launch += ["--master_port", str(port), "-m", "prorag.cli"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    done = subprocess.run([*launch, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def assert_same_training(
+    one: Path, two: Path, init: Mapping[str, torch.Tensor], keys: Sequence[str], *, weight_atol: float
+) -> None:
+    """Two runs of the same settings on different process layouts trained alike: every logged
+    step has the same ``keys`` (relative 1e-3), and the final weights differ by at most
+    ``weight_atol`` (and by 1e-3 of how far they moved from ``init``), while the median weight
+    moved from ``init`` by more than 10 times ``weight_atol``: a different batch, sample or
+    normalisation moves weights by about the learning rate and breaks it."""
+    rows_one, rows_two = step_metrics(one), step_metrics(two)
+    assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two] and rows_one
+    for a, b in zip(rows_one, rows_two, strict=True):
+        for key in keys:
+            assert b[key] == pytest.approx(a[key], rel=1e-3, abs=1e-5), (a["step"], key, a[key], b[key])
+    from safetensors.torch import load_file
+
+    wa, wb = (load_file(run / "policy" / "model.safetensors") for run in (one, two))
+    assert wa.keys() == wb.keys()
+    moved = torch.cat([(wa[k] - init[k]).flatten() for k in wa])
+    gap = torch.cat([(wa[k] - wb[k]).flatten() for k in wa])
+    assert gap.abs().max() <= weight_atol, f"final weights differ by {gap.abs().max():.2e}"
+    assert gap.norm() <= 1e-3 * moved.norm(), f"relative gap {gap.norm() / moved.norm():.2e}"
+    assert moved.abs().median() > 10 * weight_atol, f"the weights barely moved ({moved.abs().median():.2e})"
+
+
+@pytest.mark.slow
+def test_one_and_two_processes_train_alike(
+    tmp_path: Path, tiny_world: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever
+) -> None:
+    """`prorag sft` on one process (4 examples per device) and under `torchrun --nproc_per_node 2`
+    (2 per device), both with gradient accumulation 2: 8 examples per optimiser step either way.
+    The steps see the same examples (``group_by_length`` on: over these 56 examples, length
+    groups of one process's batch would order them differently on 2 processes), the format-aware
+    loss is normalised over both processes, and the weights end up equal to float noise."""
+    records = read_records(tiny_world / "train.jsonl")[:56]
+    traj = tmp_path / "traj.jsonl"
+    write_jsonl(traj, (g.to_dict() for g in render_gold(records, tiny_retriever, k=3)))
+    world_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    fields = {
+        "model": "tiny", "tokenizer": str(tmp_path / "tokenizer"), "train_file": str(traj), "max_steps": 3,
+        "gradient_accumulation_steps": 2, "group_by_length": True, "learning_rate": 3.0e-3, "warmup_ratio": 0.0,
+        "max_length": 1024, "eval_fraction": 0.0, "eval_samples": 0, "logging_steps": 1, "save_steps": 100,
+    }  # fmt: skip
+    runs = {}
+    for n in (1, 2):
+        config = write_yaml(tmp_path / f"sft{n}.yaml", fields | {"per_device_batch_size": 4 // n})
+        runs[n] = tmp_path / f"run{n}"
+        run_cli(["sft", "--config", str(config), "--run-dir", str(runs[n])], processes=n, port=29533)
+    assert [r["step"] for r in step_metrics(runs[2])] == [1, 2, 3]  # written once (by the main process)
+    init = make_tiny_model(world_tokenizer).state_dict()  # SFTConfig.seed 0: the runs' initial weights
+    keys = ("loss", "grad_norm", "mean_token_accuracy", "num_tokens", "learning_rate")
+    assert_same_training(runs[1], runs[2], init, keys, weight_atol=1e-4)

@@ -645,7 +645,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             passages="fact",
             sft_fraction=0.6,
             mcts_questions=32 if quick else 256,
-            rft_questions=64 if quick else 400,
+            rft_questions=64 if quick else None,
             rl_questions=None,
             dev_questions=100 if quick else 200,
             test_questions=100 if quick else None,
@@ -663,13 +663,15 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             logging_steps=25,
             eval_samples=100,
         ),
-        mcts=MCTSConfig(simulations=8 if quick else 24, num_candidates=4, max_depth=10, trees_per_batch=32),
-        pairs=PairsConfig(judge="oracle", min_visits=1),
+        # K = 5 (the paper's) at temperature 1.1: twice the oracle pairs per question of K = 4 at
+        # 0.9 (2,282 against 1,026 over a 1,182-question pool, 24 simulations each).
+        mcts=MCTSConfig(simulations=8 if quick else 24, num_candidates=5, temperature=1.1, max_depth=10, trees_per_batch=32),
+        pairs=PairsConfig(judge="oracle", min_visits=1, pairs_per_set="all"),
         prm=PRMConfig(
             epochs=3,
             per_device_batch_size=16,
             gradient_accumulation_steps=1,
-            learning_rate=1e-3,
+            learning_rate=3e-4,
             held_out_fraction=0.15,
             logging_steps=10,
         ),
@@ -680,7 +682,10 @@ def demo_config(quick: bool = False) -> PipelineConfig:
                 model="tiny",
                 epochs=1,
                 per_device_batch_size=16,
-                learning_rate=1e-3,
+                # 1e-4, not 1e-3: a fresh Adam at 1e-3 moves every weight of the tiny model by
+                # ~1e-3 a step and undid most of what SFT had memorised (dev EM 0.345 -> 0.19);
+                # at 1e-4 dev EM stays at 0.32.
+                learning_rate=1e-4,
                 lr_scheduler_type="constant",
                 logging_steps=10,
             ),

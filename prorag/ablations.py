@@ -23,7 +23,16 @@ from typing import Any, Literal
 from prorag.data.jsonl import read_json, write_json
 from prorag.evaluate import compare_predictions
 from prorag.metrics import mean_and_spread
-from prorag.pipeline import PipelineConfig, Run, resolve, results_table, rl_run_name, run_pipeline
+from prorag.pipeline import (
+    PipelineConfig,
+    Run,
+    resolve,
+    results_table,
+    rl_config,
+    rl_run_name,
+    run_pipeline,
+    system_eval_config,
+)
 
 BETAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 TOP_KS: tuple[int, ...] = (1, 3, 5)
@@ -44,43 +53,50 @@ def significance(reference: Path, other: Path, metric: str = "em") -> dict[str, 
     return compare_predictions(reference / "predictions.jsonl", other / "predictions.jsonl")[metric]
 
 
+def sweep_variant(run: Run, beta: float, seed: int) -> str:
+    """The name of the RL run (and of its test evaluation) of one point of the beta sweep.
+
+    RL from pi_rft with beta 0 is the GRPO baseline system and with the config's beta the full
+    ProRAG system: when those systems are in the run, their names are returned, so the sweep
+    reuses their finished runs and evaluations (same settings, same stage fingerprints) instead
+    of training them again. Any other beta is ``beta{B}-seed{S}``."""
+    systems = run.config.systems
+    if beta == 0.0 and "grpo" in systems:
+        return rl_run_name("grpo", seed)
+    if beta == run.config.rl.beta and "prorag" in systems:
+        return rl_run_name("prorag", seed)
+    return f"beta{beta:g}-seed{seed}"
+
+
 def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
     """RL from pi_rft with each beta of :data:`BETAS` and every seed; test EM/F1 per beta."""
     from prorag.evaluate import evaluate_files
     from prorag.stages.rl import train_rl
 
     cfg = run.config
+    ev = system_eval_config(cfg, "prorag")
     out: dict[str, Any] = {}
     for beta in BETAS:
         rows = []
         for seed in cfg.seeds:
-            name = f"beta{beta:g}-seed{seed}"
-            rl_cfg = replace(
-                cfg.rl,
-                policy=str(run.path("policies", "rft", "policy")),
-                prm=str(run.path("prm", "prm")) if beta > 0 else None,
-                train_file=str(run.path("splits", "rl.jsonl")),
-                index=str(run.path("index")),
-                process_reward="prm" if beta > 0 else "none",
-                beta=beta,
-                seed=seed,
-            )
+            name = sweep_variant(run, beta, seed)
+            rl_cfg = rl_config(run, "rft", process=beta > 0, beta=beta, seed=seed)
             run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
             ev_dir = run.path("eval", name)
             run.stage(
                 f"eval-{name}",
-                cfg.eval,
+                ev,
                 lambda n=name, d=ev_dir: evaluate_files(
-                    str(run.path("rl", n, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), d, cfg.eval
+                    str(run.path("rl", n, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), d, ev
                 ),
             )
             rows.append(read_json(ev_dir / "metrics.json"))
         out[f"{beta:g}"] = summarise_variant(rows)
         progress(f"beta {beta:g}: EM {out[f'{beta:g}']['em']:.3f}±{out[f'{beta:g}']['em_std']:.3f}")
-    ref = run.path("eval", f"beta0.3-seed{cfg.seeds[0]}")
+    ref = run.path("eval", sweep_variant(run, 0.3, cfg.seeds[0]))
     for beta in BETAS:
         if beta != 0.3:
-            out[f"{beta:g}"]["vs_0.3"] = significance(ref, run.path("eval", f"beta{beta:g}-seed{cfg.seeds[0]}"))
+            out[f"{beta:g}"]["vs_0.3"] = significance(ref, run.path("eval", sweep_variant(run, beta, cfg.seeds[0])))
     return out
 
 
@@ -137,4 +153,13 @@ def run_ablation(
     return text
 
 
-__all__ = ["BETAS", "TOP_KS", "beta_sweep", "run_ablation", "significance", "summarise_variant", "topk_sweep"]
+__all__ = [
+    "BETAS",
+    "TOP_KS",
+    "beta_sweep",
+    "run_ablation",
+    "significance",
+    "summarise_variant",
+    "sweep_variant",
+    "topk_sweep",
+]

@@ -441,6 +441,23 @@ def rl_run_name(system: str, seed: int) -> str:
     return f"{system}-seed{seed}"
 
 
+def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> RLConfig:
+    """The config of one RL run of the run folder: from ``policies/INIT`` (``sft`` or ``rft``), on
+    the RL split, with the PRM's step rewards weighted by ``beta`` when ``process`` (else the
+    outcome reward alone, beta 0: the GRPO baseline). The systems and the beta ablation both
+    build their runs here, so a variant that is a system has the system's fingerprint."""
+    return replace(
+        run.config.rl,
+        policy=str(run.path("policies", init, "policy")),
+        prm=str(run.path("prm", "prm")) if process else None,
+        train_file=str(run.path("splits", "rl.jsonl")),
+        index=str(run.path("index")),
+        process_reward="prm" if process else "none",
+        beta=beta if process else 0.0,
+        seed=seed,
+    )
+
+
 def stage_rl(run: Run) -> None:
     from prorag.stages.rl import train_rl
 
@@ -449,16 +466,7 @@ def stage_rl(run: Run) -> None:
         if system not in cfg.systems:
             continue
         for seed in cfg.seeds:
-            rl_cfg = replace(
-                cfg.rl,
-                policy=str(run.path("policies", init, "policy")),
-                prm=str(run.path("prm", "prm")) if process else None,
-                train_file=str(run.path("splits", "rl.jsonl")),
-                index=str(run.path("index")),
-                process_reward="prm" if process else "none",
-                beta=cfg.rl.beta if process else 0.0,
-                seed=seed,
-            )
+            rl_cfg = rl_config(run, init, process=process, beta=cfg.rl.beta, seed=seed)
             name = rl_run_name(system, seed)
             run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
 
@@ -473,6 +481,11 @@ def eval_dir_name(system: str, seed: int | None) -> str:
     return system if seed is None else f"{system}-seed{seed}"
 
 
+def system_eval_config(cfg: PipelineConfig, system: str) -> EvalConfig:
+    """The evaluation settings of ``system`` (the two one-shot baselines answer in their own way)."""
+    return replace(cfg.eval, baseline=system if system in ("naive", "standard-rag") else None)  # type: ignore[arg-type]
+
+
 def stage_eval(run: Run) -> None:
     """Every system on the test split (RL systems once per seed), then the PRM scores of the
     trajectories for the report's viewer."""
@@ -484,7 +497,7 @@ def stage_eval(run: Run) -> None:
     for system in cfg.systems:
         seeds: list[int | None] = list(cfg.seeds) if system in RL_SYSTEMS else [None]
         for seed in seeds:
-            ev = replace(cfg.eval, baseline=system if system in ("naive", "standard-rag") else None)  # type: ignore[arg-type]
+            ev = system_eval_config(cfg, system)
             name = eval_dir_name(system, seed)
             policy = _policy_of(run, system, seed if seed is not None else cfg.seeds[0])
             run.stage(f"eval-{name}", ev, lambda p=policy, e=ev, n=name: evaluate_files(p, test, index, run.path("eval", n), e))
@@ -717,6 +730,8 @@ __all__ = [
     "audit_prm",
     "demo_config",
     "fingerprint",
+    "rl_config",
+    "system_eval_config",
     "non_default_fields",
     "resolve",
     "results_table",

@@ -670,7 +670,7 @@ def pipeline_cmd(
 @_friendly_errors
 def demo_cmd(
     quick: Annotated[
-        bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: under an hour).")
+        bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: about an hour).")
     ] = False,
     run_dir: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo or runs/demo-quick).")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,

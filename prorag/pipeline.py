@@ -646,7 +646,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
 def demo_config(quick: bool = False) -> PipelineConfig:
     """The built-in world (demo size, one sentence per passage) with the tiny model on a CPU.
 
-    The budgets are set for a 2-core machine: the full demo in under an hour, ``quick`` in
+    The budgets are set for a 2-core machine: the full demo in about an hour, ``quick`` in
     about ten minutes. Learning rates are far above the paper's (2e-5 / 1e-5) because the
     model is trained from scratch and has ~1M parameters, not 8B. ``configs/demo.yaml`` is
     this config written out (a test keeps them equal).

@@ -17,7 +17,10 @@ Two judges with one interface (:class:`Judge`: a batch of :class:`JudgeRequest` 
     * a **search** is valid iff its sub-query targets an *open* hop (not yet resolved, and whose
       inputs are known: for a chain this is exactly the next hop; the independent sides of a
       comparison may come in either order) and does not repeat an earlier sub-query; searching
-      for a hop already resolved, or again with the same words, is redundant re-retrieval;
+      for a hop already resolved, or again with the same words, is redundant re-retrieval.
+      *Targets* (:func:`targets`) means it names the hop's subject and, where the decomposition
+      gives the hop's gold sub-query (built-in world), asks the hop's relation: "Nurun based in"
+      names the right entity but does not ask who founded it;
     * a **conclusion** is valid iff its sub-answer agrees (SQuAD normalisation) with the gold
       sub-answer of an open hop *and* the retrieved documents in the history contain it (a
       correct guess without evidence is a hallucination that happened to be right);
@@ -141,6 +144,10 @@ class GoldHop:
     subject: str | None
     """The entity the hop asks about, when known (the world's ``subject``, MuSiQue's
     ``"Entity >> relation"`` left side)."""
+    relation: frozenset[str] = frozenset()
+    """Stems of the content words of the hop's gold sub-query other than its subject (``founder``
+    for ``"Nurun founder"``): what a sub-query must ask besides naming the subject. Empty when
+    the decomposition gives no gold sub-query (MuSiQue), where naming the subject is enough."""
     depends_on: frozenset[int] = frozenset()
     """Hops whose answers this hop needs (its subject, or a ``#k`` reference)."""
 
@@ -168,8 +175,33 @@ def oracle_hops(record: Record) -> list[GoldHop]:
         deps = {int(k) - 1 for k in re.findall(r"#(\d+)", str(raw.get("question", "")))}
         if subject is not None:
             deps |= {j for j in range(i) if normalize_answer(out[j].answer) == normalize_answer(subject)}
-        out.append(GoldHop(hop.question, hop.query, hop.answer, subject, frozenset(d for d in deps if 0 <= d < i)))
+        relation = relation_stems(str(raw["query"]), subject) if raw.get("query") and subject else frozenset()
+        out.append(
+            GoldHop(
+                hop.question,
+                hop.query,
+                hop.answer,
+                subject,
+                depends_on=frozenset(d for d in deps if 0 <= d < i),
+                relation=relation,
+            )
+        )
     return out
+
+
+def stem(word: str) -> str:
+    """A crude suffix stripper, enough to equate a relation's word forms (``founder``/``founded``,
+    ``director``/``directed``, ``works``/``work``, ``based``/``base``) without a stemming library."""
+    for suffix in ("ing", "ed", "er", "or", "es", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def relation_stems(query: str, subject: str | None) -> frozenset[str]:
+    """Stems of a sub-query's content words, leaving out the subject's words and function words."""
+    drop = set(normalize_answer(subject).split()) if subject else set()
+    return frozenset(stem(w) for w in normalize_answer(query).split() if w not in _FUNCTION_WORDS and w not in drop)
 
 
 def mentions(text: str, phrase: str) -> bool:
@@ -179,10 +211,22 @@ def mentions(text: str, phrase: str) -> bool:
 
 
 def targets(query: str, hop: GoldHop) -> bool:
-    """Whether a sub-query asks for ``hop``: it names the hop's subject; without a known subject,
-    it holds at least half of the content words of the hop's own query."""
+    """Whether a sub-query asks for ``hop``.
+
+    With a known subject it must name it and, when the hop's relation is known, ask that
+    relation: more than half of the relation stems of the sub-query and of the gold sub-query
+    together are shared (Jaccard > 1/2). That tells ``"Nurun founder"`` from ``"Nurun founded
+    year"`` and ``"Siril born"`` from ``"Siril birth year"``, and accepts ``"Saenax directed by"``
+    for ``"Saenax director"``. It is lexical: a synonym the gold sub-query lacks
+    (``"birthplace"`` for ``"born"``) is not recognised. Without a known subject, the sub-query
+    must hold at least half of the content words of the hop's own query."""
     if hop.subject:
-        return mentions(query, hop.subject)
+        if not mentions(query, hop.subject):
+            return False
+        if not hop.relation:
+            return True
+        asked = relation_stems(query, hop.subject)
+        return 2 * len(asked & hop.relation) > len(asked | hop.relation)
     wanted = {w for w in normalize_answer(hop.query).split() if w not in _FUNCTION_WORDS}
     have = set(normalize_answer(query).split())
     return bool(wanted) and len(wanted & have) * 2 >= len(wanted)
@@ -261,6 +305,9 @@ def step_verdict(record: Record, history: Sequence[StepView], step: StepView) ->
         done = next((i for i in sorted(progress.resolved) if targets(step.content, hops[i])), None)
         if done is not None:
             return False, f"redundant: hop {done + 1} is already resolved"
+        named = next((i for i in progress.open_hops(hops) if hops[i].subject and mentions(step.content, hops[i].subject)), None)
+        if named is not None:
+            return False, f"names open hop {named + 1}'s subject but asks another relation"
         return False, "the sub-query targets no open hop"
     if step.kind == "conclude":
         hop = conclusion_hop(step.content, hops, progress)

@@ -339,6 +339,28 @@ class ProcessRewardModel:
             self.model, self.tokenizer, out_dir, extra_files={SETTINGS_FILE: json.dumps(settings, indent=2) + "\n"}
         )
 
+    @staticmethod
+    def digest(path: str | os.PathLike[str]) -> str:
+        """A short SHA-256 of a saved PRM's weight files (a :meth:`load`-able folder): what a stage
+        that stores PRM scores records, so that resuming with another PRM is refused rather than
+        mixing two models' scores."""
+        import hashlib
+
+        folder = Path(path)
+        if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
+            folder = folder / "prm"
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights:
+            from prorag.errors import DataError
+
+            raise DataError(str(folder), "no *.safetensors weights of a process reward model")
+        h = hashlib.sha256()
+        for file in weights:
+            with file.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        return h.hexdigest()[:16]
+
     @classmethod
     def load(
         cls, path: str | os.PathLike[str], device: str | None = None, *, dtype: str | torch.dtype = "auto"

@@ -106,6 +106,29 @@ def test_subjects_and_dependencies_of_gold_hops() -> None:
     assert [h.depends_on for h in mus] == [frozenset(), {0}]
     assert hop_subject({"question": "Who is the spouse of #1?"}) is None
     assert targets("van hook township county", mus[0]) and not targets("Van Hook", mus[0])
+    assert [h.relation for h in chain] == [{"direct"}, {"born"}, {"country"}]
+    assert mus[0].relation == frozenset(), "no gold sub-query: naming the subject is enough"
+
+
+@pytest.mark.parametrize(
+    ("query", "gold", "subject", "hit"),
+    [
+        ("Nurun founder", "Nurun founder", "Nurun", True),
+        ("Nurun founded by", "Nurun founder", "Nurun", True),  # founder/founded share a stem
+        ("Nurun based in", "Nurun founder", "Nurun", False),  # the right entity, another relation
+        ("Nurun founded year", "Nurun founder", "Nurun", False),  # 1 shared stem of 2: not more than half
+        ("Nurun founder", "Nurun founded year", "Nurun", False),
+        ("Nurun founded year", "Nurun founded year", "Nurun", True),
+        ("Siril birth year", "Siril born", "Siril", False),
+        ("Kondan work", "Kondan works for", "Kondan", True),
+        ("Gulel works for", "Kondan works for", "Kondan", False),  # the relation, another entity
+    ],
+)
+def test_a_sub_query_targets_a_hop_by_subject_and_relation(query: str, gold: str, subject: str, hit: bool) -> None:
+    (hop,) = oracle_hops(
+        Record("q", "?", ["a"], {"decomposition": [{"question": "?", "answer": "a", "query": gold, "subject": subject}]})
+    )
+    assert targets(query, hop) is hit
 
 
 @pytest.mark.parametrize(
@@ -114,12 +137,15 @@ def test_subjects_and_dependencies_of_gold_hops() -> None:
         ([], search("Saenax director"), True, "open hop 1"),
         ([], search("Siril born"), False, "no open hop"),  # hop 2's subject is not known yet
         ([search("Saenax director", SAENAX_DOCS)], search("saenax director!"), False, "repeats"),
-        ([search("Saenax director", SAENAX_DOCS)], search("Saenax film"), True, "open hop 1"),  # re-searched, other words
+        ([search("Saenax director", SAENAX_DOCS)], search("Saenax directed by"), True, "open hop 1"),  # re-searched, other words
+        ([], search("Saenax film"), False, "asks another relation"),  # the right entity, not its director
+        ([], search("Saenax released"), False, "asks another relation"),
         ([search("Saenax director", SAENAX_DOCS)], conclude("Siril"), True, "supported, correct sub-answer of hop 1"),
         ([search("Saenax director", SAENAX_DOCS)], conclude("Tamal"), False, "agrees with no open hop"),
         ([], conclude("Siril"), False, "not supported"),  # right, but nothing was retrieved: a guess
-        ([search("Saenax director", SAENAX_DOCS), conclude("Siril")], search("Saenax director 2"), False, "already resolved"),
-        ([search("Saenax director", SAENAX_DOCS), conclude("Siril")], search("Siril birthplace"), True, "open hop 2"),
+        ([search("Saenax director", SAENAX_DOCS), conclude("Siril")], search("Saenax directed by"), False, "already resolved"),
+        ([search("Saenax director", SAENAX_DOCS), conclude("Siril")], search("Siril born in"), True, "open hop 2"),
+        ([search("Saenax director", SAENAX_DOCS), conclude("Siril")], search("Siril birth year"), False, "another relation"),
         (
             [search("Saenax director", SAENAX_DOCS), conclude("Siril"), search("Siril born", SIRIL_DOCS)],
             conclude("Tamal"),

@@ -199,6 +199,12 @@ def test_save_and_load_round_trip(prm: ProcessRewardModel, tmp_path: Path) -> No
     assert torch.allclose(loaded.score(contexts, steps), prm.score(contexts, steps), atol=1e-6)
     prm.save(out)  # replacing an existing folder works
     assert ProcessRewardModel.load(tmp_path).max_length == 64  # a run folder stands for its prm/
+    digest = ProcessRewardModel.digest(out)
+    assert ProcessRewardModel.digest(tmp_path) == digest and len(digest) == 16
+    with torch.no_grad():
+        loaded.model.score.weight.add_(1.0)
+    loaded.save(tmp_path / "other")
+    assert ProcessRewardModel.digest(tmp_path / "other") != digest, "other weights, another digest"
 
 
 def test_load_refuses_a_policy_folder(policy_dir: Path) -> None:

@@ -39,7 +39,9 @@ Outputs in the run directory
     ``checkpoints/checkpoint-N`` (resumable), ``metrics.jsonl`` (one line per log: ``loss``,
     ``accuracy``, ``margin``, ``learning_rate``...; ``eval_loss`` / ``eval_accuracy`` /
     ``eval_margin`` on the held-out pairs, and a last line with ``eval_auc``, the ranking AUC of
-    held-out chosen against rejected steps) and ``prm/`` (the scorer, written atomically, loaded
+    held-out chosen against rejected steps, and ``eval_policy_likelihood_accuracy`` / ``_auc``,
+    the same pairs ranked by the init policy's own step likelihood: the baseline to beat) and
+    ``prm/`` (the scorer, written atomically, loaded
     with :meth:`~prorag.reward_model.ProcessRewardModel.load`).
 """
 
@@ -62,7 +64,15 @@ from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.data.records import Record
 from prorag.errors import DataError
 from prorag.metrics import ranking_auc
-from prorag.reward_model import DEFAULT_MAX_LENGTH, ProcessRewardModel, StepScorer, last_token_rewards, reward_model_from_policy
+from prorag.reward_model import (
+    DEFAULT_MAX_LENGTH,
+    ProcessRewardModel,
+    StepScorer,
+    last_token_rewards,
+    pad_batch,
+    reward_model_from_policy,
+    truncate_left,
+)
 from prorag.rollout import Trajectory
 from prorag.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
 
@@ -131,6 +141,13 @@ class PRMConfig:
     eval_steps: int | None = None
     """Held-out evaluation every this many steps (default: ``save_steps``); always once at the end."""
     eval_batch_size: int = 16
+    likelihood_baseline: bool = True
+    """Also rank the held-out pairs by the init policy's own mean log-probability of each step
+    (:func:`policy_step_likelihoods`) and log it as ``eval_policy_likelihood_accuracy`` /
+    ``_auc``: the reference a trained PRM must beat to have learned more than the policy
+    already prefers (MCTS siblings are policy samples, and invalid ones are often its unlikely
+    draws). Costs one policy forward per held-out step; off for a policy too large to load
+    beside the PRM."""
     report_to: str | list[str] = field(default="none")
 
     def __post_init__(self) -> None:
@@ -360,6 +377,42 @@ def pair_metrics(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, floa
     }
 
 
+@torch.inference_mode()
+def policy_step_likelihoods(
+    model: Any,
+    pad_id: int,
+    contexts: Sequence[Sequence[int]],
+    steps: Sequence[Sequence[int]],
+    *,
+    max_length: int,
+    batch_size: int = 16,
+) -> torch.Tensor:
+    """Each step's mean per-token log-probability under a causal LM (the policy), given its
+    context: ``(N,)`` float32. Inputs are cut from the left as the PRM's are
+    (:func:`~prorag.reward_model.truncate_left`); the mean, not the sum, so that a long step is
+    not ranked below a short one for its length. A step whose tokens cannot be predicted (empty,
+    or the whole input) scores 0.
+
+    As a scorer of (context, step) pairs this is the free baseline of a PRM: it needs no
+    training, and it is what the policy already prefers."""
+    inputs = [truncate_left(c, s, max_length) for c, s in zip(contexts, steps, strict=True)]
+    n_step = [min(len(s), len(ids) - 1) for s, ids in zip(steps, inputs, strict=True)]
+    out = torch.zeros(len(inputs), dtype=torch.float32)
+    device = next(model.parameters()).device
+    order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        ids, mask = pad_batch([inputs[i] for i in rows], pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
+        token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        for b, i in enumerate(rows):
+            end, n = len(inputs[i]) - 1, n_step[i]  # token t is predicted at position t - 1
+            if n > 0:
+                out[i] = token_logp[b, end - n : end].mean().cpu()
+    return out
+
+
 def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], records: Sequence[Record]) -> dict[str, float]:
     """How the PRM ranks the valid against the invalid steps of trajectories it never saw
     (``trajectories[i]`` answers ``records[i]``; fresh samples of pi_sft): every action is
@@ -388,6 +441,24 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     }
     out["auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
     return out
+
+
+def likelihood_baseline_metrics(
+    init: str | Path, pairs: Sequence[StepPair], scorer: ProcessRewardModel, config: PRMConfig
+) -> dict[str, float]:
+    """``eval_policy_likelihood_accuracy`` / ``_auc``: ``pairs`` ranked by the init policy's
+    :func:`policy_step_likelihoods`, with the PRM's input length."""
+    from prorag.models import load_policy
+
+    policy, _ = load_policy(str(init), dtype=config.dtype, device=str(next(scorer.model.parameters()).device))
+    policy.eval()
+    contexts = [p.context_ids for p in pairs] * 2
+    steps = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
+    pad = int(scorer.tokenizer.pad_token_id)
+    logp = policy_step_likelihoods(policy, pad, contexts, steps, max_length=scorer.max_length, batch_size=config.eval_batch_size)
+    del policy
+    metrics = pair_metrics(logp[: len(pairs)], logp[len(pairs) :])
+    return {"eval_policy_likelihood_accuracy": metrics["accuracy"], "eval_policy_likelihood_auc": metrics["auc"]}
 
 
 def train_prm(
@@ -449,9 +520,17 @@ def train_prm(
         row = {"step": trainer.state.global_step, "epoch": trainer.state.epoch}
         row |= {f"eval_{k}": v for k, v in pair_metrics(chosen, rejected).items()}
         row["eval_pairs"] = len(held_out)
+        if config.likelihood_baseline:
+            row |= likelihood_baseline_metrics(init, held_out, scorer, config)
         with JsonlAppender(run / "metrics.jsonl") as f:
             f.append(row)
         log.info("held-out pairs: accuracy %.3f, loss %.4f, AUC %.3f", row["eval_accuracy"], row["eval_loss"], row["eval_auc"])
+        if config.likelihood_baseline:
+            log.info(
+                "held-out pairs ranked by the init policy's step likelihood: accuracy %.3f, AUC %.3f",
+                row["eval_policy_likelihood_accuracy"],
+                row["eval_policy_likelihood_auc"],
+            )
     scorer.save(out)
     return out
 
@@ -465,8 +544,10 @@ __all__ = [
     "pair_examples",
     "pair_metrics",
     "step_ranking_audit",
+    "likelihood_baseline_metrics",
     "pair_wins",
     "pairwise_loss",
+    "policy_step_likelihoods",
     "parse_step_pair",
     "prm_training_args",
     "read_step_pairs",

@@ -388,14 +388,17 @@ def finetune_rft(
 # ----------------------------------------------------------------------------- the stage
 
 
-def _check_resumable(run: Path, config: RFTConfig) -> None:
-    """Refuse to resume a run whose samples were drawn or judged with other settings."""
+def _check_resumable(run: Path, config: RFTConfig, prm_digest: str | None = None) -> None:
+    """Refuse to resume a run whose samples were drawn or judged with other settings, or scored
+    by another PRM (its weights' digest, when both runs know it: stored scores would mix)."""
     path = run / "rft_config.json"
     if not path.exists() or not (run / "samples.jsonl").exists():
         return
     before = read_json(path)
     now = config.sampling_settings()
     changed = sorted(k for k in now if before.get(k) != now[k])
+    if prm_digest is not None and before.get("prm_digest") not in (None, prm_digest):
+        changed.append("the PRM (its weights differ)")
     if changed:
         raise ValueError(
             f"{run} holds samples drawn with other settings ({', '.join(changed)}); use a new run folder or the old settings"
@@ -413,10 +416,13 @@ def run_rft(
     scorer: StepScorer | None = None,
     load_scorer: Callable[[], StepScorer] | None = None,
     sampler: RolloutEngine | None = None,
+    prm_digest: str | None = None,
     progress: bool = True,
 ) -> Path:
     """Run the RFT stage in ``run_dir``: sample from ``model`` (pi_sft), filter by outcome and
     PRM, fine-tune ``model`` on the kept pairs; return the saved ``run_dir/policy`` (pi_rft).
+    ``prm_digest`` (:meth:`~prorag.reward_model.ProcessRewardModel.digest`) names the PRM in
+    ``rft_config.json``; resuming with another PRM is refused.
 
     Pass the PRM as ``scorer``, or a function that loads it as ``load_scorer``: then it is loaded
     for the sampling and released before the fine-tuning (a PRM is as large as the policy). ``sampler`` replaces the
@@ -427,8 +433,8 @@ def run_rft(
         raise ValueError("pass exactly one of scorer and load_scorer")
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    _check_resumable(run, config)
-    write_json(run / "rft_config.json", asdict(config))
+    _check_resumable(run, config, prm_digest)
+    write_json(run / "rft_config.json", {**asdict(config), "prm_digest": prm_digest})
     engine = sampler or RolloutEngine(model, tokenizer, retriever, config.rollout)
     prm = scorer if scorer is not None else load_scorer()  # type: ignore[misc]
     collect_rft_samples(config, run, engine, records, prm, progress=progress)
@@ -463,6 +469,7 @@ def run_rft_files(
         records=read_records(data),
         retriever=open_retriever(index),
         load_scorer=lambda: ProcessRewardModel.load(prm, device=device),
+        prm_digest=ProcessRewardModel.digest(prm),
     )
 
 

@@ -29,6 +29,7 @@ from prorag.stages.prm import (
     pair_metrics,
     pair_wins,
     pairwise_loss,
+    policy_step_likelihoods,
     read_step_pairs,
     split_by_question,
     train_prm,
@@ -276,6 +277,7 @@ def test_train_save_reload_and_resume(policy_dir: Path, pairs_file: Path, tmp_pa
     assert [r["step"] for r in evals] == [2, 4] and all(math.isfinite(r["eval_loss"]) for r in evals)
     final = rows[-1]
     assert {"eval_accuracy", "eval_loss", "eval_auc", "eval_pairs"} <= final.keys()
+    assert 0.0 <= final["eval_policy_likelihood_accuracy"] <= 1.0 and 0.0 <= final["eval_policy_likelihood_auc"] <= 1.0
     held = set(json.loads((run / "split.json").read_text())["held_out_questions"])
     assert final["eval_pairs"] == sum(p.question_id in held for p in read_step_pairs(pairs_file))
     # The trainer's held-out numbers (last eval, same weights) equal the saved scorer's.
@@ -297,6 +299,35 @@ def test_train_save_reload_and_resume(policy_dir: Path, pairs_file: Path, tmp_pa
     assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
     state = json.loads((run / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
+
+
+class BigramLM(torch.nn.Module):
+    """A causal LM whose next-token logits depend on the current token only (a fixed table),
+    so that step log-probabilities can be computed by hand."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(table, requires_grad=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool = False) -> Any:
+        return type("Out", (), {"logits": self.table[input_ids]})()
+
+
+def test_policy_step_likelihood_is_the_mean_log_probability_of_the_step() -> None:
+    # Vocabulary {0: pad, 1, 2, 3}; after token 1 the LM says 2 with p = 3/4, 3 with p = 1/4.
+    table = torch.log(torch.tensor([[0.25] * 4, [1e-9, 1e-9, 0.75, 0.25], [0.1, 0.2, 0.3, 0.4], [0.25] * 4]))
+    lm = BigramLM(table)
+    contexts = [[3, 1], [3, 1], [2, 2, 2, 2, 2, 1]]
+    steps = [[2], [3, 3], [2]]
+    got = policy_step_likelihoods(lm, 0, contexts, steps, max_length=16, batch_size=2)
+    want = torch.tensor([math.log(0.75), (math.log(0.25) + math.log(0.25)) / 2, math.log(0.75)])
+    assert torch.allclose(got, want, atol=1e-5)
+    # Cut from the left like the PRM's inputs: the step survives; a step that is the whole
+    # input has no predicted token beyond the first, and an empty step scores 0.
+    cut = policy_step_likelihoods(lm, 0, [[2, 2, 2, 2, 2, 1]], [[2]], max_length=2)
+    assert cut.item() == pytest.approx(math.log(0.75), abs=1e-5)
+    alone = policy_step_likelihoods(lm, 0, [[1], [1]], [[1, 2], []], max_length=2)
+    assert alone[0].item() == pytest.approx(math.log(0.75), abs=1e-5) and alone[1].item() == 0.0
 
 
 def test_head_only_training_freezes_the_backbone(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:

@@ -258,9 +258,12 @@ def test_run_rft_end_to_end_and_refuses_changed_settings(
     common = dict(
         model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, sampler=replay_engine, progress=False
     )
-    policy = run_rft(rft_config(), tmp_path, load_scorer=AlternatingScorer, **common)
+    policy = run_rft(rft_config(), tmp_path, load_scorer=AlternatingScorer, prm_digest="aaaa", **common)
     assert (policy / "model.safetensors").exists()
     assert json.loads((tmp_path / "rft_config.json").read_text())["samples_per_question"] == 2
+    with pytest.raises(ValueError, match="the PRM"):  # stored scores came from another PRM
+        run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="bbbb", **common)
+    run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)  # the same PRM resumes
     assert json.loads((tmp_path / "rft_counts.json").read_text())["correct"] == 8
     with pytest.raises(ValueError, match="prm_threshold"):
         run_rft(rft_config(prm_threshold=0.5), tmp_path, scorer=AlternatingScorer(), **common)

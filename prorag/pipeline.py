@@ -688,6 +688,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             # pairs and 550 steps) the held-out loss did not leave ln 2.
             learning_rate=1e-3,
             held_out_fraction=0.15,
+            if_no_pairs="untrained",
             logging_steps=10,
         ),
         rft=RFTConfig(

@@ -141,6 +141,11 @@ class PRMConfig:
     eval_steps: int | None = None
     """Held-out evaluation every this many steps (default: ``save_steps``); always once at the end."""
     eval_batch_size: int = 16
+    if_no_pairs: Literal["error", "untrained"] = "error"
+    """When the judge found no pair (a policy too weak for any valid sibling step, as in a quick
+    demo): ``"error"`` stops; ``"untrained"`` logs a warning and saves the reward model as built
+    from the policy (a random head: its scores carry no process signal), so a pipeline with
+    small budgets goes on, as RFT's ``if_nothing_kept: copy_policy`` does."""
     likelihood_baseline: bool = True
     """Also rank the held-out pairs by the init policy's own mean log-probability of each step
     (:func:`policy_step_likelihoods`) and log it as ``eval_policy_likelihood_accuracy`` /
@@ -160,6 +165,8 @@ class PRMConfig:
                 raise ValueError(f"PRMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
+        if self.if_no_pairs not in ("error", "untrained"):
+            raise ValueError(f"PRMConfig.if_no_pairs must be 'error' or 'untrained', got {self.if_no_pairs!r}")
 
 
 # ----------------------------------------------------------------------------- data
@@ -484,8 +491,20 @@ def train_prm(
     if pairs is None:
         if not config.pairs_file:
             raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
-        pairs = read_step_pairs(config.pairs_file)
+        empty = Path(config.pairs_file).is_file() and not Path(config.pairs_file).read_text(encoding="utf-8").strip()
+        pairs = [] if empty and config.if_no_pairs == "untrained" else read_step_pairs(config.pairs_file)
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
+    if not pairs:
+        if config.if_no_pairs == "error":
+            raise ValueError("no step pairs to train the PRM on")
+        log.warning("no step pairs: saving the PRM untrained (a random head on pi_sft's backbone; no process signal)")
+        model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed)
+        with JsonlAppender(run / "metrics.jsonl") as f:
+            f.append({"step": 0, "untrained": True, "pairs": 0})
+        positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
+        return ProcessRewardModel(
+            model, tokenizer, max_length=min(config.max_length, positions), append_eos=config.append_eos
+        ).save(run / "prm")
 
     train_pairs, held_out = split_by_question(list(pairs), config.held_out_fraction, config.seed)
     write_json(run / "split.json", {"held_out_questions": sorted({p.question_id for p in held_out})})

@@ -330,6 +330,18 @@ def test_policy_step_likelihood_is_the_mean_log_probability_of_the_step() -> Non
     assert alone[0].item() == pytest.approx(math.log(0.75), abs=1e-5) and alone[1].item() == 0.0
 
 
+def test_no_pairs_stops_or_saves_an_untrained_prm(policy_dir: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "pairs.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="no step pairs"):
+        train_prm(fast_config(pairs_file=str(empty)), tmp_path / "stop", init=policy_dir)
+    out = train_prm(fast_config(pairs_file=str(empty), if_no_pairs="untrained"), tmp_path / "go", init=policy_dir)
+    fresh, _ = reward_model_from_policy(policy_dir, seed=0)
+    saved = ProcessRewardModel.load(out).model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in fresh.state_dict().items())
+    assert list(read_jsonl(tmp_path / "go" / "metrics.jsonl")) == [{"step": 0, "untrained": True, "pairs": 0}]
+
+
 def test_head_only_training_freezes_the_backbone(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:
     cfg = fast_config(max_steps=2, train_backbone=False, held_out_fraction=0.0, append_eos=True)
     prm = ProcessRewardModel.load(train_prm(cfg, tmp_path / "head", init=policy_dir, pairs=read_step_pairs(pairs_file)))

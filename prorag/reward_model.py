@@ -100,6 +100,14 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, side: str = "righ
     return ids, mask
 
 
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of inputs grouped ``batch_size`` at a time, longest first: each batch pads its
+    rows to nearly the same length, and the first batch shows at once whether the longest
+    input fits in memory."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 # ----------------------------------------------------------------------------- the read-out
 
 
@@ -182,6 +190,14 @@ def reward_model_from_policy(
     return model, tokenizer
 
 
+def model_folder(path: str | os.PathLike[str]) -> Path:
+    """The reward model folder ``path`` names: itself, or the ``prm/`` of a ``prorag prm`` run."""
+    folder = Path(path)
+    if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
+        return folder / "prm"
+    return folder
+
+
 # ----------------------------------------------------------------------------- the scorer
 
 
@@ -240,10 +256,8 @@ class ProcessRewardModel:
         was_training = self.model.training
         self.model.eval()
         device = next(self.model.parameters()).device
-        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
         try:
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
+            for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
                 logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
                 out[torch.tensor(rows)] = logits.cpu()
@@ -314,10 +328,8 @@ class ProcessRewardModel:
         self.model.eval()
         device = next(self.model.parameters()).device
         out: list[list[float]] = [[] for _ in trajectories]
-        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
         try:
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
+            for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
                 scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
                 for i, row in zip(rows, scores, strict=True):
@@ -346,9 +358,7 @@ class ProcessRewardModel:
         mixing two models' scores."""
         import hashlib
 
-        folder = Path(path)
-        if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
-            folder = folder / "prm"
+        folder = model_folder(path)
         weights = sorted(folder.glob("*.safetensors"))
         if not weights:
             from prorag.errors import DataError
@@ -372,9 +382,7 @@ class ProcessRewardModel:
         from prorag.errors import DataError
         from prorag.models import as_dtype
 
-        folder = Path(path)
-        if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
-            folder = folder / "prm"
+        folder = model_folder(path)
         settings_path = folder / SETTINGS_FILE
         if not settings_path.is_file():
             raise DataError(str(folder), f"not a process reward model folder (no {SETTINGS_FILE})")
@@ -395,6 +403,8 @@ __all__ = [
     "ProcessRewardModel",
     "StepScorer",
     "last_token_rewards",
+    "length_batches",
+    "model_folder",
     "pad_batch",
     "reward_model_from_policy",
     "reward_probability",

@@ -16,6 +16,7 @@ from prorag.reward_model import (
     ProcessRewardModel,
     StepScorer,
     last_token_rewards,
+    length_batches,
     pad_batch,
     reward_model_from_policy,
     reward_probability,
@@ -66,6 +67,11 @@ def test_build_input_cuts_from_the_left_and_appends_eos(prm: ProcessRewardModel)
     with_eos = ProcessRewardModel(prm.model, prm.tokenizer, max_length=64, append_eos=True)
     ids = with_eos.build_input(context, step)
     assert len(ids) == 64 and ids[-11:] == [*step, prm.tokenizer.eos_token_id]
+
+
+def test_length_batches_go_longest_first() -> None:
+    assert length_batches([3, 9, 1, 9, 5], 2) == [[1, 3], [4, 0], [2]]
+    assert length_batches([], 4) == []
 
 
 def test_pad_batch_both_sides() -> None:

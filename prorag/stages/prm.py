@@ -69,6 +69,7 @@ from prorag.reward_model import (
     ProcessRewardModel,
     StepScorer,
     last_token_rewards,
+    length_batches,
     pad_batch,
     reward_model_from_policy,
     truncate_left,
@@ -222,9 +223,10 @@ def parse_step_pair(row: dict[str, Any], where: str) -> StepPair:
     return pair
 
 
-def read_step_pairs(path: str | Path) -> list[StepPair]:
+def read_step_pairs(path: str | Path, *, allow_empty: bool = False) -> list[StepPair]:
     """All pairs of a step-pairs JSONL file, each checked (:func:`parse_step_pair`); ids must be
-    unique. :class:`DataError` names ``file:line`` and the field of the first bad row."""
+    unique. :class:`DataError` names ``file:line`` and the field of the first bad row, and an
+    empty file unless ``allow_empty``."""
     pairs: list[StepPair] = []
     seen: dict[str, int] = {}
     for lineno, row in read_jsonl_numbered(path):
@@ -234,7 +236,7 @@ def read_step_pairs(path: str | Path) -> list[StepPair]:
             raise DataError(where, f"field 'id': {pair.id!r} already used on line {seen[pair.id]}")
         seen[pair.id] = lineno
         pairs.append(pair)
-    if not pairs:
+    if not pairs and not allow_empty:
         raise DataError(str(path), "no step pairs")
     return pairs
 
@@ -406,9 +408,7 @@ def policy_step_likelihoods(
     n_step = [min(len(s), len(ids) - 1) for s, ids in zip(steps, inputs, strict=True)]
     out = torch.zeros(len(inputs), dtype=torch.float32)
     device = next(model.parameters()).device
-    order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
+    for rows in length_batches([len(x) for x in inputs], batch_size):
         ids, mask = pad_batch([inputs[i] for i in rows], pad_id)
         ids, mask = ids.to(device), mask.to(device)
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
@@ -491,20 +491,20 @@ def train_prm(
     if pairs is None:
         if not config.pairs_file:
             raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
-        empty = Path(config.pairs_file).is_file() and not Path(config.pairs_file).read_text(encoding="utf-8").strip()
-        pairs = [] if empty and config.if_no_pairs == "untrained" else read_step_pairs(config.pairs_file)
+        pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
+    model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed)
+    positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
+    if positions < config.max_length:
+        log.info("max_length %d capped at the model's %d positions", config.max_length, positions)
+    scorer = ProcessRewardModel(model, tokenizer, max_length=min(config.max_length, positions), append_eos=config.append_eos)
     if not pairs:
         if config.if_no_pairs == "error":
             raise ValueError("no step pairs to train the PRM on")
         log.warning("no step pairs: saving the PRM untrained (a random head on pi_sft's backbone; no process signal)")
-        model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed)
         with JsonlAppender(run / "metrics.jsonl") as f:
             f.append({"step": 0, "untrained": True, "pairs": 0})
-        positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
-        return ProcessRewardModel(
-            model, tokenizer, max_length=min(config.max_length, positions), append_eos=config.append_eos
-        ).save(run / "prm")
+        return scorer.save(run / "prm")
 
     train_pairs, held_out = split_by_question(list(pairs), config.held_out_fraction, config.seed)
     write_json(run / "split.json", {"held_out_questions": sorted({p.question_id for p in held_out})})
@@ -515,12 +515,6 @@ def train_prm(
         len({p.question_id for p in held_out}),
         dict(Counter(p.judge for p in pairs)),
     )
-
-    model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed)
-    positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
-    if positions < config.max_length:
-        log.info("max_length %d capped at the model's %d positions", config.max_length, positions)
-    scorer = ProcessRewardModel(model, tokenizer, max_length=min(config.max_length, positions), append_eos=config.append_eos)
     train_examples, stats = pair_examples(train_pairs, scorer)
     eval_examples, eval_stats = pair_examples(held_out, scorer)
     log.info("PRM examples: train %s, held out %s", stats, eval_stats)

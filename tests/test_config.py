@@ -26,6 +26,22 @@ def test_example_configs_load() -> None:
     assert cfg.train_file and cfg.records_file and cfg.index and cfg.eval_file
 
 
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name.startswith(("sft_", "mcts_", "rl_"))),
+)
+def test_every_stage_config_file_loads(name: str) -> None:
+    """Each stage YAML in configs/ loads into its stage's dataclass (unknown keys would raise)."""
+    from prorag.stages.mcts import MCTSConfig
+    from prorag.stages.rl import RLConfig
+
+    cls = {"sft": SFTConfig, "mcts": MCTSConfig, "rl": RLConfig}[name.split("_", 1)[0]]
+    cfg = load_config(REPO / "configs" / name, cls)
+    assert isinstance(cfg, cls)
+    if name == "mcts_musique_smollm2.yaml":
+        assert (cfg.simulations, cfg.num_candidates, cfg.max_depth) == (16, 4, 8)
+
+
 def test_values_are_typed(tmp_path: Path) -> None:
     text = """
 learning_rate: 3e-3          # YAML 1.1 reads this as a string; the loader makes it a float

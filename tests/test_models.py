@@ -31,6 +31,7 @@ from prorag.models import (
     load_policy,
     make_tiny_model,
     resize_for_tags,
+    spelling_ids,
     save_policy,
     setup_offline,
     smollm2_gguf_path,
@@ -170,7 +171,7 @@ def test_resize_for_tags_mean_rows(tied: bool) -> None:
     old_out = model.get_output_embeddings().weight.detach().clone()
     n_old = old_in.shape[0]
     add_tag_tokens(tok)
-    assert resize_for_tags(model, tok) == 10
+    assert resize_for_tags(model, tok, init="mean") == 10
     new_in = model.get_input_embeddings().weight.detach()
     new_out = model.get_output_embeddings().weight.detach()
     assert new_in.shape[0] == len(tok) == n_old + 10 and new_out.shape[0] == len(tok)
@@ -202,13 +203,65 @@ def test_resize_for_tags_spare_rows() -> None:
     add_tag_tokens(tok)
     new_ids = list(tag_token_ids(tok).values())
     assert max(new_ids) < n_base + 16
-    assert resize_for_tags(model, tok, new_ids=new_ids) == 0
+    assert resize_for_tags(model, tok, new_ids=new_ids, init="mean") == 0
     w = model.get_input_embeddings().weight.detach()
     assert w.shape[0] == n_base + 16
     keep = [i for i in range(n_base + 16) if i not in new_ids]
     assert torch.equal(w[keep], old[keep])
     for tid in new_ids:
         assert torch.allclose(w[tid], old[keep].mean(0), atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_resize_for_tags_spelling_rows(tied: bool) -> None:
+    """The default init: each tag's row is the mean of the rows of the old tokens that spell it
+    (in both matrices when untied); the pieces are ordinary tokens, never the tag itself."""
+    from transformers import AutoModelForCausalLM
+
+    tok = _any_tokenizer("bytelevel")
+    cfg = tiny_model_config(len(tok))
+    cfg.tie_word_embeddings = tied
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    old_in = model.get_input_embeddings().weight.detach().clone()
+    old_out = model.get_output_embeddings().weight.detach().clone()
+    n_old = old_in.shape[0]
+    spelled = {t: tok("<step>" if t == "<step>" else t, add_special_tokens=False)["input_ids"] for t in ("<step>", "</answer>")}
+    add_tag_tokens(tok)
+    ids = tag_token_ids(tok)
+    assert resize_for_tags(model, tok) == 10
+    new_in = model.get_input_embeddings().weight.detach()
+    new_out = model.get_output_embeddings().weight.detach()
+    assert torch.equal(new_in[:n_old], old_in)
+    for tag, pieces in spelled.items():
+        assert len(pieces) > 1 and all(p < n_old for p in pieces)
+        assert spelling_ids(tok, ids[tag], n_old, set(ids.values())) == pieces
+        assert torch.allclose(new_in[ids[tag]], old_in[pieces].mean(0), atol=1e-6, rtol=0)
+        assert torch.allclose(new_out[ids[tag]], old_out[pieces].mean(0), atol=1e-6, rtol=0)
+    # different spellings, different rows (the mean init would give them all one row)
+    assert not torch.allclose(new_in[ids["<step>"]], new_in[ids["</answer>"]])
+
+
+def test_spelling_ids_falls_back() -> None:
+    """No spelling when a piece is itself new or outside the old rows: the row gets the mean."""
+    tok = _any_tokenizer("bytelevel")
+    n_old = len(tok)
+    add_tag_tokens(tok)
+    ids = tag_token_ids(tok)
+    pieces = spelling_ids(tok, ids["<step>"], n_old, set(ids.values()))
+    assert pieces
+    assert spelling_ids(tok, ids["<step>"], n_old, set(ids.values()) | {pieces[0]}) == []
+    assert spelling_ids(tok, ids["<step>"], min(pieces), set(ids.values())) == []
+
+
+def test_resize_for_tags_rejects_unknown_init() -> None:
+    from transformers import AutoModelForCausalLM
+
+    tok = _any_tokenizer("bytelevel")
+    model = AutoModelForCausalLM.from_config(tiny_model_config(len(tok)))
+    add_tag_tokens(tok)
+    with pytest.raises(ValueError, match="unknown init"):
+        resize_for_tags(model, tok, init="zeros")
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,7 +504,8 @@ def test_load_policy_registers_tags(tmp_path: Path, caplog: pytest.LogCaptureFix
     w = loaded.get_input_embeddings().weight.detach()
     assert w.shape[0] == len(tok) + 10
     assert torch.equal(w[: len(tok)], old)
-    assert torch.allclose(w[tag_token_ids(ltok)["<step>"]], old.mean(0), atol=1e-7, rtol=0)
+    pieces = ltok("<step>", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert torch.allclose(w[tag_token_ids(ltok)["<step>"]], old[pieces].mean(0), atol=1e-6, rtol=0)
     assert loaded.generation_config.eos_token_id == [ltok.eos_token_id, tag_token_ids(ltok)[ANSWER_CLOSE]]
 
 
@@ -547,9 +601,12 @@ def test_smollm2_setup_offline(smollm2_dir: Path) -> None:
     assert tag_token_ids(tok) == {tag: 49152 + i for i, tag in enumerate(TAGS)}
     assert model.generation_config.eos_token_id == [tok.eos_token_id, tag_token_ids(tok)[ANSWER_CLOSE]]
     assert tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
-    # the tag rows are all the same (the mean), unlike the rows of ordinary tokens
+    # each tag row is the mean of the rows spelling it (in bfloat16), so tags differ
     w = model.get_input_embeddings().weight
-    assert torch.equal(w[49152], w[49161]) and not torch.equal(w[49150], w[49151])
+    pieces = tok("<step>", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert len(pieces) == 3 and max(pieces) < 49152
+    assert torch.allclose(w[49152].float(), w[pieces].float().mean(0), atol=2e-2, rtol=0)
+    assert not torch.equal(w[49152], w[49161])
 
     model = model.float()  # bfloat16 matmuls are slow on CPU
     msgs = [{"role": "user", "content": "What is the capital of France?"}]

@@ -24,11 +24,22 @@ Three choices a reader should know:
   always matches training). Off by default: the step's closing tag is already a fixed,
   well-trained token at the step's end.
 
+A second kind, ``kind="likelihood"`` (an option; the paper's head is the default), keeps the
+policy's causal LM head instead of adding a scalar one: the step's score is
+``beta * (mean_t log p(step_t | context, step_<t) - offset)``, the length-normalised likelihood
+that SimPO (Meng et al., 2024) uses as an implicit reward, trained with the same pairwise loss.
+Why: MCTS siblings are the policy's own samples, and its likelihood alone already ranks the
+demo's held-out oracle pairs at 0.86 where a scalar head trained on 3.5k pairs reached 0.63; this
+kind starts from that ranking and trains it further. The pairwise loss cannot set a zero point,
+so ``offset`` is fitted after training (the threshold that best separates chosen from rejected
+training steps), and a logit above 0 means what it means for the head (RFT's filter).
+
 Saved models (:meth:`ProcessRewardModel.save`) are ordinary transformers folders (safetensors,
-config with ``num_labels=1``, tokenizer) plus ``reward_model.json`` (``max_length``,
-``append_eos``); :meth:`ProcessRewardModel.load` reads them back for the later stages (RFT's
-filter, RL's step rewards), which call :meth:`~ProcessRewardModel.score_trajectories` or any
-object with that method (:class:`StepScorer`).
+config with ``num_labels=1`` or a causal LM's, tokenizer) plus ``reward_model.json``
+(``max_length``, ``append_eos``, ``kind``, ``beta``, ``offset``);
+:meth:`ProcessRewardModel.load` reads them back for the later stages (RFT's filter, RL's step
+rewards), which call :meth:`~ProcessRewardModel.score_trajectories` or any object with that
+method (:class:`StepScorer`).
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -53,6 +64,11 @@ log = logging.getLogger(__name__)
 SETTINGS_FILE = "reward_model.json"
 #: Longest input (context + step) in tokens: the reference code's ``max_seq_length``.
 DEFAULT_MAX_LENGTH = 4096
+
+#: What a PRM's score is read from: a scalar ``head`` on the last hidden state (the paper), or
+#: the causal LM's mean ``likelihood`` of the step (see the module docstring).
+RewardKind = Literal["head", "likelihood"]
+REWARD_KINDS: tuple[str, ...] = ("head", "likelihood")
 
 
 @runtime_checkable
@@ -153,6 +169,58 @@ def action_end_rewards(
     return out
 
 
+def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` float32: entry ``t`` is ``log p(input_ids[:, t] | input_ids[:, :t])`` under the
+    causal LM ``model`` (entry 0, which nothing predicts, is 0). Position ids count real tokens
+    only, as in :func:`last_token_rewards`, so any padding leaves the real entries unchanged."""
+    mask = attention_mask.to(input_ids.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(logp, (1, 0))
+
+
+def span_means(values: torch.Tensor, rows: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> torch.Tensor:
+    """``(N,)``: the mean of ``values[rows[i], starts[i]:ends[i]]`` for each ``i`` (0 for an empty
+    span), from one cumulative sum, so it stays differentiable and costs no Python loop."""
+    if not len(rows):
+        return values.new_zeros(0)
+    csum = torch.nn.functional.pad(values.cumsum(-1), (1, 0))
+    r = torch.as_tensor(list(rows), dtype=torch.long, device=values.device)
+    a = torch.as_tensor(list(starts), dtype=torch.long, device=values.device)
+    b = torch.as_tensor(list(ends), dtype=torch.long, device=values.device)
+    n = (b - a).clamp(min=0)
+    total = csum[r, b.clamp(min=a)] - csum[r, a]
+    return torch.where(n > 0, total / n.clamp(min=1).to(values.dtype), torch.zeros_like(total))
+
+
+def step_token_count(step_length: int, input_length: int) -> int:
+    """How many of a step's tokens a likelihood can be read on, the step being the last
+    ``step_length`` tokens of an input of ``input_length``: all but a first token of the input
+    (which nothing predicts), and none of an empty step."""
+    return max(0, min(int(step_length), int(input_length) - 1))
+
+
+def likelihood_rewards(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    step_lengths: Sequence[int] | torch.Tensor,
+    *,
+    beta: float = 1.0,
+    offset: float = 0.0,
+) -> torch.Tensor:
+    """The ``likelihood`` kind's logits ``(B,)``: ``beta * (mean log p(step) - offset)``, the step
+    being the last ``step_lengths[b]`` real tokens of row ``b`` (right padding); a step with no
+    readable token (:func:`step_token_count`) has mean 0."""
+    lengths = attention_mask.sum(-1).tolist()
+    counts = [step_token_count(int(n), int(L)) for n, L in zip(list(step_lengths), lengths, strict=True)]
+    logp = token_logprobs(model, input_ids, attention_mask)
+    ends = [int(L) for L in lengths]
+    means = span_means(logp, range(len(ends)), [e - c for e, c in zip(ends, counts, strict=True)], ends)
+    return float(beta) * (means - float(offset))
+
+
 def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
     """``sigmoid(logit)``: the probability that a step is the better one of a pair (the
     Bradley-Terry reading of the pairwise loss; RFT keeps steps above 0.5, i.e. logit > 0)."""
@@ -163,7 +231,7 @@ def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
 
 
 def reward_model_from_policy(
-    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
+    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0, kind: RewardKind = "head"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A fresh reward model on the backbone of a policy checkpoint (or a training run folder).
 
@@ -171,15 +239,22 @@ def reward_model_from_policy(
     the pad token set exactly as for the policy), then its backbone weights are copied into a
     ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``; the causal
     LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in a forked RNG
-    (same seed, same head; the caller's random state is untouched).
+    (same seed, same head; the caller's random state is untouched). ``kind="likelihood"``: the
+    policy itself, causal LM head kept (its config says ``num_labels=1``, which TRL's reward
+    trainer checks and a causal LM ignores).
     """
     from transformers import AutoModelForSequenceClassification
 
     from prorag.models import load_policy
 
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
     causal, tokenizer = load_policy(str(policy), dtype=dtype)
     config = causal.config
     config.num_labels = 1
+    if kind == "likelihood":
+        config.pad_token_id = tokenizer.pad_token_id
+        return causal, tokenizer
     config.pad_token_id = tokenizer.pad_token_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -206,6 +281,8 @@ class ProcessRewardModel:
 
     ``max_length`` bounds every input (:func:`truncate_left`); ``append_eos`` appends the
     tokenizer's EOS after the step and reads the score there (see the module docstring).
+    ``kind`` says how the logit is read (:data:`RewardKind`); ``beta`` and ``offset`` are the
+    ``likelihood`` kind's scale and zero point (unused by the head).
     """
 
     def __init__(
@@ -215,15 +292,27 @@ class ProcessRewardModel:
         *,
         max_length: int = DEFAULT_MAX_LENGTH,
         append_eos: bool = False,
+        kind: RewardKind = "head",
+        beta: float = 1.0,
+        offset: float = 0.0,
     ) -> None:
+        if kind not in REWARD_KINDS:
+            raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
         if append_eos and tokenizer.eos_token_id is None:
             raise ValueError("append_eos needs a tokenizer with an EOS token")
+        if append_eos and kind == "likelihood":
+            raise ValueError("append_eos reads a head on an appended EOS; the likelihood kind reads the step's own tokens")
         if tokenizer.pad_token_id is None:
             raise ValueError("the reward model's tokenizer needs a pad token")
+        if not beta > 0:
+            raise ValueError(f"beta must be > 0, got {beta}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.append_eos = bool(append_eos)
+        self.kind: RewardKind = kind
+        self.beta = float(beta)
+        self.offset = float(offset)
 
     # ---- inputs
 
@@ -243,7 +332,8 @@ class ProcessRewardModel:
 
         Inputs are sorted by length and scored ``batch_size`` at a time (padded on the right:
         little padding per batch), and the logits returned in the given order. An empty step is
-        read on the last context token (every action of a trajectory gets a logit).
+        read on the last context token (every action of a trajectory gets a logit; the
+        likelihood kind gives it a mean of 0).
         """
         if len(contexts) != len(steps):
             raise ValueError(f"{len(contexts)} contexts but {len(steps)} steps")
@@ -259,7 +349,13 @@ class ProcessRewardModel:
         try:
             for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
+                if self.kind == "likelihood":
+                    lengths = [len(steps[i]) for i in rows]
+                    logits = likelihood_rewards(
+                        self.model, ids.to(device), mask.to(device), lengths, beta=self.beta, offset=self.offset
+                    )
+                else:
+                    logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
                 out[torch.tensor(rows)] = logits.cpu()
         finally:
             self.model.train(was_training)
@@ -319,11 +415,14 @@ class ProcessRewardModel:
         """Every action of each trajectory from one forward pass over the trajectory."""
         inputs: list[list[int]] = []
         reads: list[list[int]] = []
+        spans: list[list[tuple[int, int]]] = []
         for traj in trajectories:
             end = max(a.span[1] for a in traj.actions)
             inputs.append([*traj.prompt_ids, *traj.completion_ids[:end]])
             # An empty action is read on the token before it, as score() reads an empty step.
             reads.append([len(traj.prompt_ids) + a.span[1] - 1 for a in traj.actions])
+            # The likelihood kind: each action's tokens, never the input's first (nothing predicts it).
+            spans.append([(max(1, len(traj.prompt_ids) + a.span[0]), len(traj.prompt_ids) + a.span[1]) for a in traj.actions])
         was_training = self.model.training
         self.model.eval()
         device = next(self.model.parameters()).device
@@ -331,11 +430,29 @@ class ProcessRewardModel:
         try:
             for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
+                if self.kind == "likelihood":
+                    scores = self._action_likelihoods(ids.to(device), mask.to(device), [spans[i] for i in rows])
+                else:
+                    scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
                 for i, row in zip(rows, scores, strict=True):
                     out[i] = row
         finally:
             self.model.train(was_training)
+        return out
+
+    def _action_likelihoods(
+        self, ids: torch.Tensor, mask: torch.Tensor, spans: Sequence[Sequence[tuple[int, int]]]
+    ) -> list[list[float]]:
+        """The likelihood kind's logit of each ``(start, end)`` token span of each row, from one pass."""
+        logp = token_logprobs(self.model, ids, mask)
+        rows = [b for b, row in enumerate(spans) for _ in row]
+        means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
+        flat = (self.beta * (means - self.offset)).cpu().tolist()
+        out: list[list[float]] = []
+        at = 0
+        for row in spans:
+            out.append(flat[at : at + len(row)])
+            at += len(row)
         return out
 
     # ---- files
@@ -346,7 +463,13 @@ class ProcessRewardModel:
         folder beside ``out_dir`` and renamed into place; an existing ``out_dir`` is replaced."""
         from prorag.models import save_checkpoint
 
-        settings = {"max_length": self.max_length, "append_eos": self.append_eos}
+        settings = {
+            "max_length": self.max_length,
+            "append_eos": self.append_eos,
+            "kind": self.kind,
+            "beta": self.beta,
+            "offset": self.offset,
+        }
         return save_checkpoint(
             self.model, self.tokenizer, out_dir, extra_files={SETTINGS_FILE: json.dumps(settings, indent=2) + "\n"}
         )
@@ -377,7 +500,7 @@ class ProcessRewardModel:
     ) -> ProcessRewardModel:
         """Load a folder written by :meth:`save` (or a ``prorag prm`` run folder: its ``prm/``),
         in eval mode, on ``device`` (default: CPU)."""
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
         from prorag.errors import DataError
         from prorag.models import as_dtype
@@ -387,23 +510,43 @@ class ProcessRewardModel:
         if not settings_path.is_file():
             raise DataError(str(folder), f"not a process reward model folder (no {SETTINGS_FILE})")
         settings: dict[str, Any] = json.loads(settings_path.read_text(encoding="utf-8"))
+        kind = settings.get("kind", "head")
+        if kind not in REWARD_KINDS:
+            raise DataError(str(settings_path), f"field 'kind': expected one of {REWARD_KINDS}, got {kind!r}")
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
-        if getattr(model.config, "num_labels", None) != 1:
-            raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
+        if kind == "likelihood":
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=as_dtype(dtype))
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
+            if getattr(model.config, "num_labels", None) != 1:
+                raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
         if device is not None:
             model.to(device)
         model.eval()
-        return cls(model, tokenizer, max_length=int(settings["max_length"]), append_eos=bool(settings.get("append_eos", False)))
+        return cls(
+            model,
+            tokenizer,
+            max_length=int(settings["max_length"]),
+            append_eos=bool(settings.get("append_eos", False)),
+            kind=kind,
+            beta=float(settings.get("beta", 1.0)),
+            offset=float(settings.get("offset", 0.0)),
+        )
 
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
+    "REWARD_KINDS",
     "SETTINGS_FILE",
     "ProcessRewardModel",
+    "RewardKind",
     "StepScorer",
     "last_token_rewards",
     "length_batches",
+    "likelihood_rewards",
+    "span_means",
+    "step_token_count",
+    "token_logprobs",
     "model_folder",
     "pad_batch",
     "reward_model_from_policy",

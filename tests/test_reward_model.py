@@ -1,15 +1,17 @@
 """The process reward model as a scorer: left truncation keeps the step, the score is read at the
 last real token whatever the padding (and the pad id), trajectories are scored per action span,
-and a saved model reloads with the same scores."""
+and a saved model reloads with the same scores; the likelihood kind reads beta * (mean log p - offset)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from prorag.errors import DataError
 from prorag.models import make_tiny_model, save_policy
 from prorag.reward_model import (
     SETTINGS_FILE,
@@ -20,6 +22,8 @@ from prorag.reward_model import (
     pad_batch,
     reward_model_from_policy,
     reward_probability,
+    span_means,
+    step_token_count,
     truncate_left,
 )
 from prorag.rollout import ActionRecord, Trajectory
@@ -32,6 +36,13 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory, world_tokenizer: Any) -
     return save_policy(
         make_tiny_model(world_tokenizer, "tiny", seed=0), world_tokenizer, tmp_path_factory.mktemp("pi") / "policy"
     )
+
+
+@pytest.fixture(scope="module")
+def lik(policy_dir: Path) -> ProcessRewardModel:
+    """The likelihood kind on the same policy, with a scale and a zero point that show up."""
+    model, tok = reward_model_from_policy(policy_dir, kind="likelihood")
+    return ProcessRewardModel(model.eval(), tok, max_length=64, kind="likelihood", beta=2.0, offset=-5.0)
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +180,67 @@ def test_score_trajectories_one_pass_equals_per_action_scoring(prm: ProcessRewar
             for s, e in (a.span for a in traj.actions)
         ]
         assert row == pytest.approx(want, abs=1e-5)
+
+
+def test_span_means_hand_computed() -> None:
+    values = torch.tensor([[0.0, -1.0, -2.0, -3.0], [0.0, -4.0, -8.0, 0.0]], requires_grad=True)
+    got = span_means(values, [0, 0, 1, 1], [1, 2, 1, 3], [4, 3, 3, 3])
+    assert got.tolist() == pytest.approx([-2.0, -2.0, -6.0, 0.0])  # the last span is empty: 0
+    got.sum().backward()  # differentiable: each entry of a span gets 1 / its length
+    assert torch.allclose(values.grad, torch.tensor([[0, 1 / 3, 1 / 3 + 1, 1 / 3], [0, 1 / 2, 1 / 2, 0]]))
+    assert span_means(values, [], [], []).shape == (0,)
+    assert [step_token_count(n, L) for n, L in [(3, 10), (3, 3), (0, 5), (4, 1)]] == [3, 2, 0, 0]
+
+
+def test_likelihood_kind_scores_beta_times_mean_logprob_minus_offset(lik: ProcessRewardModel, policy_dir: Path) -> None:
+    """The likelihood kind's logit is beta * (mean log p(step | context) - offset), the mean
+    taken by hand from the policy's own logits, whatever the batch and padding."""
+    from prorag.models import load_policy
+
+    policy, _ = load_policy(str(policy_dir))
+    contexts, steps = [_ids(9), _ids(4, start=90), _ids(70)], [_ids(3, start=500), _ids(6, start=300), _ids(5, start=700)]
+    got = lik.score(contexts, steps, batch_size=2)
+    for i, (c, st) in enumerate(zip(contexts, steps)):
+        ids = lik.build_input(c, st)
+        with torch.no_grad():
+            logp = torch.log_softmax(policy(torch.tensor([ids])).logits[0].float(), -1)
+        n = len(st)
+        mean = sum(logp[len(ids) - n - 1 + j, ids[len(ids) - n + j]].item() for j in range(n)) / n
+        assert got[i].item() == pytest.approx(2.0 * (mean + 5.0), abs=1e-4)
+    # An empty step has no token to read: mean 0.
+    assert lik.score([_ids(5)], [[]]).item() == pytest.approx(2.0 * 5.0)
+
+
+def test_likelihood_kind_scores_trajectories_in_one_pass(lik: ProcessRewardModel) -> None:
+    short = _trajectory(
+        _ids(6, start=11), _ids(30, start=200), [(0, 0), (0, 7), (7, 19), (19, 30)], ["search", "search", "conclude", "answer"]
+    )
+    long = _trajectory(_ids(10, start=21), _ids(90, start=500), [(0, 30), (30, 60), (60, 90)], ["search", "conclude", "answer"])
+    got = lik.score_trajectories([short, long], batch_size=2)
+    for traj, row in zip([short, long], got):
+        want = [
+            lik.score([traj.prompt_ids + traj.completion_ids[:s]], [traj.completion_ids[s:e]]).item()
+            for s, e in (a.span for a in traj.actions)
+        ]
+        assert row == pytest.approx(want, abs=1e-4)
+
+
+def test_likelihood_kind_round_trip_and_errors(lik: ProcessRewardModel, tmp_path: Path) -> None:
+    contexts, steps = [_ids(9), _ids(70)], [_ids(3, start=500), _ids(5, start=700)]
+    out = lik.save(tmp_path / "prm")
+    loaded = ProcessRewardModel.load(out)
+    assert (loaded.kind, loaded.beta, loaded.offset) == ("likelihood", 2.0, -5.0)
+    assert torch.allclose(loaded.score(contexts, steps), lik.score(contexts, steps), atol=1e-5)
+    with pytest.raises(ValueError, match="append_eos"):
+        ProcessRewardModel(lik.model, lik.tokenizer, kind="likelihood", append_eos=True)
+    with pytest.raises(ValueError, match="unknown reward model kind"):
+        ProcessRewardModel(lik.model, lik.tokenizer, kind="value")
+    with pytest.raises(ValueError, match="beta"):
+        ProcessRewardModel(lik.model, lik.tokenizer, kind="likelihood", beta=0.0)
+    settings = json.loads((out / SETTINGS_FILE).read_text())
+    (out / SETTINGS_FILE).write_text(json.dumps(settings | {"kind": "value"}))
+    with pytest.raises(DataError, match="'kind'"):
+        ProcessRewardModel.load(out)
 
 
 def test_step_scorer_protocol(prm: ProcessRewardModel) -> None:

@@ -34,6 +34,13 @@ The trainer: :class:`PairwiseRewardTrainer`, a subclass of TRL's ``RewardTrainer
     as much as a full one). Everything else (optimiser, schedule, checkpoints, resuming,
     logging) is RewardTrainer's and Trainer's.
 
+The likelihood kind (``PRMConfig.kind="likelihood"``, an option)
+    The PRM is the policy's causal LM, a step's logit ``beta * (mean log p(step) - offset)``
+    (:func:`~prorag.reward_model.likelihood_rewards`), trained with the same Eq. 4 through the
+    same trainer (:class:`PairCollator` passes each row's step length). After training the zero
+    point ``offset`` is fitted on the *training* pairs (:func:`separating_threshold`), so that
+    RFT's ``logit > 0`` filter has a meaning; the held-out pairs are never used to fit anything.
+
 Outputs in the run directory
     ``prm_config.json`` (the resolved config), ``split.json`` (the held-out question ids),
     ``checkpoints/checkpoint-N`` (resumable), ``metrics.jsonl`` (one line per log: ``loss``,
@@ -66,12 +73,18 @@ from prorag.errors import DataError
 from prorag.metrics import ranking_auc
 from prorag.reward_model import (
     DEFAULT_MAX_LENGTH,
+    REWARD_KINDS,
     ProcessRewardModel,
+    RewardKind,
     StepScorer,
     last_token_rewards,
     length_batches,
+    likelihood_rewards,
     pad_batch,
     reward_model_from_policy,
+    span_means,
+    step_token_count,
+    token_logprobs,
     truncate_left,
 )
 from prorag.rollout import Trajectory
@@ -147,6 +160,15 @@ class PRMConfig:
     demo): ``"error"`` stops; ``"untrained"`` logs a warning and saves the reward model as built
     from the policy (a random head: its scores carry no process signal), so a pipeline with
     small budgets goes on, as RFT's ``if_nothing_kept: copy_policy`` does."""
+    kind: RewardKind = "head"
+    """``"head"`` (the paper): the policy's backbone with a new scalar head read on the step's last
+    token. ``"likelihood"``: the policy's causal LM itself, scoring a step by ``likelihood_beta``
+    times its mean token log-probability (SimPO's length-normalised implicit reward), trained
+    with the same Eq. 4; its zero point is fitted on the training pairs after training
+    (:func:`separating_threshold`). See :mod:`prorag.reward_model` for why it exists."""
+    likelihood_beta: float = 1.0
+    """The likelihood kind's scale: the logit of a step is ``beta * (mean log p - offset)``, so the
+    sigmoid of a pair's margin is ``sigmoid(beta * difference in mean log-probability)``."""
     likelihood_baseline: bool = True
     """Also rank the held-out pairs by the init policy's own mean log-probability of each step
     (:func:`policy_step_likelihoods`) and log it as ``eval_policy_likelihood_accuracy`` /
@@ -166,6 +188,12 @@ class PRMConfig:
                 raise ValueError(f"PRMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
+        if self.kind not in REWARD_KINDS:
+            raise ValueError(f"PRMConfig.kind must be one of {REWARD_KINDS}, got {self.kind!r}")
+        if not self.likelihood_beta > 0:
+            raise ValueError(f"PRMConfig.likelihood_beta must be > 0, got {self.likelihood_beta}")
+        if self.kind == "likelihood" and self.append_eos:
+            raise ValueError("PRMConfig.append_eos reads a head on an appended EOS; the likelihood kind has no head")
         if self.if_no_pairs not in ("error", "untrained"):
             raise ValueError(f"PRMConfig.if_no_pairs must be 'error' or 'untrained', got {self.if_no_pairs!r}")
 
@@ -276,8 +304,31 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
         rejected = scorer.build_input(pair.context_ids, pair.rejected_ids)
         full = len(pair.context_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids)) + int(scorer.append_eos)
         truncated += full > scorer.max_length
-        out.append({"chosen_ids": chosen, "rejected_ids": rejected})
+        out.append(
+            {
+                "chosen_ids": chosen,
+                "rejected_ids": rejected,
+                "chosen_step_length": len(pair.chosen_ids),
+                "rejected_step_length": len(pair.rejected_ids),
+            }
+        )
     return out, {"pairs": len(out), "truncated": truncated}
+
+
+@dataclass
+class PairCollator:
+    """A batch of pairs for :class:`PairwiseRewardTrainer`: the chosen inputs then the rejected
+    ones (``2B`` rows, right padding, as TRL's preference collator lays them out), and
+    ``step_lengths``, each row's step length in tokens (the likelihood kind reads the step's
+    tokens, the last ones of the row)."""
+
+    pad_token_id: int
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = [e["chosen_ids"] for e in examples] + [e["rejected_ids"] for e in examples]
+        ids, mask = pad_batch(rows, int(self.pad_token_id))
+        steps = [e["chosen_step_length"] for e in examples] + [e["rejected_step_length"] for e in examples]
+        return {"input_ids": ids, "attention_mask": mask, "step_lengths": torch.tensor(steps, dtype=torch.long)}
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -295,14 +346,24 @@ def pair_wins(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 
 class PairwiseRewardTrainer(RewardTrainer):
-    """TRL's ``RewardTrainer`` with the reward read at the last attended token and per-pair
-    metrics (see the module docstring for why)."""
+    """TRL's ``RewardTrainer`` with the reward read at the last attended token (``kind="head"``)
+    or from the step's mean likelihood (``kind="likelihood"``, scale ``beta``; the zero point
+    does not enter Eq. 4), and per-pair metrics (see the module docstring for why)."""
+
+    def __init__(self, *args: Any, kind: RewardKind = "head", beta: float = 1.0, **kwargs: Any) -> None:
+        self.kind: RewardKind = kind
+        self.beta = float(beta)
+        super().__init__(*args, **kwargs)
 
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
         mode = "train" if self.model.training else "eval"
-        rewards = last_token_rewards(model, inputs["input_ids"], inputs["attention_mask"])
+        if self.kind == "likelihood":
+            steps = inputs["step_lengths"].tolist()
+            rewards = likelihood_rewards(model, inputs["input_ids"], inputs["attention_mask"], steps, beta=self.beta)
+        else:
+            rewards = last_token_rewards(model, inputs["input_ids"], inputs["attention_mask"])
         chosen, rejected = torch.chunk(rewards, chunks=2)
         loss = pairwise_loss(chosen, rejected)
         if self.args.center_rewards_coefficient is not None:
@@ -350,6 +411,8 @@ def make_prm_trainer(
 
     run = Path(run_dir)
     if not config.train_backbone:
+        if scorer.kind == "likelihood":
+            raise ValueError("train_backbone=False trains a head alone; the likelihood kind has none")
         backbone = getattr(scorer.model, scorer.model.base_model_prefix)
         backbone.requires_grad_(False)
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
@@ -358,10 +421,13 @@ def make_prm_trainer(
     return PairwiseRewardTrainer(
         model=scorer.model,
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),
+        data_collator=PairCollator(int(scorer.tokenizer.pad_token_id)),
         train_dataset=Dataset.from_list(train_examples),
         eval_dataset=Dataset.from_list(eval_examples) if eval_examples else None,
         processing_class=scorer.tokenizer,
         callbacks=callbacks,
+        kind=scorer.kind,
+        beta=scorer.beta,
     )
 
 
@@ -403,21 +469,50 @@ def policy_step_likelihoods(
     or the whole input) scores 0.
 
     As a scorer of (context, step) pairs this is the free baseline of a PRM: it needs no
-    training, and it is what the policy already prefers."""
+    training, and it is what the policy already prefers (and where the likelihood kind of PRM
+    starts, with ``beta`` 1 and offset 0)."""
     inputs = [truncate_left(c, s, max_length) for c, s in zip(contexts, steps, strict=True)]
-    n_step = [min(len(s), len(ids) - 1) for s, ids in zip(steps, inputs, strict=True)]
+    counts = [step_token_count(len(s), len(ids)) for s, ids in zip(steps, inputs, strict=True)]
     out = torch.zeros(len(inputs), dtype=torch.float32)
     device = next(model.parameters()).device
     for rows in length_batches([len(x) for x in inputs], batch_size):
         ids, mask = pad_batch([inputs[i] for i in rows], pad_id)
-        ids, mask = ids.to(device), mask.to(device)
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
-        token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-        for b, i in enumerate(rows):
-            end, n = len(inputs[i]) - 1, n_step[i]  # token t is predicted at position t - 1
-            if n > 0:
-                out[i] = token_logp[b, end - n : end].mean().cpu()
+        logp = token_logprobs(model, ids.to(device), mask.to(device))
+        ends = [len(inputs[i]) for i in rows]
+        means = span_means(logp, range(len(rows)), [e - counts[i] for e, i in zip(ends, rows, strict=True)], ends)
+        out[torch.tensor(rows)] = means.cpu()
     return out
+
+
+def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """The threshold ``t`` that classifies the most scores right as ``positive`` (> t) or
+    ``negative`` (<= t): the midpoint of the best cut between two consecutive distinct scores
+    (ties broken towards the cut nearest the middle of the sorted scores); 0 without scores.
+
+    The likelihood kind's zero point: Eq. 4 only sees differences, so the logit's 0 must be
+    placed afterwards, here where the training pairs' chosen and rejected steps part best.
+    """
+    scored = sorted([(float(x), 1) for x in positive] + [(float(x), 0) for x in negative])
+    if not scored:
+        return 0.0
+    # Cut k puts scored[:k] at or below t: right = negatives among them + positives after them.
+    n_pos = sum(label for _, label in scored)
+    best_k, best_right, neg_below, pos_below = 0, n_pos, 0, 0
+    middle = len(scored) / 2
+    for k in range(1, len(scored) + 1):
+        value, label = scored[k - 1]
+        neg_below += 1 - label
+        pos_below += label
+        if k < len(scored) and scored[k][0] == value:
+            continue  # equal scores cannot be cut apart
+        right = neg_below + (n_pos - pos_below)
+        if right > best_right or (right == best_right and abs(k - middle) < abs(best_k - middle)):
+            best_k, best_right = k, right
+    if best_k == 0:
+        return scored[0][0] - 1.0
+    if best_k == len(scored):
+        return scored[-1][0] + 1.0
+    return (scored[best_k - 1][0] + scored[best_k][0]) / 2
 
 
 def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], records: Sequence[Record]) -> dict[str, float]:
@@ -493,11 +588,18 @@ def train_prm(
             raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
         pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
-    model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed)
+    model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
     positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
     if positions < config.max_length:
         log.info("max_length %d capped at the model's %d positions", config.max_length, positions)
-    scorer = ProcessRewardModel(model, tokenizer, max_length=min(config.max_length, positions), append_eos=config.append_eos)
+    scorer = ProcessRewardModel(
+        model,
+        tokenizer,
+        max_length=min(config.max_length, positions),
+        append_eos=config.append_eos,
+        kind=config.kind,
+        beta=config.likelihood_beta,
+    )
     if not pairs:
         if config.if_no_pairs == "error":
             raise ValueError("no step pairs to train the PRM on")
@@ -528,11 +630,18 @@ def train_prm(
         return out
     scorer.model = trainer.accelerator.unwrap_model(trainer.model)
     scorer.model.eval()
+    if scorer.kind == "likelihood" and train_pairs:
+        chosen, rejected = held_out_scores(scorer, train_pairs, config.eval_batch_size)
+        scorer.offset = separating_threshold(chosen.tolist(), rejected.tolist()) / scorer.beta
+        log.info("likelihood PRM: zero point at mean log-probability %.4f (fitted on the training pairs)", scorer.offset)
     if held_out:
         chosen, rejected = held_out_scores(scorer, held_out, config.eval_batch_size)
         row = {"step": trainer.state.global_step, "epoch": trainer.state.epoch}
         row |= {f"eval_{k}": v for k, v in pair_metrics(chosen, rejected).items()}
         row["eval_pairs"] = len(held_out)
+        row["kind"] = scorer.kind
+        if scorer.kind == "likelihood":
+            row["likelihood_offset"] = scorer.offset
         if config.likelihood_baseline:
             row |= likelihood_baseline_metrics(init, held_out, scorer, config)
         with JsonlAppender(run / "metrics.jsonl") as f:
@@ -550,6 +659,7 @@ def train_prm(
 
 __all__ = [
     "PRMConfig",
+    "PairCollator",
     "PairwiseRewardTrainer",
     "StepPair",
     "held_out_scores",
@@ -564,6 +674,7 @@ __all__ = [
     "parse_step_pair",
     "prm_training_args",
     "read_step_pairs",
+    "separating_threshold",
     "split_by_question",
     "train_prm",
 ]

@@ -31,6 +31,7 @@ from prorag.stages.prm import (
     pairwise_loss,
     policy_step_likelihoods,
     read_step_pairs,
+    separating_threshold,
     split_by_question,
     train_prm,
 )
@@ -309,7 +310,7 @@ class BigramLM(torch.nn.Module):
         super().__init__()
         self.table = torch.nn.Parameter(table, requires_grad=False)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, use_cache: bool = False) -> Any:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any) -> Any:
         return type("Out", (), {"logits": self.table[input_ids]})()
 
 
@@ -328,6 +329,60 @@ def test_policy_step_likelihood_is_the_mean_log_probability_of_the_step() -> Non
     assert cut.item() == pytest.approx(math.log(0.75), abs=1e-5)
     alone = policy_step_likelihoods(lm, 0, [[1], [1]], [[1, 2], []], max_length=2)
     assert alone[0].item() == pytest.approx(math.log(0.75), abs=1e-5) and alone[1].item() == 0.0
+
+
+def test_separating_threshold_hand_computed() -> None:
+    # Perfectly separable: the cut is halfway between the best rejected and the worst chosen.
+    assert separating_threshold([3.0, 4.0], [1.0, 2.0]) == pytest.approx(2.5)
+    # Sorted 1-, 3+, 3.5-, 4+, 5+: cutting at 2 (after 1 score) gets 4 of 5 right, at 3.25 3,
+    # at 3.75 (after 3 scores) 4 again; the tie goes to the cut nearer the middle (2.5 scores).
+    assert separating_threshold([3.0, 4.0, 5.0], [1.0, 3.5]) == pytest.approx(3.75)
+    # Equal scores cannot be split: the only cuts are around the tied block.
+    assert separating_threshold([1.0, 1.0], [1.0, 0.0]) == pytest.approx(0.5)
+    # All chosen below all rejected: no cut beats putting everything on one side.
+    assert separating_threshold([0.0], [1.0]) in (pytest.approx(-1.0), pytest.approx(2.0))
+    assert separating_threshold([], []) == 0.0
+
+
+def test_likelihood_kind_starts_at_the_policy_likelihood_and_trains(
+    policy_dir: Path, pairs_file: Path, pair_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """kind="likelihood": before training its logits are the policy's mean step log-probabilities
+    (beta 1, offset 0); the trainer's loss is Eq. 4 on them; a few steps move the weights, fit a
+    zero point on the training pairs and save a scorer that reloads as the same kind."""
+    from prorag.models import load_policy
+
+    model, tok = reward_model_from_policy(policy_dir, kind="likelihood")
+    scorer = ProcessRewardModel(model, tok, max_length=512, kind="likelihood", beta=2.0)
+    pairs = [StepPair(r["id"], r["question_id"], r["context_ids"], r["chosen_ids"], r["rejected_ids"]) for r in pair_rows[:6]]
+    contexts = [p.context_ids for p in pairs]
+    chosen = scorer.score(contexts, [p.chosen_ids for p in pairs])
+    policy, _ = load_policy(str(policy_dir))
+    base = policy_step_likelihoods(policy, tok.pad_token_id, contexts, [p.chosen_ids for p in pairs], max_length=512)
+    assert torch.allclose(chosen, 2.0 * base, atol=1e-4)
+    examples, _ = pair_examples(pairs, scorer)
+    trainer = make_prm_trainer(fast_config(kind="likelihood", likelihood_beta=2.0), tmp_path / "t", scorer, examples)
+    loss = trainer.compute_loss(trainer.model, dict(trainer.data_collator(examples)))
+    rejected = scorer.score(contexts, [p.rejected_ids for p in pairs])
+    assert loss.item() == pytest.approx(pairwise_loss(chosen, rejected).item(), rel=1e-4)
+
+    run = tmp_path / "run"
+    train_prm(fast_config(kind="likelihood", max_steps=4), run, init=policy_dir, pairs=read_step_pairs(pairs_file))
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    assert all(math.isfinite(r["loss"]) for r in rows if "loss" in r)
+    final = rows[-1]
+    assert final["kind"] == "likelihood" and math.isfinite(final["likelihood_offset"])
+    prm = ProcessRewardModel.load(run)
+    assert prm.kind == "likelihood" and prm.offset == pytest.approx(final["likelihood_offset"])
+    before, after = policy.state_dict(), prm.model.state_dict()
+    assert sum(not torch.equal(before[k], after[k]) for k in before) >= len(before) // 2
+    # The zero point is the best cut of the training pairs' scores (with offset 0).
+    held = set(json.loads((run / "split.json").read_text())["held_out_questions"])
+    train_pairs = [p for p in read_step_pairs(pairs_file) if p.question_id not in held]
+    prm.offset = 0.0
+    c = prm.score([p.context_ids for p in train_pairs], [p.chosen_ids for p in train_pairs])
+    r = prm.score([p.context_ids for p in train_pairs], [p.rejected_ids for p in train_pairs])
+    assert final["likelihood_offset"] == pytest.approx(separating_threshold(c.tolist(), r.tolist()), abs=1e-4)
 
 
 def test_no_pairs_stops_or_saves_an_untrained_prm(policy_dir: Path, tmp_path: Path) -> None:

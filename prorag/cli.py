@@ -531,6 +531,41 @@ def prm(
     typer.echo(f"wrote the process reward model to {out}")
 
 
+@app.command("prm-audit")
+@_friendly_errors
+def prm_audit(
+    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")],
+    policy: Annotated[str, typer.Option(help="pi_sft, whose fresh samples are scored: checkpoint or SFT run folder.")],
+    data: Annotated[Path, typer.Option(help="Records with gold decompositions (built-in world, MuSiQue) no stage trained on.")],
+    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON file for the audit.")],
+    samples: Annotated[int, typer.Option(help="Trajectories sampled per question.")] = 2,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
+    top_k: Annotated[int, typer.Option(help="Documents per search.")] = 3,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+) -> None:
+    """Stage 2 check: sample fresh trajectories from pi_sft, label every step with the oracle
+    judge, and report how the PRM ranks the valid against the invalid steps (ROC AUC, the share
+    of each class above 0), beside the policy's own step likelihood as a baseline."""
+    import json
+
+    from prorag.data.jsonl import write_json
+    from prorag.data.records import read_records
+    from prorag.retrieval.index import open_retriever
+    from prorag.reward_model import ProcessRewardModel
+    from prorag.stages.prm import fresh_sample_audit
+
+    records = read_records(data)[:limit] if limit is not None else read_records(data)
+    scorer = ProcessRewardModel.load(prm, device=device)
+    audit = fresh_sample_audit(
+        scorer, policy, records, open_retriever(index), samples=samples, top_k=top_k, seed=seed, device=device
+    )
+    write_json(out, audit)
+    typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))
+    typer.echo(f"-> {out}")
+
+
 @app.command("rft")
 @_friendly_errors
 def rft(

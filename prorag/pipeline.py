@@ -401,17 +401,19 @@ def stage_prm(run: Run) -> None:
 def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
     """How the PRM ranks valid against invalid steps (oracle labels) of fresh pi_sft samples on
     the dev questions, which neither SFT, MCTS nor the PRM saw; written to ``prm/audit.json``."""
-    from prorag.models import load_policy
     from prorag.retrieval.index import open_retriever
     from prorag.reward_model import ProcessRewardModel
-    from prorag.rollout import RolloutConfig, RolloutEngine
-    from prorag.stages.prm import step_ranking_audit
+    from prorag.stages.prm import fresh_sample_audit
 
-    model, tokenizer = load_policy(str(run.path("policies", "sft", "policy")))
-    engine = RolloutEngine(model, tokenizer, open_retriever(str(run.path("index"))), RolloutConfig(top_k=run.config.top_k))
-    records = [r for r in read_records(run.path("splits", "dev.jsonl")) for _ in range(samples)]
-    trajectories = engine.rollout(records, seed=run.config.seed, progress=True)
-    audit = step_ranking_audit(ProcessRewardModel.load(run.path("prm", "prm")), trajectories, records)
+    audit = fresh_sample_audit(
+        ProcessRewardModel.load(run.path("prm", "prm")),
+        run.path("policies", "sft", "policy"),
+        read_records(run.path("splits", "dev.jsonl")),
+        open_retriever(str(run.path("index"))),
+        samples=samples,
+        top_k=run.config.top_k,
+        seed=run.config.seed,
+    )
     write_json(run.path("prm", "audit.json"), audit)
     run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
     return audit

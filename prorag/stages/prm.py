@@ -545,6 +545,47 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     return out
 
 
+def fresh_sample_audit(
+    scorer: StepScorer,
+    policy: str | Path,
+    records: Sequence[Record],
+    retriever: Any,
+    *,
+    samples: int = 2,
+    top_k: int = 3,
+    seed: int = 0,
+    device: str | None = None,
+) -> dict[str, float]:
+    """:func:`step_ranking_audit` on ``samples`` fresh trajectories per record sampled from
+    ``policy`` (pi_sft) through the rollout engine: how the PRM ranks the valid against the
+    invalid steps of trajectories that no stage trained on (questions neither SFT, MCTS nor the
+    PRM saw). Also ``policy_likelihood_auc``: the same steps ranked by the policy's own mean
+    step log-probability, as recorded at sampling time (the baseline of
+    ``eval_policy_likelihood_auc``)."""
+    from prorag.judge import trajectory_verdicts
+    from prorag.models import load_policy
+    from prorag.rollout import RolloutConfig, RolloutEngine
+
+    model, tokenizer = load_policy(str(policy), device=device)
+    engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
+    repeated = [r for r in records for _ in range(samples)]
+    trajectories = engine.rollout(repeated, seed=seed, progress=True)
+    del engine, model
+    audit = step_ranking_audit(scorer, trajectories, repeated)
+    valid: list[float] = []
+    invalid: list[float] = []
+    for traj, record in zip(trajectories, repeated, strict=True):
+        verdicts = trajectory_verdicts(record, traj.text)
+        if len(verdicts) != len(traj.actions):
+            continue
+        for (ok, _), action in zip(verdicts, traj.actions, strict=True):
+            start, end = action.span
+            mean = sum(traj.logprobs[start:end]) / (end - start) if end > start else 0.0
+            (valid if ok else invalid).append(mean)
+    audit["policy_likelihood_auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    return audit
+
+
 def likelihood_baseline_metrics(
     init: str | Path, pairs: Sequence[StepPair], scorer: ProcessRewardModel, config: PRMConfig
 ) -> dict[str, float]:
@@ -667,6 +708,7 @@ __all__ = [
     "pair_examples",
     "pair_metrics",
     "step_ranking_audit",
+    "fresh_sample_audit",
     "likelihood_baseline_metrics",
     "pair_wins",
     "pairwise_loss",

@@ -448,6 +448,25 @@ def test_prm_command_trains_from_yaml_and_reports_bad_lines(policy_dir: Path, pa
     assert result.exit_code == 2 and "prm.yaml:1" in result.output and "epochs" in result.output
 
 
+def test_prm_audit_command_scores_fresh_samples(policy_dir: Path, pairs_file: Path, tiny_world: Path, tmp_path: Path) -> None:
+    """`prorag prm-audit`: fresh pi_sft samples, oracle labels, the PRM's AUC beside the policy
+    likelihood's; every step of every sample counted once."""
+    from typer.testing import CliRunner
+
+    from prorag.cli import app
+    from prorag.retrieval.index import build_index
+
+    train_prm(fast_config(max_steps=1), tmp_path / "run", init=policy_dir, pairs=read_step_pairs(pairs_file))
+    build_index(tiny_world / "corpus.jsonl", tmp_path / "index")
+    out = tmp_path / "audit.json"
+    args = ["prm-audit", "--prm", str(tmp_path / "run"), "--policy", str(policy_dir), "--data", str(tiny_world / "test.jsonl")]
+    result = CliRunner().invoke(app, [*args, "--index", str(tmp_path / "index"), "--out", str(out), "--limit", "3"])
+    assert result.exit_code == 0, result.output
+    audit = json.loads(out.read_text())
+    assert audit["trajectories"] <= 6 and audit["valid_steps"] + audit["invalid_steps"] > 0
+    assert {"auc", "policy_likelihood_auc", "valid_above_0", "invalid_above_0"} <= audit.keys()
+
+
 def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
     """Valid steps (oracle) scored 2, 1, -1 and invalid ones 0, 3: of the 6 (valid, invalid) score
     pairs the valid one wins 2 (2 > 0, 1 > 0), so the AUC is 2/6."""

@@ -161,11 +161,17 @@ def action_end_rewards(
     rows = torch.tensor([b for b, ps in enumerate(positions) for _ in ps], dtype=torch.long, device=hidden.device)
     cols = torch.tensor([p for ps in positions for p in ps], dtype=torch.long, device=hidden.device)
     flat = model.score(hidden[rows, cols]).squeeze(-1).float().cpu().tolist() if len(cols) else []
+    return split_rows(flat, [len(ps) for ps in positions])
+
+
+def split_rows(flat: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
+    """``flat`` cut into consecutive rows of ``sizes`` (the per-row layout of values computed in
+    one flat batch)."""
     out: list[list[float]] = []
     at = 0
-    for ps in positions:
-        out.append(flat[at : at + len(ps)])
-        at += len(ps)
+    for n in sizes:
+        out.append(list(flat[at : at + n]))
+        at += n
     return out
 
 
@@ -403,11 +409,8 @@ class ProcessRewardModel:
                 contexts.append([*traj.prompt_ids, *traj.completion_ids[:start]])
                 steps.append(list(traj.completion_ids[start:end]))
         flat = self.score(contexts, steps, batch_size).tolist()
-        at = 0
-        for i in rest:
-            n = len(trajectories[i].actions)
-            out[i] = flat[at : at + n]
-            at += n
+        for i, row in zip(rest, split_rows(flat, [len(trajectories[i].actions) for i in rest]), strict=True):
+            out[i] = row
         return [row or [] for row in out]
 
     @torch.inference_mode()
@@ -447,13 +450,7 @@ class ProcessRewardModel:
         logp = token_logprobs(self.model, ids, mask)
         rows = [b for b, row in enumerate(spans) for _ in row]
         means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
-        flat = (self.beta * (means - self.offset)).cpu().tolist()
-        out: list[list[float]] = []
-        at = 0
-        for row in spans:
-            out.append(flat[at : at + len(row)])
-            at += len(row)
-        return out
+        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), [len(row) for row in spans])
 
     # ---- files
 
@@ -545,6 +542,7 @@ __all__ = [
     "length_batches",
     "likelihood_rewards",
     "span_means",
+    "split_rows",
     "step_token_count",
     "token_logprobs",
     "model_folder",

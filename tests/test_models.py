@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -158,8 +159,9 @@ def test_answer_eos_ids(world_tok) -> None:
         answer_eos_ids(_any_tokenizer("bytelevel"))
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_resize_for_tags_mean_rows(tied: bool) -> None:
+def _bytelevel_lm(tied: bool) -> tuple[Any, Any, torch.Tensor, torch.Tensor]:
+    """A byte-level tokenizer without tags, a tiny seeded LM on it (tied or not), and copies of
+    its input and output embedding matrices before any resize."""
     from transformers import AutoModelForCausalLM
 
     tok = _any_tokenizer("bytelevel")
@@ -167,8 +169,12 @@ def test_resize_for_tags_mean_rows(tied: bool) -> None:
     cfg.tie_word_embeddings = tied
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
-    old_in = model.get_input_embeddings().weight.detach().clone()
-    old_out = model.get_output_embeddings().weight.detach().clone()
+    return tok, model, model.get_input_embeddings().weight.detach().clone(), model.get_output_embeddings().weight.detach().clone()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_resize_for_tags_mean_rows(tied: bool) -> None:
+    tok, model, old_in, old_out = _bytelevel_lm(tied)
     n_old = old_in.shape[0]
     add_tag_tokens(tok)
     assert resize_for_tags(model, tok, init="mean") == 10
@@ -216,17 +222,9 @@ def test_resize_for_tags_spare_rows() -> None:
 def test_resize_for_tags_spelling_rows(tied: bool) -> None:
     """The default init: each tag's row is the mean of the rows of the old tokens that spell it
     (in both matrices when untied); the pieces are ordinary tokens, never the tag itself."""
-    from transformers import AutoModelForCausalLM
-
-    tok = _any_tokenizer("bytelevel")
-    cfg = tiny_model_config(len(tok))
-    cfg.tie_word_embeddings = tied
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
-    old_in = model.get_input_embeddings().weight.detach().clone()
-    old_out = model.get_output_embeddings().weight.detach().clone()
+    tok, model, old_in, old_out = _bytelevel_lm(tied)
     n_old = old_in.shape[0]
-    spelled = {t: tok("<step>" if t == "<step>" else t, add_special_tokens=False)["input_ids"] for t in ("<step>", "</answer>")}
+    spelled = {t: tok(t, add_special_tokens=False)["input_ids"] for t in ("<step>", "</answer>")}
     add_tag_tokens(tok)
     ids = tag_token_ids(tok)
     assert resize_for_tags(model, tok) == 10

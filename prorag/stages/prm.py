@@ -121,6 +121,12 @@ class PRMConfig:
     held_out_fraction: float = 0.05
     """Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least
     one question when > 0; the reference code held out 2% of pairs at random)."""
+    validation_fraction: float = 0.0
+    """Fraction of the *training* questions set aside as a validation set (0: none, the paper).
+    With one, the model is scored on the validation pairs before training and every
+    ``eval_steps``, and the weights with the best validation pairwise accuracy are the ones
+    saved, the initial weights included (earliest on ties): a run that only overfits keeps what
+    it started from. The held-out pairs are never used to choose anything."""
 
     # --- optimisation
     epochs: float = 3.0
@@ -181,6 +187,8 @@ class PRMConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.held_out_fraction < 1:
             raise ValueError(f"PRMConfig.held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"PRMConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.max_length < 2:
             raise ValueError(f"PRMConfig.max_length must be >= 2, got {self.max_length}")
         for name in ("per_device_batch_size", "gradient_accumulation_steps", "eval_batch_size", "save_steps", "logging_steps"):
@@ -384,6 +392,49 @@ class PairwiseRewardTrainer(RewardTrainer):
 # ----------------------------------------------------------------------------- the stage
 
 
+class ValidationSelection(TrainerCallback):
+    """Scores the model on the validation pairs at the start of training (step 0) and every
+    ``every`` steps and at the end, appends ``validation_accuracy`` / ``validation_auc`` rows to
+    ``metrics.jsonl``, and keeps a CPU copy of the weights with the best accuracy (strictly
+    better replaces, so the earliest best wins). :func:`train_prm` loads them back at the end.
+    It scores through ``scorer``, whose model is the trainer's."""
+
+    def __init__(self, scorer: ProcessRewardModel, pairs: Sequence[StepPair], every: int, batch_size: int, path: Path) -> None:
+        self.scorer = scorer
+        self.pairs = list(pairs)
+        self.every = int(every)
+        self.batch_size = int(batch_size)
+        self.path = path
+        self.best_accuracy = -1.0
+        self.best_step: int | None = None
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.last_step: int | None = None
+
+    def check(self, step: int, epoch: float | None, is_main: bool) -> None:
+        metrics = pair_metrics(*held_out_scores(self.scorer, self.pairs, self.batch_size))
+        self.last_step = step
+        if is_main:
+            with JsonlAppender(self.path) as f:
+                f.append(
+                    {"step": step, "epoch": epoch, "validation_accuracy": metrics["accuracy"], "validation_auc": metrics["auc"]}
+                )
+        if metrics["accuracy"] > self.best_accuracy:
+            self.best_accuracy, self.best_step = metrics["accuracy"], step
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.scorer.model.state_dict().items()}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 0:
+            self.check(0, 0.0, state.is_world_process_zero)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every == 0:
+            self.check(state.global_step, state.epoch, state.is_world_process_zero)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.last_step != state.global_step:
+            self.check(state.global_step, state.epoch, state.is_world_process_zero)
+
+
 def prm_training_args(config: PRMConfig, run_dir: str | Path, *, has_eval: bool) -> RewardConfig:
     """TRL's ``RewardConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, the
     hardware's precision, and no length filter (the examples are already cut from the left)."""
@@ -404,9 +455,10 @@ def make_prm_trainer(
     scorer: ProcessRewardModel,
     train_examples: list[dict[str, Any]],
     eval_examples: list[dict[str, Any]] | None = None,
+    extra_callbacks: Sequence[TrainerCallback] = (),
 ) -> PairwiseRewardTrainer:
     """The :class:`PairwiseRewardTrainer` of :func:`train_prm` (metrics file and time budget
-    included), not yet trained."""
+    included, then ``extra_callbacks``), not yet trained."""
     from datasets import Dataset
 
     run = Path(run_dir)
@@ -418,6 +470,7 @@ def make_prm_trainer(
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
     if config.max_minutes is not None:
         callbacks.append(TimeBudget(config.max_minutes))
+    callbacks.extend(extra_callbacks)
     return PairwiseRewardTrainer(
         model=scorer.model,
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),
@@ -650,10 +703,20 @@ def train_prm(
         return scorer.save(run / "prm")
 
     train_pairs, held_out = split_by_question(list(pairs), config.held_out_fraction, config.seed)
-    write_json(run / "split.json", {"held_out_questions": sorted({p.question_id for p in held_out})})
+    validation: list[StepPair] = []
+    if config.validation_fraction > 0:
+        train_pairs, validation = split_by_question(train_pairs, config.validation_fraction, config.seed + 1)
+    write_json(
+        run / "split.json",
+        {
+            "held_out_questions": sorted({p.question_id for p in held_out}),
+            "validation_questions": sorted({p.question_id for p in validation}),
+        },
+    )
     log.info(
-        "step pairs: %d train, %d held out (%d questions); judges %s",
+        "step pairs: %d train, %d validation, %d held out (%d questions); judges %s",
         len(train_pairs),
+        len(validation),
         len(held_out),
         len({p.question_id for p in held_out}),
         dict(Counter(p.judge for p in pairs)),
@@ -662,7 +725,16 @@ def train_prm(
     eval_examples, eval_stats = pair_examples(held_out, scorer)
     log.info("PRM examples: train %s, held out %s", stats, eval_stats)
 
-    trainer = make_prm_trainer(config, run, scorer, train_examples, eval_examples)
+    selection = (
+        [
+            ValidationSelection(
+                scorer, validation, config.eval_steps or config.save_steps, config.eval_batch_size, run / "metrics.jsonl"
+            )
+        ]
+        if validation
+        else []
+    )
+    trainer = make_prm_trainer(config, run, scorer, train_examples, eval_examples, selection)
     resume_training(trainer, run, "PRM training")
 
     out = run / "prm"
@@ -671,6 +743,11 @@ def train_prm(
         return out
     scorer.model = trainer.accelerator.unwrap_model(trainer.model)
     scorer.model.eval()
+    if selection and selection[0].best_state is not None:
+        chosen_step = selection[0].best_step
+        if chosen_step != trainer.state.global_step:
+            scorer.model.load_state_dict(selection[0].best_state)
+        log.info("kept the weights of step %s (validation accuracy %.3f)", chosen_step, selection[0].best_accuracy)
     if scorer.kind == "likelihood" and train_pairs:
         chosen, rejected = held_out_scores(scorer, train_pairs, config.eval_batch_size)
         scorer.offset = separating_threshold(chosen.tolist(), rejected.tolist()) / scorer.beta
@@ -681,6 +758,9 @@ def train_prm(
         row |= {f"eval_{k}": v for k, v in pair_metrics(chosen, rejected).items()}
         row["eval_pairs"] = len(held_out)
         row["kind"] = scorer.kind
+        if selection:
+            row["selected_step"] = selection[0].best_step
+            row["validation_accuracy"] = selection[0].best_accuracy
         if scorer.kind == "likelihood":
             row["likelihood_offset"] = scorer.offset
         if config.likelihood_baseline:
@@ -703,6 +783,7 @@ __all__ = [
     "PairCollator",
     "PairwiseRewardTrainer",
     "StepPair",
+    "ValidationSelection",
     "held_out_scores",
     "make_prm_trainer",
     "pair_examples",

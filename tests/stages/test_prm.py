@@ -24,6 +24,7 @@ from prorag.reward_model import ProcessRewardModel, last_token_rewards, pad_batc
 from prorag.stages.prm import (
     PRMConfig,
     StepPair,
+    held_out_scores,
     make_prm_trainer,
     pair_examples,
     pair_metrics,
@@ -383,6 +384,63 @@ def test_likelihood_kind_starts_at_the_policy_likelihood_and_trains(
     c = prm.score([p.context_ids for p in train_pairs], [p.chosen_ids for p in train_pairs])
     r = prm.score([p.context_ids for p in train_pairs], [p.rejected_ids for p in train_pairs])
     assert final["likelihood_offset"] == pytest.approx(separating_threshold(c.tolist(), r.tolist()), abs=1e-4)
+
+
+def test_validation_selection_keeps_the_earliest_best_weights(tmp_path: Path) -> None:
+    """Validation accuracies 0.5 (step 0), 1.0 (step 2), 1.0 (step 4), 0.0 (step 6): the copy
+    kept is the step-2 weights (strictly better replaces; a tie keeps the earlier)."""
+    from prorag.stages.prm import ValidationSelection
+
+    class Scorer:
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(1, 1, bias=False)
+            self.results = iter(
+                [([1.0, 0.0], [0.0, 1.0]), ([1.0, 1.0], [0.0, 0.0]), ([2.0, 2.0], [0.0, 0.0]), ([0.0, 0.0], [1.0, 1.0])]
+            )
+            self.pending: list[float] = []
+
+        def score(self, contexts: Any, steps: Any, batch_size: int = 32) -> torch.Tensor:
+            if not self.pending:
+                chosen, rejected = next(self.results)
+                self.pending = list(rejected)
+                return torch.tensor(chosen)
+            out, self.pending = torch.tensor(self.pending), []
+            return out
+
+    scorer = Scorer()
+    pairs = [StepPair("a", "q", [1], [2], [3]), StepPair("b", "q", [1], [4], [5])]
+    sel = ValidationSelection(scorer, pairs, every=2, batch_size=4, path=tmp_path / "m.jsonl")  # type: ignore[arg-type]
+    for step in (0, 2, 4, 6):
+        with torch.no_grad():
+            scorer.model.weight.fill_(float(step))
+        sel.check(step, None, True)
+    assert (sel.best_step, sel.best_accuracy) == (2, 1.0)
+    assert sel.best_state is not None and sel.best_state["weight"].item() == 2.0
+    rows = list(read_jsonl(tmp_path / "m.jsonl"))
+    assert [(r["step"], r["validation_accuracy"]) for r in rows] == [(0, 0.5), (2, 1.0), (4, 1.0), (6, 0.0)]
+
+
+def test_train_with_a_validation_split_saves_the_best_validated_weights(
+    policy_dir: Path, pairs_file: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    cfg = fast_config(max_steps=4, validation_fraction=0.25, kind="likelihood")
+    train_prm(cfg, run, init=policy_dir, pairs=read_step_pairs(pairs_file))
+    split = json.loads((run / "split.json").read_text())
+    assert split["validation_questions"] and not set(split["validation_questions"]) & set(split["held_out_questions"])
+    rows = list(read_jsonl(run / "metrics.jsonl"))
+    checks = [r for r in rows if "validation_accuracy" in r and "eval_accuracy" not in r]
+    assert [r["step"] for r in checks] == [0, 2, 4]
+    final = rows[-1]
+    best = max(checks, key=lambda r: (r["validation_accuracy"], -r["step"]))
+    assert final["selected_step"] == best["step"] and final["validation_accuracy"] == pytest.approx(best["validation_accuracy"])
+    # The saved scorer is the selected one: its validation accuracy is the best one logged.
+    prm = ProcessRewardModel.load(run)
+    val = [p for p in read_step_pairs(pairs_file) if p.question_id in set(split["validation_questions"])]
+    got = pair_metrics(*held_out_scores(prm, val))["accuracy"]
+    assert got == pytest.approx(best["validation_accuracy"])
+    with pytest.raises(ValueError, match="validation_fraction"):
+        PRMConfig(validation_fraction=1.0)
 
 
 def test_no_pairs_stops_or_saves_an_untrained_prm(policy_dir: Path, tmp_path: Path) -> None:

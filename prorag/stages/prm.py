@@ -124,9 +124,9 @@ class PRMConfig:
     validation_fraction: float = 0.0
     """Fraction of the *training* questions set aside as a validation set (0: none, the paper).
     With one, the model is scored on the validation pairs before training and every
-    ``eval_steps``, and the weights with the best validation pairwise accuracy are the ones
-    saved, the initial weights included (earliest on ties): a run that only overfits keeps what
-    it started from. The held-out pairs are never used to choose anything."""
+    ``eval_steps``, and the weights with the best validation pairwise accuracy (then AUC) are
+    the ones saved, the initial weights included (earliest on ties): a run that only overfits
+    keeps what it started from. The held-out pairs are never used to choose anything."""
 
     # --- optimisation
     epochs: float = 3.0
@@ -395,8 +395,9 @@ class PairwiseRewardTrainer(RewardTrainer):
 class ValidationSelection(TrainerCallback):
     """Scores the model on the validation pairs at the start of training (step 0) and every
     ``every`` steps and at the end, appends ``validation_accuracy`` / ``validation_auc`` rows to
-    ``metrics.jsonl``, and keeps a CPU copy of the weights with the best accuracy (strictly
-    better replaces, so the earliest best wins). :func:`train_prm` loads them back at the end.
+    ``metrics.jsonl``, and keeps a CPU copy of the weights with the best accuracy, the AUC
+    breaking ties (a few hundred validation pairs give coarse accuracies; strictly better
+    replaces, so the earliest best wins). :func:`train_prm` loads them back at the end.
     It scores through ``scorer``, whose model is the trainer's."""
 
     def __init__(self, scorer: ProcessRewardModel, pairs: Sequence[StepPair], every: int, batch_size: int, path: Path) -> None:
@@ -406,6 +407,7 @@ class ValidationSelection(TrainerCallback):
         self.batch_size = int(batch_size)
         self.path = path
         self.best_accuracy = -1.0
+        self.best_auc = -1.0
         self.best_step: int | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
         self.last_step: int | None = None
@@ -418,8 +420,8 @@ class ValidationSelection(TrainerCallback):
                 f.append(
                     {"step": step, "epoch": epoch, "validation_accuracy": metrics["accuracy"], "validation_auc": metrics["auc"]}
                 )
-        if metrics["accuracy"] > self.best_accuracy:
-            self.best_accuracy, self.best_step = metrics["accuracy"], step
+        if (metrics["accuracy"], metrics["auc"]) > (self.best_accuracy, self.best_auc):
+            self.best_accuracy, self.best_auc, self.best_step = metrics["accuracy"], metrics["auc"], step
             self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.scorer.model.state_dict().items()}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -387,8 +387,9 @@ def test_likelihood_kind_starts_at_the_policy_likelihood_and_trains(
 
 
 def test_validation_selection_keeps_the_earliest_best_weights(tmp_path: Path) -> None:
-    """Validation accuracies 0.5 (step 0), 1.0 (step 2), 1.0 (step 4), 0.0 (step 6): the copy
-    kept is the step-2 weights (strictly better replaces; a tie keeps the earlier)."""
+    """Validation accuracies 0.5 (step 0), 1.0 (step 2), 1.0 (step 4), 0.0 (step 6), the AUC
+    1.0 at steps 2 and 4 too: the copy kept is the step-2 weights (strictly better replaces; a
+    full tie keeps the earlier). Then a step with the same accuracy and a higher AUC wins."""
     from prorag.stages.prm import ValidationSelection
 
     class Scorer:
@@ -418,6 +419,18 @@ def test_validation_selection_keeps_the_earliest_best_weights(tmp_path: Path) ->
     assert sel.best_state is not None and sel.best_state["weight"].item() == 2.0
     rows = list(read_jsonl(tmp_path / "m.jsonl"))
     assert [(r["step"], r["validation_accuracy"]) for r in rows] == [(0, 0.5), (2, 1.0), (4, 1.0), (6, 0.0)]
+    # Same accuracy (1/3), AUC 2/9 against 1.5/9: the AUC breaks the tie.
+    sel = ValidationSelection(
+        scorer, pairs + [StepPair("c", "q", [1], [6], [7])], every=2, batch_size=4, path=tmp_path / "n.jsonl"
+    )  # type: ignore[arg-type]
+    scorer.results = iter([([1.0, 0.0, 0.0], [0.5, 1.0, 2.0]), ([1.0, 0.4, 0.0], [0.5, 0.5, 2.0])])
+    for step in (0, 2):
+        sel.check(step, None, True)
+    rows = list(read_jsonl(tmp_path / "n.jsonl"))
+    assert (
+        rows[0]["validation_accuracy"] == rows[1]["validation_accuracy"] and rows[1]["validation_auc"] > rows[0]["validation_auc"]
+    )
+    assert sel.best_step == 2
 
 
 def test_train_with_a_validation_split_saves_the_best_validated_weights(

@@ -22,8 +22,10 @@ The loss (Eq. 4)
 
 The trainer: :class:`PairwiseRewardTrainer`, a subclass of TRL's ``RewardTrainer`` (trl==1.16.0)
     RewardTrainer takes pre-tokenised ``chosen_ids`` / ``rejected_ids`` columns as they are (no
-    re-tokenising, no EOS appended), and its collator (chosen rows then rejected rows, padded on
-    the right) fits. What it does not do is cut from the left: its ``max_length`` *drops* pairs
+    re-tokenising, no EOS appended). Batches are laid out as its preference collator lays them
+    (chosen rows then rejected rows, padded on the right) by :class:`PairCollator`, which also
+    passes each row's step length (the likelihood kind reads the step's tokens). What
+    RewardTrainer does not do is cut from the left: its ``max_length`` *drops* pairs
     that are too long. So the examples are cut here and its ``max_length`` is off. One override:
     ``compute_loss``. TRL's reads the reward through the model's own forward, which takes the
     rightmost token that is not the pad id; when pad is EOS (SmolLM2) a step that ends in EOS

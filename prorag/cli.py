@@ -20,6 +20,9 @@ import typer
 
 from prorag.errors import DataError
 
+#: The ``--index`` option of every command that retrieves.
+IndexOption = Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")]
+
 app = typer.Typer(
     name="prorag",
     help="Train retrieval-augmented reasoning agents with process supervision (ProRAG).",
@@ -189,7 +192,7 @@ def index(
 @_friendly_errors
 def retrieve(
     query: Annotated[list[str], typer.Argument(help="One or more queries.")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder, or http(s):// URL of a retrieval server.")],
+    index: IndexOption,
     k: Annotated[int, typer.Option("-k", help="Hits per query.")] = 3,
     partition: Annotated[str | None, typer.Option(help="Search only this partition (built-in world).")] = None,
 ) -> None:
@@ -251,7 +254,7 @@ class TeacherKind(StrEnum):
 @_friendly_errors
 def sft_data(
     data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL); records without a gold decomposition are skipped.")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to append to (ids already in it are skipped).")],
     teacher: Annotated[TeacherKind, typer.Option(help="Thoughts by: template (offline) or llm.")] = TeacherKind.template,
     k: Annotated[int, typer.Option("-k", help="Documents per retrieval.")] = 3,
@@ -537,7 +540,7 @@ def prm_audit(
     prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")],
     policy: Annotated[str, typer.Option(help="pi_sft, whose fresh samples are scored: checkpoint or SFT run folder.")],
     data: Annotated[Path, typer.Option(help="Records with gold decompositions (built-in world, MuSiQue) no stage trained on.")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="JSON file for the audit.")],
     samples: Annotated[int, typer.Option(help="Trajectories sampled per question.")] = 2,
     limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
@@ -572,7 +575,7 @@ def rft(
     policy: Annotated[str, typer.Option(help="pi_sft: policy checkpoint folder or SFT run folder.")],
     prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm).")],
     data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL) of the training questions.")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    index: IndexOption,
     run_dir: Annotated[
         Path, typer.Option(help="Run folder: samples.jsonl, kept.jsonl, rft_counts.json, policy/ (resumes from it).")
     ],
@@ -610,7 +613,7 @@ class ProcessRewardKind(StrEnum):
 def rl_cmd(
     policy: Annotated[str, typer.Option(help="Policy to train (pi_rft; pi_sft for 'w/o refinement'): checkpoint or run folder.")],
     data: Annotated[Path, typer.Option(help="Record file of the RL questions (disjoint from the SFT questions).")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
+    index: IndexOption,
     run_dir: Annotated[
         Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, learning_curve.csv, policy/ (resumes from it).")
     ],

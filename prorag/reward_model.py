@@ -30,7 +30,9 @@ policy's causal LM head instead of adding a scalar one: the step's score is
 that SimPO (Meng et al., 2024) uses as an implicit reward, trained with the same pairwise loss.
 Why: MCTS siblings are the policy's own samples, and its likelihood alone already ranks the
 demo's held-out oracle pairs at 0.86 where a scalar head trained on 3.5k pairs reached 0.63; this
-kind starts from that ranking and trains it further. The pairwise loss cannot set a zero point,
+kind starts from that ranking, and Eq. 4 training goes on from there (whether it helps is for a
+validation split to say: on those pairs it did not, and the initial weights were kept; see
+``PRMConfig.validation_fraction``). The pairwise loss cannot set a zero point,
 so ``offset`` is fitted after training (the threshold that best separates chosen from rejected
 training steps), and a logit above 0 means what it means for the head (RFT's filter).
 

@@ -166,20 +166,25 @@ def test_score_trajectories_uses_the_action_spans(prm: ProcessRewardModel) -> No
     assert scores[0][0] != pytest.approx(scores[0][1], abs=1e-4)
 
 
-def test_score_trajectories_one_pass_equals_per_action_scoring(prm: ProcessRewardModel) -> None:
+@pytest.mark.parametrize(("kind", "batch_size", "tol"), [("prm", 1, 1e-5), ("lik", 2, 1e-4)])
+def test_score_trajectories_one_pass_equals_per_action_scoring(
+    kind: str, batch_size: int, tol: float, request: pytest.FixtureRequest
+) -> None:
     """Short trajectories are scored in one forward pass, long ones (over max_length = 64) action
-    by action with the context cut from the left; both equal scoring each (context, step) alone."""
+    by action with the context cut from the left; both equal scoring each (context, step) alone,
+    for the head (``prm``) and the likelihood kind (``lik``)."""
+    scorer: ProcessRewardModel = request.getfixturevalue(kind)
     short = _trajectory(
         _ids(6, start=11), _ids(30, start=200), [(0, 0), (0, 7), (7, 19), (19, 30)], ["search", "search", "conclude", "answer"]
     )
     long = _trajectory(_ids(10, start=21), _ids(90, start=500), [(0, 30), (30, 60), (60, 90)], ["search", "conclude", "answer"])
-    got = prm.score_trajectories([short, long], batch_size=1)
+    got = scorer.score_trajectories([short, long], batch_size=batch_size)
     for traj, row in zip([short, long], got):
         want = [
-            prm.score([traj.prompt_ids + traj.completion_ids[:s]], [traj.completion_ids[s:e]]).item()
+            scorer.score([traj.prompt_ids + traj.completion_ids[:s]], [traj.completion_ids[s:e]]).item()
             for s, e in (a.span for a in traj.actions)
         ]
-        assert row == pytest.approx(want, abs=1e-5)
+        assert row == pytest.approx(want, abs=tol)
 
 
 def test_span_means_hand_computed() -> None:
@@ -209,20 +214,6 @@ def test_likelihood_kind_scores_beta_times_mean_logprob_minus_offset(lik: Proces
         assert got[i].item() == pytest.approx(2.0 * (mean + 5.0), abs=1e-4)
     # An empty step has no token to read: mean 0.
     assert lik.score([_ids(5)], [[]]).item() == pytest.approx(2.0 * 5.0)
-
-
-def test_likelihood_kind_scores_trajectories_in_one_pass(lik: ProcessRewardModel) -> None:
-    short = _trajectory(
-        _ids(6, start=11), _ids(30, start=200), [(0, 0), (0, 7), (7, 19), (19, 30)], ["search", "search", "conclude", "answer"]
-    )
-    long = _trajectory(_ids(10, start=21), _ids(90, start=500), [(0, 30), (30, 60), (60, 90)], ["search", "conclude", "answer"])
-    got = lik.score_trajectories([short, long], batch_size=2)
-    for traj, row in zip([short, long], got):
-        want = [
-            lik.score([traj.prompt_ids + traj.completion_ids[:s]], [traj.completion_ids[s:e]]).item()
-            for s, e in (a.span for a in traj.actions)
-        ]
-        assert row == pytest.approx(want, abs=1e-4)
 
 
 def test_likelihood_kind_round_trip_and_errors(lik: ProcessRewardModel, tmp_path: Path) -> None:

@@ -619,7 +619,6 @@ def fresh_sample_audit(
     PRM saw). Also ``policy_likelihood_auc``: the same steps ranked by the policy's own mean
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``)."""
-    from prorag.judge import trajectory_verdicts
     from prorag.models import load_policy
     from prorag.rollout import RolloutConfig, RolloutEngine
 
@@ -629,18 +628,23 @@ def fresh_sample_audit(
     trajectories = engine.rollout(repeated, seed=seed, progress=True)
     del engine, model
     audit = step_ranking_audit(scorer, trajectories, repeated)
-    valid: list[float] = []
-    invalid: list[float] = []
-    for traj, record in zip(trajectories, repeated, strict=True):
-        verdicts = trajectory_verdicts(record, traj.text)
-        if len(verdicts) != len(traj.actions):
-            continue
-        for (ok, _), action in zip(verdicts, traj.actions, strict=True):
-            start, end = action.span
-            mean = sum(traj.logprobs[start:end]) / (end - start) if end > start else 0.0
-            (valid if ok else invalid).append(mean)
-    audit["policy_likelihood_auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    audit["policy_likelihood_auc"] = step_ranking_audit(SampledLikelihood(), trajectories, repeated)["auc"]
     return audit
+
+
+class SampledLikelihood:
+    """A :class:`~prorag.reward_model.StepScorer` that scores each action by the mean of the
+    log-probabilities the policy gave its tokens when it sampled them (``Trajectory.logprobs``):
+    the policy-likelihood baseline of an audit, at no model cost."""
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
+        return [
+            [
+                sum(t.logprobs[a.span[0] : a.span[1]]) / (a.span[1] - a.span[0]) if a.span[1] > a.span[0] else 0.0
+                for a in t.actions
+            ]
+            for t in trajectories
+        ]
 
 
 def likelihood_baseline_metrics(
@@ -786,6 +790,7 @@ __all__ = [
     "PRMConfig",
     "PairCollator",
     "PairwiseRewardTrainer",
+    "SampledLikelihood",
     "StepPair",
     "ValidationSelection",
     "held_out_scores",

@@ -31,15 +31,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from prorag.rollout import Trajectory
+from prorag.rollout import ActionRecord, Trajectory
 
 if TYPE_CHECKING:  # the PRM's module is only needed by the type checker
     from prorag.reward_model import StepScorer
 
 StepForm = Literal["paper", "reference"]
+PRMScope = Literal["all", "reasoning"]
 
 #: The forms of :class:`StepRewardConfig`.
 STEP_FORMS: tuple[str, ...] = ("paper", "reference")
+
+#: The values of ``prm_scope`` (RFT's step filter, RL's process term).
+PRM_SCOPES: tuple[str, ...] = ("all", "reasoning")
 
 #: Reference code: the format term for a well-formed and for a malformed step.
 REFERENCE_STEP_BONUS = 1.0
@@ -91,6 +95,29 @@ def step_rewards(prm_logits: Sequence[float], well_formed: Sequence[bool], confi
     return [step_reward(float(x), bool(ok), cfg) for x, ok in zip(prm_logits, well_formed, strict=True)]
 
 
+def prm_judged_actions(actions: Sequence[ActionRecord], scope: PRMScope = "all") -> list[int]:
+    """Indices of the actions whose PRM verdict counts under ``scope``.
+
+    ``"all"`` (the paper): every action, the final answer included. ``"reasoning"``: every
+    action but a well-formed answer, whose worth the outcome already measures (RFT only keeps
+    trajectories with a correct answer; RL's outcome reward scores it). The PRM learns from
+    MCTS siblings, which are almost all searches and conclusions; on answers it is out of its
+    training distribution, and a likelihood-type PRM scores a yes/no answer, a coin flip for the
+    policy, low however well the steps before it found the evidence. Measured on the demo's RFT
+    samples: of the correct trajectories' answers to yes/no comparisons, the PRM passed 0 of 201
+    (scalar head) and 4 of 201 (likelihood), so RFT never trained on a comparison's answer.
+    A malformed answer stays judged: its format term is what must punish it.
+
+    >>> from prorag.rollout import ActionRecord
+    >>> acts = [ActionRecord("search", (0, 3), True), ActionRecord("answer", (3, 5), True)]
+    >>> prm_judged_actions(acts, "all"), prm_judged_actions(acts, "reasoning")
+    ([0, 1], [0])
+    """
+    if scope not in PRM_SCOPES:
+        raise ValueError(f"prm_scope must be one of {PRM_SCOPES}, got {scope!r}")
+    return [i for i, a in enumerate(actions) if scope == "all" or not (a.kind == "answer" and a.well_formed)]
+
+
 def trajectory_step_rewards(
     trajectories: Sequence[Trajectory], prm_logits: Sequence[Sequence[float]], config: StepRewardConfig | None = None
 ) -> list[list[float]]:
@@ -121,11 +148,14 @@ def score_step_rewards(
 
 
 __all__ = [
+    "PRM_SCOPES",
+    "PRMScope",
     "REFERENCE_STEP_BONUS",
     "REFERENCE_STEP_PENALTY",
     "STEP_FORMS",
     "StepForm",
     "StepRewardConfig",
+    "prm_judged_actions",
     "score_step_rewards",
     "step_reward",
     "step_rewards",

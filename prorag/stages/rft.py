@@ -10,6 +10,8 @@
    action is a training target only if its logit passes the threshold (``R_phi > 0``, i.e.
    sigmoid > 0.5). A malformed action (I_step = 0) is dropped too by default: our PRM is
    trained on pairs of well-formed steps and has no reason to score format errors low.
+   ``prm_scope="reasoning"`` leaves a well-formed final answer to the outcome filter, which
+   has already checked it, and judges only the searches and conclusions by the PRM.
 
 Then ``pi_sft`` is fine-tuned with the next-token loss on the kept (context, action) pairs,
 one more epoch in the paper. The pairs of one trajectory share their contexts, so one pass
@@ -56,6 +58,7 @@ from prorag.losses import format_token_weights, tag_weight_table
 from prorag.metrics import exact_match, f1_score
 from prorag.retrieval.base import Retriever
 from prorag.rewards.outcome import trajectory_answer
+from prorag.rewards.process import PRM_SCOPES, PRMScope, prm_judged_actions
 from prorag.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
 from prorag.stages.sft import SFTConfig, make_sft_trainer
 from prorag.training import resume_training, save_trained_policy
@@ -90,6 +93,12 @@ class RFTConfig:
     """An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's)."""
     drop_malformed_actions: bool = True
     """Also drop actions that are not well formed (I_step = 0), whatever their PRM score."""
+    prm_scope: PRMScope = "all"
+    """Which actions the PRM filter judges: ``"all"`` (the paper: every action, the answer
+    included) or ``"reasoning"`` (a well-formed answer of a correct trajectory is kept on the
+    outcome filter alone; the PRM judges the searches and conclusions). See
+    :func:`~prorag.rewards.process.prm_judged_actions` for why: on the demo, the PRM filter
+    passed almost no yes/no answer, and pi_rft unlearned how to answer comparisons."""
     if_nothing_kept: Literal["error", "copy_policy"] = "error"
     """When no (context, action) pair passes the filters (a policy too weak to answer any
     sampled question right): ``"error"`` stops with the counts; ``"copy_policy"`` logs a
@@ -112,6 +121,8 @@ class RFTConfig:
             raise ValueError(f"RFTConfig.correctness must be 'em' or 'f1', got {self.correctness!r}")
         if not 0.0 < self.f1_threshold <= 1.0:
             raise ValueError(f"RFTConfig.f1_threshold must be in (0, 1], got {self.f1_threshold}")
+        if self.prm_scope not in PRM_SCOPES:
+            raise ValueError(f"RFTConfig.prm_scope must be one of {PRM_SCOPES}, got {self.prm_scope!r}")
 
     def sampling_settings(self) -> dict[str, Any]:
         """What decides the samples and their verdicts; a resumed run must not change it."""
@@ -122,6 +133,7 @@ class RFTConfig:
             "f1_threshold",
             "prm_threshold",
             "drop_malformed_actions",
+            "prm_scope",
             "seed",
         )
         return {k: v for k, v in asdict(self).items() if k in keys}
@@ -157,16 +169,24 @@ def is_correct(answer: str | None, golds: Sequence[str], correctness: Correctnes
 
 
 def kept_actions(
-    actions: Sequence[ActionRecord], prm_logits: Sequence[float], threshold: float = 0.0, *, drop_malformed: bool = True
+    actions: Sequence[ActionRecord],
+    prm_logits: Sequence[float],
+    threshold: float = 0.0,
+    *,
+    drop_malformed: bool = True,
+    scope: PRMScope = "all",
 ) -> list[int]:
     """The process filter: indices of the actions whose PRM logit is strictly above
-    ``threshold`` (and, with ``drop_malformed``, that are well formed)."""
+    ``threshold`` (and, with ``drop_malformed``, that are well formed). With ``scope=
+    "reasoning"`` an action the PRM does not judge (a well-formed answer,
+    :func:`~prorag.rewards.process.prm_judged_actions`) is kept whatever its logit."""
     if len(actions) != len(prm_logits):
         raise ValueError(f"{len(prm_logits)} PRM logits for {len(actions)} actions")
+    judged = set(prm_judged_actions(actions, scope))
     return [
         i
         for i, (action, logit) in enumerate(zip(actions, prm_logits, strict=True))
-        if logit > threshold and (action.well_formed or not drop_malformed)
+        if (logit > threshold or i not in judged) and (action.well_formed or not drop_malformed)
     ]
 
 
@@ -253,7 +273,13 @@ def judge_samples(
     for traj, answer, ok in zip(trajectories, answers, correct, strict=True):
         logits = [float(x) for x in next(scores)] if ok else None
         kept = (
-            kept_actions(traj.actions, logits, config.prm_threshold, drop_malformed=config.drop_malformed_actions)
+            kept_actions(
+                traj.actions,
+                logits,
+                config.prm_threshold,
+                drop_malformed=config.drop_malformed_actions,
+                scope=config.prm_scope,
+            )
             if logits is not None
             else []
         )
@@ -396,7 +422,9 @@ def _check_resumable(run: Path, config: RFTConfig, prm_digest: str | None = None
         return
     before = read_json(path)
     now = config.sampling_settings()
-    changed = sorted(k for k in now if before.get(k) != now[k])
+    # A setting added after the run was made counts as its default there.
+    defaults = RFTConfig().sampling_settings()
+    changed = sorted(k for k in now if before.get(k, defaults[k]) != now[k])
     if prm_digest is not None and before.get("prm_digest") not in (None, prm_digest):
         changed.append("the PRM (its weights differ)")
     if changed:

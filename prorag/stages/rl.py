@@ -102,7 +102,7 @@ from prorag.metrics import exact_match, f1_score
 from prorag.prompts import PromptStyle
 from prorag.retrieval.base import Retriever
 from prorag.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
-from prorag.rewards.process import StepRewardConfig, trajectory_step_rewards
+from prorag.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
 
@@ -167,6 +167,11 @@ class RLConfig:
     ``beta`` is then ignored and the PRM never called)."""
     beta: float = 0.3
     """Weight of the process advantage, ``A = A_out + beta * A_proc`` (Eq. 8; the paper's 0.3)."""
+    prm_scope: PRMScope = "all"
+    """Which actions get a process term: ``"all"`` (the paper: every step, the answer included)
+    or ``"reasoning"`` (a well-formed answer is left to the outcome term: its tokens get
+    ``A_out`` alone and its step reward is not in the group's step statistics). See
+    :func:`~prorag.rewards.process.prm_judged_actions`."""
     process_norm: ProcessNorm = "step"
     """``"step"``: step rewards standardised over the group's steps (the paper's Eq. 7);
     ``"token"``: over the group's generated tokens (the reference code; long steps weigh more)."""
@@ -237,6 +242,7 @@ class RLConfig:
         choices = {
             "process_reward": ("prm", "none"),
             "process_norm": PROCESS_NORMS,
+            "prm_scope": PRM_SCOPES,
             "loss_aggregation": PPO_AGGREGATIONS,
         }
         for name, allowed in choices.items():
@@ -509,16 +515,18 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         from accelerate.utils import gather_object
 
         cfg = self.rl_config
-        spans = [[a.span for a in t.actions] for t in trajectories] if cfg.uses_prm else [[] for _ in trajectories]
+        judged = [prm_judged_actions(t.actions, cfg.prm_scope) if cfg.uses_prm else [] for t in trajectories]
+        spans = [[t.actions[i].span for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
+        step_rewards = [[r[i] for i in keep] for r, keep in zip(scored.step_rewards, judged, strict=True)]
         lengths = step_token_counts(spans, loss_mask.cpu()) if cfg.process_norm == "token" else None
         local = len(trajectories)
         if self.accelerator.num_processes > 1:
             outcome_all = gather_object(scored.outcome)
             groups_all = gather_object(groups.tolist())
-            steps_all = gather_object(scored.step_rewards)
+            steps_all = gather_object(step_rewards)
             lengths_all = gather_object([x.tolist() for x in lengths]) if lengths is not None else None
         else:
-            outcome_all, groups_all, steps_all = scored.outcome, groups.tolist(), scored.step_rewards
+            outcome_all, groups_all, steps_all = scored.outcome, groups.tolist(), step_rewards
             lengths_all = [x.tolist() for x in lengths] if lengths is not None else None
         a_out, per_step = dual_step_advantages(
             torch.tensor(outcome_all, dtype=torch.float32),

@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 
 from prorag.reward_model import StepScorer
-from prorag.rewards.process import StepRewardConfig, score_step_rewards, step_reward, step_rewards, trajectory_step_rewards
-from prorag.rollout import Trajectory
+from prorag.rewards.process import (
+    StepRewardConfig,
+    prm_judged_actions,
+    score_step_rewards,
+    step_reward,
+    step_rewards,
+    trajectory_step_rewards,
+)
+from prorag.rollout import ActionRecord, Trajectory
 
 PAPER = StepRewardConfig()
 REFERENCE = StepRewardConfig(form="reference")
@@ -35,6 +42,22 @@ def test_pure_formula_in_both_forms() -> None:
         step_reward(float("nan"), True, PAPER)
     with pytest.raises(ValueError, match="form"):
         StepRewardConfig(form="sigmoid")  # type: ignore[arg-type]
+
+
+def test_prm_scope_leaves_only_a_well_formed_answer_to_the_outcome() -> None:
+    acts = [
+        ActionRecord("search", (0, 3), True),
+        ActionRecord("conclude", (3, 5), True),
+        ActionRecord("answer", (5, 7), True),
+        ActionRecord("answer", (7, 8), False),  # a malformed answer keeps its (format-penalised) verdict
+        ActionRecord(None, (8, 9), False),
+    ]
+    assert prm_judged_actions(acts) == [0, 1, 2, 3, 4]
+    assert prm_judged_actions(acts, "all") == [0, 1, 2, 3, 4]
+    assert prm_judged_actions(acts, "reasoning") == [0, 1, 3, 4]
+    assert prm_judged_actions([], "reasoning") == []
+    with pytest.raises(ValueError, match="prm_scope"):
+        prm_judged_actions(acts, "steps")  # type: ignore[arg-type]
 
 
 def test_step_rewards_of_trajectories_follow_their_token_actions(make_traj: Any, segments: Any) -> None:

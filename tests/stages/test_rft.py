@@ -74,6 +74,18 @@ def test_process_filter_keeps_strictly_positive_well_formed_actions() -> None:
         kept_actions(acts, [1.0])
 
 
+def test_reasoning_scope_keeps_a_correct_answer_whatever_its_logit() -> None:
+    acts = [ActionRecord("search", (0, 3), True), ActionRecord("conclude", (3, 5), True), ActionRecord("answer", (5, 7), True)]
+    logits = [0.5, -0.2, -3.0]
+    assert kept_actions(acts, logits) == [0]
+    assert kept_actions(acts, logits, scope="reasoning") == [0, 2]  # the conclusion is still judged
+    assert kept_actions(acts, logits, threshold=1.0, scope="reasoning") == [2]
+    broken = [*acts[:2], ActionRecord("answer", (5, 7), False)]
+    assert kept_actions(broken, logits, scope="reasoning") == [0]  # a malformed answer is judged, and dropped
+    with pytest.raises(ValueError, match="prm_scope"):
+        RFTConfig(prm_scope="answers")  # type: ignore[arg-type]
+
+
 def _toy_trajectory() -> Trajectory:
     # prompt [1, 2]; completion: action 0 = [10, 11, 12], env [50, 51], action 1 = [13, 14], action 2 = [15, 16]
     return Trajectory(
@@ -267,6 +279,13 @@ def test_run_rft_end_to_end_and_refuses_changed_settings(
     assert json.loads((tmp_path / "rft_counts.json").read_text())["correct"] == 8
     with pytest.raises(ValueError, match="prm_threshold"):
         run_rft(rft_config(prm_threshold=0.5), tmp_path, scorer=AlternatingScorer(), **common)
+    with pytest.raises(ValueError, match="prm_scope"):
+        run_rft(rft_config(prm_scope="reasoning"), tmp_path, scorer=AlternatingScorer(), **common)
+    # A run made before a setting existed resumes when the setting is at its default.
+    stored = json.loads((tmp_path / "rft_config.json").read_text())
+    del stored["prm_scope"]
+    (tmp_path / "rft_config.json").write_text(json.dumps(stored))
+    run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)
     with pytest.raises(ValueError, match="exactly one"):
         run_rft(rft_config(), tmp_path, **common)
 

@@ -130,6 +130,34 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert trainer.compute_loss(trainer.model, own).item() != pytest.approx(got.item(), rel=1e-3)
 
 
+def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, prm_scope="reasoning")
+    prm = FakePRM()
+    trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    adv = trainer._generate_and_score_completions(rows)["advantages"]
+    trajs: list[Trajectory] = [r["trajectory"] for r in rows]
+    logits = prm.score_trajectories(trajs)
+    for members in ((0, 2), (1, 3)):  # the two samples of a question replay one trajectory: A_out = 0
+        # Eq. 5 (paper form, nu1 = 1, all well formed) over the group's searches and conclusions only
+        rewards = [logits[i][k] + 1.0 for i in members for k, a in enumerate(trajs[i].actions) if a.kind != "answer"]
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5
+        for i in members:
+            kinds = [a.kind for a in trajs[i].actions]
+            assert kinds[-1] == "answer" and kinds.count("answer") == 1
+            for k, a in enumerate(trajs[i].actions):
+                start, end = a.span
+                if a.kind == "answer":
+                    assert (adv[i, start:end] == 0).all(), "the answer gets A_out alone"
+                else:
+                    expected = cfg.beta * (logits[i][k] + 1.0 - mean) / (std + 1e-6)
+                    assert torch.allclose(adv[i, start:end], torch.full((end - start,), expected), atol=1e-5)
+    assert (adv != 0).any()
+
+
 # ----------------------------------------------------------------------------- training
 
 

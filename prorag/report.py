@@ -308,6 +308,52 @@ def learning_curves(run_dir: Path, results: Mapping[str, Any]) -> dict[str, list
     return curves
 
 
+def curves_by_system(curves: Mapping[str, Sequence[tuple[float, float]]], results: Mapping[str, Any]) -> dict[str, list[Sequence[tuple[float, float]]]]:
+    """The curves of each system over its seeds (``SYSTEM-seedN``, the pipeline's eval names),
+    in table order; a curve that names no system of ``results["order"]`` stands alone."""
+    seeds = results.get("seeds") or []
+    grouped: dict[str, list[Sequence[tuple[float, float]]]] = {}
+    claimed = set()
+    for system in results.get("order") or []:
+        runs = [curves[n] for n in (f"{system}-seed{s}" for s in seeds) if n in curves]
+        claimed |= {f"{system}-seed{s}" for s in seeds}
+        if runs:
+            grouped[system] = runs
+    for name, points in curves.items():
+        if name not in claimed:
+            grouped[name] = [points]
+    return grouped
+
+
+def seed_band(runs: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float, float, float]]:
+    """``(step, mean, min, max)`` over the runs, at the steps every run logged (a run cut short
+    shortens the band rather than biasing its tail)."""
+    if not runs:
+        return []
+    tables = [dict(r) for r in runs]
+    steps = sorted(set.intersection(*(set(t) for t in tables)))
+    out = []
+    for step in steps:
+        values = [t[step] for t in tables]
+        out.append((step, sum(values) / len(values), min(values), max(values)))
+    return out
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start). An RL step's mean
+    reward swings with the difficulty of its 8 questions, the same questions for every system
+    at a given step and seed, so a short window shows the trend without shifting it much."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 # ----------------------------------------------------------------------------- the trajectory viewer
 
 
@@ -485,20 +531,33 @@ def plot_results(rows: Sequence[TableRow], dpi: int) -> bytes | None:
     return _png(fig, dpi)
 
 
+#: Steps of the trailing mean drawn over the learning curves.
+CURVE_WINDOW = 5
+
+
 def plot_learning_curves(
-    curves: Mapping[str, Sequence[tuple[float, float]]], labels: Mapping[str, str], dpi: int
+    groups: Mapping[str, Sequence[Sequence[tuple[float, float]]]], labels: Mapping[str, str], dpi: int
 ) -> bytes | None:
-    """Figure 4: outcome reward per RL optimiser step, one line per curve."""
-    if not curves:
+    """Figure 4: outcome reward per RL optimiser step, one line per system: the mean over its
+    seeds, as a trailing mean over :data:`CURVE_WINDOW` steps, in a band from the lowest to the
+    highest seed (each also smoothed)."""
+    bands = {name: seed_band(runs) for name, runs in groups.items()}
+    bands = {name: band for name, band in bands.items() if band}
+    if not bands:
         return None
     fig = _figure()
     ax = fig.add_subplot()
-    for name, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=2.5, label=labels.get(name, name))
+    for name, band in bands.items():
+        steps = [b[0] for b in band]
+        mean, lo, hi = (moving_average([b[j] for b in band], CURVE_WINDOW) for j in (1, 2, 3))
+        n = len(groups[name])
+        (line,) = ax.plot(steps, mean, label=f"{labels.get(name, name)} ({n} seed{'s' if n > 1 else ''})")
+        if n > 1:
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean outcome reward (Eq. 6)")
-    ax.set_title("Learning curves")
-    ax.legend()
+    ax.set_title(f"Learning curves (trailing mean over {CURVE_WINDOW} steps; band: seed range)")
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _png(fig, dpi)
 
@@ -564,8 +623,8 @@ def make_plots(run_dir: Path, results: Mapping[str, Any], rows: Sequence[TableRo
         ("results.png", "EM and F1 per system (Table 2); error bars: std over seeds.", plot_results(rows, dpi)),
         (
             "learning_curves.png",
-            "Mean outcome reward per RL step (Figure 4).",
-            plot_learning_curves(learning_curves(run_dir, results), labels, dpi),
+            "Mean outcome reward per RL step (Figure 4), averaged over seeds.",
+            plot_learning_curves(curves_by_system(learning_curves(run_dir, results), results), labels, dpi),
         ),
         (
             "beta.png",
@@ -881,12 +940,15 @@ __all__ = [
     "ReportConfig",
     "ViewerStep",
     "TableRow",
+    "curves_by_system",
     "load_questions",
     "load_results",
+    "moving_average",
     "reference_system",
     "results_table",
     "score_colour",
     "score_eval_trajectories",
+    "seed_band",
     "sigmoid",
     "trajectory_steps",
     "write_report",

@@ -23,10 +23,13 @@ from prorag.evaluate import EvalConfig, EvalRolloutConfig, evaluate, score, summ
 from prorag.gold import render_gold, tokenize_segments
 from prorag.report import (
     ReportConfig,
+    curves_by_system,
     load_questions,
+    moving_average,
     reference_system,
     score_colour,
     score_eval_trajectories,
+    seed_band,
     sigmoid,
     trajectory_steps,
     write_report,
@@ -232,6 +235,26 @@ def test_trajectory_steps_come_from_the_schema_parser() -> None:
     steps = trajectory_steps(cut, [1.0])
     assert [s.kind for s in steps] == ["search", "malformed"] and not steps[1].well_formed
     assert [s.logit for s in steps] == [None, None]
+
+
+def test_learning_curves_average_seeds_and_smooth() -> None:
+    curves = {
+        "grpo-seed0": [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)],
+        "grpo-seed1": [(1.0, 3.0), (2.0, 0.0)],  # cut short: the band stops at step 2
+        "prorag-seed0": [(1.0, 5.0)],
+        "extra": [(1.0, 7.0)],
+    }
+    results = {"order": ["sft", "grpo", "prorag"], "seeds": [0, 1]}
+    groups = curves_by_system(curves, results)
+    assert list(groups) == ["grpo", "prorag", "extra"]
+    assert [len(v) for v in groups.values()] == [2, 1, 1]
+    assert seed_band(groups["grpo"]) == [(1.0, 2.0, 1.0, 3.0), (2.0, 1.0, 0.0, 2.0)]
+    assert seed_band([]) == []
+    # trailing mean over 2: 1, (1+3)/2, (3+5)/2, (5+7)/2
+    assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert moving_average([1.0, 3.0], 5) == [1.0, 2.0]
+    with pytest.raises(ValueError, match="window"):
+        moving_average([1.0], 0)
 
 
 def test_reference_system_rule() -> None:

@@ -702,7 +702,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             samples_per_question=4,
             if_nothing_kept="copy_policy",
             # The PRM judges the searches and conclusions; a correct answer is kept on the outcome
-            # filter. Judged by the PRM, 4 of the 201 correct yes/no answers passed, and pi_rft
+            # filter. Judged by the PRM, 1 of the 201 correct yes/no answers passed, and pi_rft
             # forgot how to answer comparisons (dev EM 0.342 -> 0.317 at lr 3e-4; 0.362 with it).
             prm_scope="reasoning",
             train=SFTConfig(

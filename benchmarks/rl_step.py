@@ -1,7 +1,7 @@
 """Wall time of one RL step with process supervision (ProRAG) against outcome-only GRPO.
 
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
-        [--repeats 3] [--threads N] [--sampled] [--out results.json]
+        [--repeats 3] [--threads N] [--sampled] [--prm-kind head|likelihood] [--out results.json]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -23,7 +23,8 @@ the sample the steered token all the same, so the trajectories are identical whi
 goes through the sampler the RL stage uses (per-row random streams), whose cost is then
 included; without it decoding is greedy. The PRM is a real
 :class:`~prorag.reward_model.ProcessRewardModel` on a backbone of the same size (as in the paper,
-where the PRM is the policy's backbone). Each side is timed ``--repeats`` times, alternating, and
+where the PRM is the policy's backbone), a scalar head by default; ``--prm-kind likelihood``
+scores with the policy's own LM head (the demo's PRM). Each side is timed ``--repeats`` times, alternating, and
 its best time kept; the ratio compares the two totals (target: process supervision adds < 25%).
 """
 
@@ -90,6 +91,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per side (best kept)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--sampled", action="store_true", help="sample (temperature 0.02) instead of greedy decoding")
+    ap.add_argument(
+        "--prm-kind", default="head", choices=("head", "likelihood"), help="the PRM's kind (the demo uses likelihood)"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.threads:
@@ -104,7 +108,8 @@ def main() -> None:
         records = read_records(Path(tmp) / "train.jsonl")[: args.questions]
         policy = make_tiny_model(tokenizer, size=args.size, seed=0)
         save_policy(policy, tokenizer, Path(tmp) / "policy")
-        prm = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy"))
+        kind = args.prm_kind
+        prm = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy", kind=kind), kind=kind)
 
         golds = render_gold(records, retriever, k=3)
         probe = RolloutEngine(policy, tokenizer, retriever)

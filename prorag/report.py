@@ -308,7 +308,9 @@ def learning_curves(run_dir: Path, results: Mapping[str, Any]) -> dict[str, list
     return curves
 
 
-def curves_by_system(curves: Mapping[str, Sequence[tuple[float, float]]], results: Mapping[str, Any]) -> dict[str, list[Sequence[tuple[float, float]]]]:
+def curves_by_system(
+    curves: Mapping[str, Sequence[tuple[float, float]]], results: Mapping[str, Any]
+) -> dict[str, list[Sequence[tuple[float, float]]]]:
     """The curves of each system over its seeds (``SYSTEM-seedN``, the pipeline's eval names),
     in table order; a curve that names no system of ``results["order"]`` stands alone."""
     seeds = results.get("seeds") or []

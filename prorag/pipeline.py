@@ -537,7 +537,7 @@ def stage_summaries(run: Run) -> dict[str, Any]:
 
 def collect_results(run: Run) -> dict[str, Any]:
     """``RUN/results.json``: every system's metrics (mean over seeds for RL systems), per-seed
-    metrics, learning curves, paired t-tests against full ProRAG, wall times."""
+    metrics, learning curves (``curve_groups``: each RL system's curves, one per seed), paired t-tests against full ProRAG, wall times."""
     cfg = run.config
     systems: dict[str, Any] = {}
     for system in cfg.systems:
@@ -559,12 +559,8 @@ def collect_results(run: Run) -> dict[str, Any]:
             # One-shot answers have no step format: their format-valid rate does not apply.
             entry["metrics"] = {**entry["metrics"], "format_valid_rate": None}
         systems[system] = entry
-    curves = {
-        rl_run_name(s, seed): f"rl/{rl_run_name(s, seed)}/metrics.jsonl"
-        for s in RL_SYSTEMS
-        if s in cfg.systems
-        for seed in cfg.seeds
-    }
+    curve_groups = {s: [rl_run_name(s, seed) for seed in cfg.seeds] for s in RL_SYSTEMS if s in cfg.systems}
+    curves = {name: f"rl/{name}/metrics.jsonl" for names in curve_groups.values() for name in names}
     significance: dict[str, Any] = {}
     if "prorag" in systems:
         ref = run.path("eval", eval_dir_name("prorag", cfg.seeds[0]), "predictions.jsonl")
@@ -580,6 +576,7 @@ def collect_results(run: Run) -> dict[str, Any]:
         "systems": systems,
         "order": list(cfg.systems),
         "curves": curves,
+        "curve_groups": curve_groups,
         "significance": significance,
         "wall_seconds": dict(run.wall),
         "world": world,

@@ -309,18 +309,16 @@ def learning_curves(run_dir: Path, results: Mapping[str, Any]) -> dict[str, list
 
 
 def curves_by_system(
-    curves: Mapping[str, Sequence[tuple[float, float]]], results: Mapping[str, Any]
+    curves: Mapping[str, Sequence[tuple[float, float]]], groups: Mapping[str, Sequence[str]]
 ) -> dict[str, list[Sequence[tuple[float, float]]]]:
-    """The curves of each system over its seeds (``SYSTEM-seedN``, the pipeline's eval names),
-    in table order; a curve that names no system of ``results["order"]`` stands alone."""
-    seeds = results.get("seeds") or []
+    """The curves of each system over its seeds, ``groups`` naming each system's curves (the
+    pipeline's ``results["curve_groups"]``), in its order; a curve no group names stands alone."""
     grouped: dict[str, list[Sequence[tuple[float, float]]]] = {}
-    claimed = set()
-    for system in results.get("order") or []:
-        runs = [curves[n] for n in (f"{system}-seed{s}" for s in seeds) if n in curves]
-        claimed |= {f"{system}-seed{s}" for s in seeds}
+    for system, names in groups.items():
+        runs = [curves[n] for n in names if n in curves]
         if runs:
             grouped[system] = runs
+    claimed = {n for names in groups.values() for n in names}
     for name, points in curves.items():
         if name not in claimed:
             grouped[name] = [points]
@@ -626,7 +624,9 @@ def make_plots(run_dir: Path, results: Mapping[str, Any], rows: Sequence[TableRo
         (
             "learning_curves.png",
             "Mean outcome reward per RL step (Figure 4), averaged over seeds.",
-            plot_learning_curves(curves_by_system(learning_curves(run_dir, results), results), labels, dpi),
+            plot_learning_curves(
+                curves_by_system(learning_curves(run_dir, results), results.get("curve_groups") or {}), labels, dpi
+            ),
         ),
         (
             "beta.png",

@@ -244,8 +244,8 @@ def test_learning_curves_average_seeds_and_smooth() -> None:
         "prorag-seed0": [(1.0, 5.0)],
         "extra": [(1.0, 7.0)],
     }
-    results = {"order": ["sft", "grpo", "prorag"], "seeds": [0, 1]}
-    groups = curves_by_system(curves, results)
+    named = {"grpo": ["grpo-seed0", "grpo-seed1"], "prorag": ["prorag-seed0", "prorag-seed1"], "rl-from-sft": ["x"]}
+    groups = curves_by_system(curves, named)
     assert list(groups) == ["grpo", "prorag", "extra"]
     assert [len(v) for v in groups.values()] == [2, 1, 1]
     assert seed_band(groups["grpo"]) == [(1.0, 2.0, 1.0, 3.0), (2.0, 1.0, 0.0, 2.0)]

@@ -37,11 +37,11 @@ from typing import Any
 
 import httpx
 
+from prorag.core.metrics import retrieval_recall
 from prorag.data.benchmarks import load_benchmark
 from prorag.data.corpus import build_corpus
 from prorag.data.jsonl import write_jsonl
 from prorag.data.records import Record
-from prorag.metrics import retrieval_recall
 from prorag.retrieval.base import Retriever
 from prorag.retrieval.client import HttpRetriever
 from prorag.retrieval.index import build_index, load_index, read_manifest

@@ -22,7 +22,7 @@ have a realistic shape: several actions, real retrieval blocks. ``--sampled`` sa
 the sample the steered token all the same, so the trajectories are identical while every token
 goes through the sampler the RL stage uses (per-row random streams), whose cost is then
 included; without it decoding is greedy. The PRM is a real
-:class:`~prorag.reward_model.ProcessRewardModel` on a backbone of the same size (as in the paper,
+:class:`~prorag.supervision.reward_model.ProcessRewardModel` on a backbone of the same size (as in the paper,
 where the PRM is the policy's backbone), a scalar head by default; ``--prm-kind likelihood``
 scores with the policy's own LM head (the demo's PRM). Each side is timed ``--repeats`` times, alternating, and
 its best time kept; the ratio compares the two totals (target: process supervision adds < 25%).
@@ -44,15 +44,15 @@ from typing import Any
 import torch
 from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside this file
 
+from prorag.agent.gold import render_gold, tokenize_segments
+from prorag.agent.rollout import RolloutEngine
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
-from prorag.gold import render_gold, tokenize_segments
 from prorag.models import make_tiny_model, save_policy, train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.reward_model import ProcessRewardModel, reward_model_from_policy
-from prorag.rollout import RolloutEngine
 from prorag.stages import rl
 from prorag.stages.rl import RLConfig, make_rl_trainer
+from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
 
 PARTS = ("generation", "prm", "scoring_other", "loss", "optimizer")
 

@@ -33,13 +33,13 @@ from typing import Any
 
 import torch
 
+from prorag.agent.gold import render_gold, tokenize_segments
+from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, render_env_turn
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
-from prorag.gold import render_gold, tokenize_segments
 from prorag.models import make_tiny_model, train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutConfig, RolloutEngine
-from prorag.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, render_env_turn
 
 
 class GoldScript:

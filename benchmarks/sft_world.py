@@ -14,7 +14,7 @@ What it does, all on the CPU:
    baselines (``naive``: question -> answer; ``standard-rag``: top-``k`` documents for the
    question + question -> answer) on the same questions; the held-out rollouts of the SFT
    stage run on ``--dev`` dev-world questions (format-valid rate, EM);
-4. evaluates each model on ``--test`` test-world questions with :func:`prorag.evaluate.evaluate`
+4. evaluates each model on ``--test`` test-world questions with :func:`prorag.evaluation.harness.evaluate`
    (greedy; the baselines through their own prompts) and prints EM/F1 by question type, next to
    the no-retrieval ceiling of the world's memorisation audit (what a model that never reads can
    reach: chance level).
@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 
+from prorag.agent.gold import render_gold
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import SIZES, build_world
-from prorag.evaluate import EvalConfig, EvalRolloutConfig, evaluate
-from prorag.gold import render_gold
+from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.models import load_policy, make_tiny_model, train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.sft import SFTConfig, train_sft

@@ -16,9 +16,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from prorag.core.metrics import retrieval_recall
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import SIZES, build_world
-from prorag.metrics import retrieval_recall
 from prorag.retrieval.bm25 import BM25Retriever
 
 KS = (1, 2, 3, 5)

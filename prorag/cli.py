@@ -2,7 +2,7 @@
 
 Heavy imports (torch, bm25s, FastAPI) happen inside the commands, so ``prorag --help`` is fast.
 Bad input ends the command with exit code 2 and a one-line message naming the file, line and
-field (a :class:`~prorag.errors.DataError`), never a traceback.
+field (a :class:`~prorag.core.errors.DataError`), never a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from prorag.errors import DataError
+from prorag.core.errors import DataError
 
 #: The ``--index`` option of every command that retrieves.
 IndexOption = Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")]
@@ -274,8 +274,8 @@ def sft_data(
     The <retrieval> blocks hold what the index returns for each hop's search keywords; a hop whose
     gold page is not retrieved is recorded in the row's missing_gold. Appends and resumes.
     """
-    from prorag.llm_teacher import LLMTeacherConfig
     from prorag.stages.sft_data import SFTDataConfig, build_sft_data
+    from prorag.supervision.llm_teacher import LLMTeacherConfig
 
     llm = None
     if teacher is TeacherKind.llm:
@@ -316,7 +316,7 @@ def sft(
     """
     from dataclasses import replace
 
-    from prorag.config import load_config
+    from prorag.core.config import load_config
     from prorag.stages.sft import SFTConfig, train_sft
 
     cfg = load_config(config, SFTConfig)
@@ -365,7 +365,7 @@ def eval_cmd(
     """
     import json
 
-    from prorag.evaluate import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate_files
+    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate_files
 
     if compare is not None:
         result = compare_predictions(*compare)
@@ -415,7 +415,7 @@ def mcts(
     if show:
         mcts_show(run_dir)
         return
-    from prorag.config import load_config
+    from prorag.core.config import load_config
     from prorag.stages.mcts import MCTSConfig, run_mcts_files
 
     missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index)) if v is None]
@@ -436,7 +436,7 @@ def mcts_show(
     min_visits: Annotated[int, typer.Option(help="Leave out children visited fewer times.")] = 0,
 ) -> None:
     """Print search trees readably: per node its kind, N, Q, prior, value and action."""
-    from prorag.search_tree import render_tree
+    from prorag.method.search_tree import render_tree
     from prorag.stages.mcts import read_trees
 
     shown = [t for t in read_trees(trees) if question is None or t.id == question]
@@ -479,10 +479,10 @@ def pairs(
     """Stage 2: a judge labels one chosen and one rejected step among siblings of the search trees (pairs for the PRM)."""
     import json
 
-    from prorag.judge import OracleJudge
-    from prorag.llm_teacher import LLMTeacherConfig
     from prorag.stages.mcts import read_trees
     from prorag.stages.pairs import PairsConfig, agreement_report, extract_pairs, make_judge
+    from prorag.supervision.judge import OracleJudge
+    from prorag.supervision.llm_teacher import LLMTeacherConfig
 
     llm = None
     if judge is JudgeKind.llm:
@@ -523,7 +523,7 @@ def prm(
     """
     from dataclasses import replace
 
-    from prorag.config import load_config
+    from prorag.core.config import load_config
     from prorag.stages.prm import PRMConfig, train_prm
 
     cfg = load_config(config, PRMConfig) if config is not None else PRMConfig()
@@ -556,8 +556,8 @@ def prm_audit(
     from prorag.data.jsonl import write_json
     from prorag.data.records import read_records
     from prorag.retrieval.index import open_retriever
-    from prorag.reward_model import ProcessRewardModel
     from prorag.stages.prm import fresh_sample_audit
+    from prorag.supervision.reward_model import ProcessRewardModel
 
     records = read_records(data)[:limit] if limit is not None else read_records(data)
     scorer = ProcessRewardModel.load(prm, device=device)
@@ -587,7 +587,7 @@ def rft(
     actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft)."""
     from dataclasses import replace
 
-    from prorag.config import load_config
+    from prorag.core.config import load_config
     from prorag.data.jsonl import read_json
     from prorag.stages.rft import RFTConfig, run_rft_files
 
@@ -638,7 +638,7 @@ def rl_cmd(
     same machinery. Runs under `torchrun --nproc_per_node N -m prorag.cli rl ...` or `accelerate
     launch` (configs/accelerate_multi_gpu.yaml, configs/deepspeed_zero3.yaml) as well.
     """
-    from prorag.config import load_config
+    from prorag.core.config import load_config
     from prorag.stages.rl import RLConfig, train_rl, with_overrides
 
     cfg = load_config(config, RLConfig) if config is not None else RLConfig()
@@ -670,10 +670,10 @@ def report_cmd(
     device: Annotated[str | None, typer.Option(help="Device of the PRM (default: cuda if available).")] = None,
 ) -> None:
     """Write report.md, a self-contained report.html and plots/*.png from a pipeline run folder."""
-    from prorag.report import ReportConfig, eval_dir_of, load_results, score_eval_trajectories, write_report
+    from prorag.experiments.report import ReportConfig, eval_dir_of, load_results, score_eval_trajectories, write_report
 
     if prm is not None:
-        from prorag.reward_model import ProcessRewardModel
+        from prorag.supervision.reward_model import ProcessRewardModel
 
         scorer = ProcessRewardModel.load(prm, device=device)
         results = load_results(run_dir)
@@ -696,8 +696,8 @@ def pipeline_cmd(
 ) -> None:
     """Every stage in one run folder: data, index, SFT (+ baselines), MCTS, pairs, PRM, RFT, RL,
     evaluation of every system on test, results.json and the report. Resumes after a kill."""
-    from prorag.config import load_config
-    from prorag.pipeline import PipelineConfig, results_table, run_pipeline
+    from prorag.core.config import load_config
+    from prorag.experiments.pipeline import PipelineConfig, results_table, run_pipeline
 
     results = run_pipeline(load_config(config, PipelineConfig), run_dir, progress=typer.echo)
     typer.echo(results_table(results))
@@ -717,7 +717,7 @@ def demo_cmd(
     prints the paper's Table 2 for this world and writes the report."""
     import torch
 
-    from prorag.pipeline import demo_config, results_table, run_pipeline
+    from prorag.experiments.pipeline import demo_config, results_table, run_pipeline
 
     if threads:
         torch.set_num_threads(threads)
@@ -743,9 +743,9 @@ def ablate_cmd(
     what: Annotated[str, typer.Option(help="table2 (all systems over the config's seeds), beta (Table 3) or topk (Figure 5).")],
 ) -> None:
     """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG."""
-    from prorag.ablations import run_ablation
-    from prorag.config import load_config
-    from prorag.pipeline import PipelineConfig
+    from prorag.core.config import load_config
+    from prorag.experiments.ablations import run_ablation
+    from prorag.experiments.pipeline import PipelineConfig
 
     if what not in ("table2", "beta", "topk"):
         raise ValueError(f"--what must be table2, beta or topk, got {what!r}")

@@ -11,7 +11,7 @@ the ``gold_doc_ids`` a loader writes are exactly the ids the corpus builder give
 paragraphs.
 
 Files may be JSONL or one JSON document (detected from the first non-blank line, see
-:func:`_read_document`). Every problem is a :class:`~prorag.errors.DataError` whose place is
+:func:`_read_document`). Every problem is a :class:`~prorag.core.errors.DataError` whose place is
 ``file:line`` (JSONL) or ``file: item N (id=...)`` (JSON list, N counted from 1) and whose
 message names the field.
 """
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import read_json, read_jsonl_numbered
 from prorag.data.records import Passage, Record, passage_id
-from prorag.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from prorag.errors import DataError
+from prorag.core.errors import DataError
 
 PathLike = str | os.PathLike[str]
 

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl_numbered
-from prorag.errors import DataError
 
 #: Metadata keys with a shared meaning across loaders and the built-in world.
 METADATA_KEYS = {

@@ -28,9 +28,9 @@ import faiss
 import numpy as np
 import safetensors.numpy
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import atomic_writer, read_json, write_json
 from prorag.data.records import Passage
-from prorag.errors import DataError
 from prorag.retrieval.base import Hit, check_search_args
 from prorag.retrieval.partitions import PartitionedPassages
 

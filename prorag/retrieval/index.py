@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import prorag
+from prorag.core.errors import DataError
 from prorag.data.jsonl import read_json, write_json
 from prorag.data.records import read_passages
-from prorag.errors import DataError
 from prorag.retrieval.base import Retriever
 
 MANIFEST = "index.json"

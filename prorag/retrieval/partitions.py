@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import write_jsonl
 from prorag.data.records import Passage, read_passages
-from prorag.errors import DataError
 from prorag.retrieval.base import Hit
 
 #: File, inside an index folder, holding the passages in row order.

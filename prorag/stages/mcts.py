@@ -1,6 +1,6 @@
 """Stage 2 of ProRAG, part 1: Monte Carlo tree search over reasoning actions (METHOD.md section 2).
 
-One tree per question (:mod:`prorag.search_tree` holds the node and the rules). A state is
+One tree per question (:mod:`prorag.method.search_tree` holds the node and the rules). A state is
 the question plus the history (retrieval included); an action is one generated action. One
 *simulation* (one round) of a tree is:
 
@@ -47,14 +47,13 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
+from prorag.agent.prompts import PromptStyle
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.schema import parse_token_actions
+from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json
 from prorag.data.records import Record, read_records
-from prorag.metrics import exact_match, f1_score
-from prorag.prompts import PromptStyle
-from prorag.retrieval.base import Retriever
-from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.schema import parse_token_actions
-from prorag.search_tree import (
+from prorag.method.search_tree import (
     Node,
     PriorKind,
     SearchTree,
@@ -65,6 +64,7 @@ from prorag.search_tree import (
     tree_from_dict,
     tree_to_dict,
 )
+from prorag.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
 

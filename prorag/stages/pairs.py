@@ -1,7 +1,7 @@
 """Stage 2 of ProRAG, part 2: step preference pairs from the search trees (METHOD.md section 2).
 
 Among the children of one node (siblings: the same state, different actions), a judge
-(:mod:`prorag.judge`) labels one step *chosen* and one *rejected*, or none when they are equally
+(:mod:`prorag.supervision.judge`) labels one step *chosen* and one *rejected*, or none when they are equally
 good or equally bad; the siblings' Q and N go along as hints. Only siblings visited at least
 ``min_visits`` times take part: a step tried once has a Q from a single simulation, and the
 paper keeps "siblings with enough visits". One set of siblings gives one pair (the paper's
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from prorag.agent.schema import STEP_OPEN
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
-from prorag.judge import Candidate, Judge, Judgement, JudgeRequest, LLMJudge, OracleJudge, StepView
-from prorag.llm_teacher import LLMTeacherConfig
-from prorag.schema import STEP_OPEN
-from prorag.search_tree import Node, SearchTree, format_address, iter_paths, state_ids
+from prorag.method.search_tree import Node, SearchTree, format_address, iter_paths, state_ids
+from prorag.supervision.judge import Candidate, Judge, Judgement, JudgeRequest, LLMJudge, OracleJudge, StepView
+from prorag.supervision.llm_teacher import LLMTeacherConfig
 
 log = logging.getLogger(__name__)
 

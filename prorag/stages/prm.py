@@ -7,7 +7,7 @@ The data
     and ``rejected`` (judged invalid). :func:`read_step_pairs` checks every field and names
     ``file:line`` and the field on a bad line. Each pair becomes one TRL preference example,
     ``{"chosen_ids": context + chosen, "rejected_ids": context + rejected}``, each side built by
-    :meth:`~prorag.reward_model.ProcessRewardModel.build_input` (cut from the left so the step
+    :meth:`~prorag.supervision.reward_model.ProcessRewardModel.build_input` (cut from the left so the step
     survives): the very function the scorer uses later, so training and scoring see the same
     ids.
 
@@ -30,7 +30,7 @@ The trainer: :class:`PairwiseRewardTrainer`, a subclass of TRL's ``RewardTrainer
     ``compute_loss``. TRL's reads the reward through the model's own forward, which takes the
     rightmost token that is not the pad id; when pad is EOS (SmolLM2) a step that ends in EOS
     is read one token early. Ours reads it at the last position of the attention mask
-    (:func:`~prorag.reward_model.last_token_rewards`, the scorer's read-out), applies Eq. 4, and
+    (:func:`~prorag.supervision.reward_model.last_token_rewards`, the scorer's read-out), applies Eq. 4, and
     records *per-pair* accuracy and margin, so that ``eval_accuracy`` in the logs is the exact
     held-out pairwise accuracy (TRL appends one mean per batch, which weighs a short last batch
     as much as a full one). Everything else (optimiser, schedule, checkpoints, resuming,
@@ -38,7 +38,7 @@ The trainer: :class:`PairwiseRewardTrainer`, a subclass of TRL's ``RewardTrainer
 
 The likelihood kind (``PRMConfig.kind="likelihood"``, an option)
     The PRM is the policy's causal LM, a step's logit ``beta * (mean log p(step) - offset)``
-    (:func:`~prorag.reward_model.likelihood_rewards`), trained with the same Eq. 4 through the
+    (:func:`~prorag.supervision.reward_model.likelihood_rewards`), trained with the same Eq. 4 through the
     same trainer (:class:`PairCollator` passes each row's step length). After training the zero
     point ``offset`` is fitted on the *training* pairs (:func:`separating_threshold`), so that
     RFT's ``logit > 0`` filter has a meaning; the held-out pairs are never used to fit anything.
@@ -51,7 +51,7 @@ Outputs in the run directory
     held-out chosen against rejected steps, and ``eval_policy_likelihood_accuracy`` / ``_auc``,
     the same pairs ranked by the init policy's own step likelihood: the baseline to beat) and
     ``prm/`` (the scorer, written atomically, loaded
-    with :meth:`~prorag.reward_model.ProcessRewardModel.load`).
+    with :meth:`~prorag.supervision.reward_model.ProcessRewardModel.load`).
 """
 
 from __future__ import annotations
@@ -69,11 +69,13 @@ from torch import nn
 from transformers import TrainerCallback
 from trl import RewardConfig, RewardTrainer
 
+from prorag.agent.rollout import Trajectory
+from prorag.core.errors import DataError
+from prorag.core.metrics import ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.data.records import Record
-from prorag.errors import DataError
-from prorag.metrics import ranking_auc
-from prorag.reward_model import (
+from prorag.stages.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
+from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
     REWARD_KINDS,
     ProcessRewardModel,
@@ -89,8 +91,6 @@ from prorag.reward_model import (
     token_logprobs,
     truncate_left,
 )
-from prorag.rollout import Trajectory
-from prorag.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class PRMConfig:
     token. ``"likelihood"``: the policy's causal LM itself, scoring a step by ``likelihood_beta``
     times its mean token log-probability (SimPO's length-normalised implicit reward), trained
     with the same Eq. 4; its zero point is fitted on the training pairs after training
-    (:func:`separating_threshold`). See :mod:`prorag.reward_model` for why it exists."""
+    (:func:`separating_threshold`). See :mod:`prorag.supervision.reward_model` for why it exists."""
     likelihood_beta: float = 1.0
     """The likelihood kind's scale: the logit of a step is ``beta * (mean log p - offset)``, so the
     sigmoid of a pair's margin is ``sigmoid(beta * difference in mean log-probability)``."""
@@ -297,7 +297,7 @@ def split_by_question(pairs: Sequence[StepPair], fraction: float, seed: int) -> 
 
 def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """TRL preference examples ``{"chosen_ids", "rejected_ids"}`` (each ``context + step`` as
-    :meth:`~prorag.reward_model.ProcessRewardModel.build_input` builds it) and counts
+    :meth:`~prorag.supervision.reward_model.ProcessRewardModel.build_input` builds it) and counts
     (``pairs``, ``truncated``: pairs with a side cut from the left). ``ValueError`` for a token
     id outside the tokenizer's vocabulary (pairs made with another tokenizer)."""
     vocab = len(scorer.tokenizer)
@@ -351,7 +351,7 @@ def pairwise_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 def pair_wins(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     """Per pair: 1 when the chosen step scores higher, 0.5 on a tie, 0 otherwise (the mean is
-    the pairwise accuracy; a tie is a coin flip, as in :func:`~prorag.metrics.ranking_auc`)."""
+    the pairwise accuracy; a tie is a coin flip, as in :func:`~prorag.core.metrics.ranking_auc`)."""
     return (chosen > rejected).float() + 0.5 * (chosen == rejected).float()
 
 
@@ -521,7 +521,7 @@ def policy_step_likelihoods(
 ) -> torch.Tensor:
     """Each step's mean per-token log-probability under a causal LM (the policy), given its
     context: ``(N,)`` float32. Inputs are cut from the left as the PRM's are
-    (:func:`~prorag.reward_model.truncate_left`); the mean, not the sum, so that a long step is
+    (:func:`~prorag.supervision.reward_model.truncate_left`); the mean, not the sum, so that a long step is
     not ranked below a short one for its length. A step whose tokens cannot be predicted (empty,
     or the whole input) scores 0.
 
@@ -575,10 +575,10 @@ def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -
 def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], records: Sequence[Record]) -> dict[str, float]:
     """How the PRM ranks the valid against the invalid steps of trajectories it never saw
     (``trajectories[i]`` answers ``records[i]``; fresh samples of pi_sft): every action is
-    labelled by the oracle judge in its context (:func:`prorag.judge.trajectory_verdicts`), then
+    labelled by the oracle judge in its context (:func:`prorag.supervision.judge.trajectory_verdicts`), then
     the PRM's logits of the valid ones are compared with those of the invalid ones by ROC AUC.
     Also the share of each class the PRM scores above 0 (the RFT filter's threshold)."""
-    from prorag.judge import trajectory_verdicts
+    from prorag.supervision.judge import trajectory_verdicts
 
     logits = scorer.score_trajectories(trajectories)
     valid: list[float] = []
@@ -619,8 +619,8 @@ def fresh_sample_audit(
     PRM saw). Also ``policy_likelihood_auc``: the same steps ranked by the policy's own mean
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``)."""
+    from prorag.agent.rollout import RolloutConfig, RolloutEngine
     from prorag.models import load_policy
-    from prorag.rollout import RolloutConfig, RolloutEngine
 
     model, tokenizer = load_policy(str(policy), device=device)
     engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
@@ -633,7 +633,7 @@ def fresh_sample_audit(
 
 
 class SampledLikelihood:
-    """A :class:`~prorag.reward_model.StepScorer` that scores each action by the mean of the
+    """A :class:`~prorag.supervision.reward_model.StepScorer` that scores each action by the mean of the
     log-probabilities the policy gave its tokens when it sampled them (``Trajectory.logprobs``):
     the policy-likelihood baseline of an audit, at no model cost."""
 

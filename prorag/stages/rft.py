@@ -5,7 +5,7 @@
 
 1. **Outcome**: a trajectory is kept only if its final answer is correct (normalised exact
    match by default, or token F1 above a threshold), read from its token ids as the outcome
-   reward reads it (:func:`prorag.rewards.outcome.trajectory_answer`).
+   reward reads it (:func:`prorag.method.rewards.outcome.trajectory_answer`).
 2. **Process**: within a kept trajectory the PRM scores every action in its context, and an
    action is a training target only if its logit passes the threshold (``R_phi > 0``, i.e.
    sigmoid > 0.5). A malformed action (I_step = 0) is dropped too by default: our PRM is
@@ -22,7 +22,7 @@ rejected actions, which stay in the context (the model conditions on them, as it
 wrote the kept action that follows) but are never targets. The example format, the trainer
 (:class:`~prorag.stages.sft.WeightedSFTTrainer` through
 :func:`~prorag.stages.sft.make_sft_trainer`) and the loss weighting
-(:func:`~prorag.losses.format_token_weights`, reference or paper scheme) are stage 1's.
+(:func:`~prorag.method.losses.format_token_weights`, reference or paper scheme) are stage 1's.
 
 Sampling: questions are taken in fixed chunks, each question repeated ``N`` times next to
 itself, and every chunk is one rollout call with its own seed derived from ``(seed, chunk)``.
@@ -52,19 +52,19 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from tqdm.auto import tqdm
 
+from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.losses import format_token_weights, tag_weight_table
-from prorag.metrics import exact_match, f1_score
+from prorag.method.losses import format_token_weights, tag_weight_table
+from prorag.method.rewards.outcome import trajectory_answer
+from prorag.method.rewards.process import PRM_SCOPES, PRMScope, prm_judged_actions
 from prorag.retrieval.base import Retriever
-from prorag.rewards.outcome import trajectory_answer
-from prorag.rewards.process import PRM_SCOPES, PRMScope, prm_judged_actions
-from prorag.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
 from prorag.stages.sft import SFTConfig, make_sft_trainer
-from prorag.training import resume_training, save_trained_policy
+from prorag.stages.training import resume_training, save_trained_policy
 
 if TYPE_CHECKING:
-    from prorag.reward_model import StepScorer
+    from prorag.supervision.reward_model import StepScorer
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class RFTConfig:
     """Which actions the PRM filter judges: ``"all"`` (the paper: every action, the answer
     included) or ``"reasoning"`` (a well-formed answer of a correct trajectory is kept on the
     outcome filter alone; the PRM judges the searches and conclusions). See
-    :func:`~prorag.rewards.process.prm_judged_actions` for why: on the demo, the PRM filter
+    :func:`~prorag.method.rewards.process.prm_judged_actions` for why: on the demo, the PRM filter
     passed almost no yes/no answer, and pi_rft unlearned how to answer comparisons."""
     if_nothing_kept: Literal["error", "copy_policy"] = "error"
     """When no (context, action) pair passes the filters (a policy too weak to answer any
@@ -179,7 +179,7 @@ def kept_actions(
     """The process filter: indices of the actions whose PRM logit is strictly above
     ``threshold`` (and, with ``drop_malformed``, that are well formed). With ``scope=
     "reasoning"`` an action the PRM does not judge (a well-formed answer,
-    :func:`~prorag.rewards.process.prm_judged_actions`) is kept whatever its logit."""
+    :func:`~prorag.method.rewards.process.prm_judged_actions`) is kept whatever its logit."""
     if len(actions) != len(prm_logits):
         raise ValueError(f"{len(prm_logits)} PRM logits for {len(actions)} actions")
     judged = set(prm_judged_actions(actions, scope))
@@ -210,7 +210,7 @@ def rft_example(
 ) -> dict[str, Any]:
     """One training example in stage 1's format (``id``, ``input_ids``, ``loss_mask``,
     ``loss_weights``, ``length``): the sampled ids as they are, the kept actions as targets,
-    weighted by :func:`~prorag.losses.format_token_weights`."""
+    weighted by :func:`~prorag.method.losses.format_token_weights`."""
     ids = [*traj.prompt_ids, *traj.completion_ids]
     mask = rft_loss_mask(traj, kept)
     weights = format_token_weights(torch.tensor([ids]), torch.tensor([mask]), tag_weights)[0]
@@ -449,7 +449,7 @@ def run_rft(
 ) -> Path:
     """Run the RFT stage in ``run_dir``: sample from ``model`` (pi_sft), filter by outcome and
     PRM, fine-tune ``model`` on the kept pairs; return the saved ``run_dir/policy`` (pi_rft).
-    ``prm_digest`` (:meth:`~prorag.reward_model.ProcessRewardModel.digest`) names the PRM in
+    ``prm_digest`` (:meth:`~prorag.supervision.reward_model.ProcessRewardModel.digest`) names the PRM in
     ``rft_config.json``; resuming with another PRM is refused.
 
     Pass the PRM as ``scorer``, or a function that loads it as ``load_scorer``: then it is loaded
@@ -485,7 +485,7 @@ def run_rft_files(
     """``prorag rft``: load pi_sft, the PRM, the records and the index, then :func:`run_rft`."""
     from prorag.models import load_policy
     from prorag.retrieval.index import open_retriever
-    from prorag.reward_model import ProcessRewardModel
+    from prorag.supervision.reward_model import ProcessRewardModel
 
     cfg = config or RFTConfig()
     model, tokenizer = load_policy(policy, dtype=cfg.train.dtype, device=device)

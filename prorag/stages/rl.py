@@ -1,13 +1,13 @@
 """Stage 4 of ProRAG: process-supervised RL with the dual-granularity advantage (METHOD.md section 2).
 
 For each training question the policy ``pi_theta`` (initialised from ``pi_rft``) writes a group
-of G trajectories through the rollout engine (:class:`~prorag.rollout.RolloutEngine`: the
+of G trajectories through the rollout engine (:class:`~prorag.agent.rollout.RolloutEngine`: the
 retriever answers every sub-query, retrieval tokens are marked 0 in the environment mask).
-Each trajectory gets an outcome reward (Eq. 6, :mod:`prorag.rewards.outcome`) and each of its
-actions a step reward from the frozen PRM (Eq. 5, :mod:`prorag.rewards.process`); the two are
+Each trajectory gets an outcome reward (Eq. 6, :mod:`prorag.method.rewards.outcome`) and each of its
+actions a step reward from the frozen PRM (Eq. 5, :mod:`prorag.method.rewards.process`); the two are
 standardised within the group and combined per token, ``A = A_out + beta * A_proc``
-(:mod:`prorag.advantages`); the policy takes a PPO-clip step on those token advantages, with
-no value network and (by default) no KL term (Eq. 9, :func:`~prorag.losses.ppo_clip_loss`).
+(:mod:`prorag.method.advantages`); the policy takes a PPO-clip step on those token advantages, with
+no value network and (by default) no KL term (Eq. 9, :func:`~prorag.method.losses.ppo_clip_loss`).
 
 ``process_reward="none"`` (or ``beta = 0``) is the paper's outcome-only GRPO baseline on the
 very same machinery: same rollouts, same outcome reward, same loss, no PRM call.
@@ -24,7 +24,7 @@ The trainer: :class:`ProcessSupervisedGRPOTrainer`, a subclass of TRL's ``GRPOTr
       ``model.generate``. It returns the engine's own prompt and completion ids (never decoded
       and re-encoded), its log-probabilities, ``env_mask`` (which TRL 1.16 turns into its
       ``tool_mask``, so retrieval tokens carry no loss) and the
-      :class:`~prorag.rollout.Trajectory` objects, which TRL forwards to the reward functions.
+      :class:`~prorag.agent.rollout.Trajectory` objects, which TRL forwards to the reward functions.
       TRL hands ``rollout_func`` only the prompt strings; the record of each row (its retrieval
       partition, gold answers) is found through :attr:`ProcessSupervisedGRPOTrainer.generation_rows`,
       the dataset rows of the batch being generated, which the trainer sets just before.
@@ -35,7 +35,7 @@ The trainer: :class:`ProcessSupervisedGRPOTrainer`, a subclass of TRL's ``GRPOTr
     * ``_generate_and_score_completions`` is overridden to replace TRL's ``(B,)`` advantages by
       the ``(B, T)`` dual-granularity ones. TRL's ``_compute_loss`` already accepts ``(B, T)``
       advantages (it only unsqueezes a 1-D tensor), so the loss itself is TRL's, which the tests
-      check against the project's reference :func:`~prorag.losses.ppo_clip_loss`. The groups
+      check against the project's reference :func:`~prorag.method.losses.ppo_clip_loss`. The groups
       may span processes: outcome rewards, step rewards and step sizes are gathered from every
       process, the advantages computed on the whole groups, and each process keeps its rows.
     * ``</answer>`` is added to the trainer's EOS ids. TRL counts a completion whose last
@@ -94,21 +94,21 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from prorag.advantages import PROCESS_NORMS, ProcessNorm, broadcast_to_tokens, dual_step_advantages, step_token_counts
+from prorag.agent.prompts import PromptStyle
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
-from prorag.losses import PPO_AGGREGATIONS, PPOAggregation
-from prorag.metrics import exact_match, f1_score
-from prorag.prompts import PromptStyle
+from prorag.method.advantages import PROCESS_NORMS, ProcessNorm, broadcast_to_tokens, dual_step_advantages, step_token_counts
+from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
+from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
+from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.retrieval.base import Retriever
-from prorag.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
-from prorag.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
-from prorag.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
+from prorag.stages.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
 
 log = logging.getLogger(__name__)
 
-#: TRL's ``loss_type`` computing each :func:`~prorag.losses.ppo_clip_loss` aggregation.
+#: TRL's ``loss_type`` computing each :func:`~prorag.method.losses.ppo_clip_loss` aggregation.
 TRL_LOSS_TYPES: dict[str, str] = {"token_mean": "dapo", "sequence_mean": "grpo", "sum": "dr_grpo"}
 
 
@@ -171,7 +171,7 @@ class RLConfig:
     """Which actions get a process term: ``"all"`` (the paper: every step, the answer included)
     or ``"reasoning"`` (a well-formed answer is left to the outcome term: its tokens get
     ``A_out`` alone and its step reward is not in the group's step statistics). See
-    :func:`~prorag.rewards.process.prm_judged_actions`."""
+    :func:`~prorag.method.rewards.process.prm_judged_actions`."""
     process_norm: ProcessNorm = "step"
     """``"step"``: step rewards standardised over the group's steps (the paper's Eq. 7);
     ``"token"``: over the group's generated tokens (the reference code; long steps weigh more)."""
@@ -191,7 +191,7 @@ class RLConfig:
     beta_kl: float = 0.0
     """KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."""
     loss_aggregation: PPOAggregation = "token_mean"
-    """How per-token losses are reduced (:func:`~prorag.losses.ppo_clip_loss`): ``token_mean``
+    """How per-token losses are reduced (:func:`~prorag.method.losses.ppo_clip_loss`): ``token_mean``
     weighs every token alike, as Eq. 9's sum over tokens does, at a length-free scale;
     ``sequence_mean`` is TRL's ``grpo``; ``sum`` is Eq. 9 up to a constant (TRL's ``dr_grpo``)."""
     num_iterations: int = 1
@@ -352,7 +352,7 @@ class EngineRollout:
     question already repeated G times by TRL's sampler); the rows themselves come from
     ``trainer.generation_rows``. Returns the engine's ``prompt_ids``, ``completion_ids``,
     ``logprobs`` and ``env_mask`` (1 on tokens the policy wrote, 0 on the environment's), plus
-    ``trajectory`` (the :class:`~prorag.rollout.Trajectory` of each row), which TRL forwards to
+    ``trajectory`` (the :class:`~prorag.agent.rollout.Trajectory` of each row), which TRL forwards to
     the reward functions and merges into the rows. ``seconds`` holds the last call's duration.
 
     Each row samples from its own stream, seeded by (``config.seed``, optimiser step, the row's
@@ -402,7 +402,7 @@ def outcome_reward_function(
     config: OutcomeRewardConfig,
     **_: Any,
 ) -> list[float]:
-    """TRL reward function: Eq. 6 of each row's :class:`~prorag.rollout.Trajectory` (TRL's
+    """TRL reward function: Eq. 6 of each row's :class:`~prorag.agent.rollout.Trajectory` (TRL's
     ``completions`` are ignored: they are decoded without the special tokens, i.e. the tags)."""
     return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectory, golden_answers, strict=True)]
 
@@ -456,7 +456,7 @@ def score_batch(
 
 def _score_trajectories(scorer: Any, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
     """``scorer.score_trajectories``, with the batch size when the scorer takes one (a
-    :class:`~prorag.reward_model.ProcessRewardModel` does, a :class:`StepScorer` need not)."""
+    :class:`~prorag.supervision.reward_model.ProcessRewardModel` does, a :class:`StepScorer` need not)."""
     try:
         return scorer.score_trajectories(list(trajectories), batch_size=batch_size)
     except TypeError:
@@ -469,7 +469,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
 
     ``rl_config`` gives the advantage settings (``beta``, ``process_norm``, ``scale_advantages``)
     and the reward forms; ``scorer`` is the PRM (any object with ``score_trajectories``, e.g. a
-    :class:`~prorag.reward_model.ProcessRewardModel`), ``None`` for the outcome-only baseline.
+    :class:`~prorag.supervision.reward_model.ProcessRewardModel`), ``None`` for the outcome-only baseline.
     """
 
     def __init__(self, *args: Any, rl_config: RLConfig, scorer: Any | None = None, **kwargs: Any) -> None:
@@ -708,7 +708,7 @@ def train_rl(
             raise ValueError("process_reward='prm' needs a PRM: pass `scorer` or set `prm` (or use process_reward='none')")
         from accelerate import PartialState
 
-        from prorag.reward_model import ProcessRewardModel
+        from prorag.supervision.reward_model import ProcessRewardModel
 
         scorer = ProcessRewardModel.load(config.prm, device=str(PartialState().device))  # this process's device
 

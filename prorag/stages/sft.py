@@ -1,16 +1,16 @@
 """Stage 1 of ProRAG: supervised policy warm-up with the format-aware loss (METHOD.md section 2).
 
-Gold trajectories (:mod:`prorag.gold`) become training examples, and a causal LM learns to
-write them with the loss of :mod:`prorag.losses`; the result is ``pi_sft``, saved with
+Gold trajectories (:mod:`prorag.agent.gold`) become training examples, and a causal LM learns to
+write them with the loss of :mod:`prorag.method.losses`; the result is ``pi_sft``, saved with
 :func:`~prorag.models.save_policy` so that every later stage loads it with
 :func:`~prorag.models.load_policy`.
 
 The examples
     One gold trajectory is one example, trained in one pass: ``input_ids = prompt + completion``
     where the prompt is exactly what the rollout engine feeds at inference
-    (:func:`~prorag.prompts.prompt_token_ids`, which :meth:`~prorag.rollout.RolloutEngine.prompt_ids`
+    (:func:`~prorag.agent.prompts.prompt_token_ids`, which :meth:`~prorag.agent.rollout.RolloutEngine.prompt_ids`
     calls too) and the completion is tokenised segment by
-    segment (:func:`~prorag.gold.tokenize_segments`), as the engine tokenises what the
+    segment (:func:`~prorag.agent.gold.tokenize_segments`), as the engine tokenises what the
     environment appends. So the training text equals the inference text token for token. The
     loss mask is 0 on the prompt and on every environment segment (``<retrieval>`` blocks, the
     ``<step>`` openers the environment writes) and 1 on what the model writes; every action is a
@@ -19,8 +19,8 @@ The examples
     stops on it (it is one of the policy's EOS ids), so it is the end of a trajectory.
 
 The loss
-    :func:`~prorag.losses.weighted_lm_loss` with per-token weights from
-    :func:`~prorag.losses.format_token_weights`: the reference code's per-tag weights by default
+    :func:`~prorag.method.losses.weighted_lm_loss` with per-token weights from
+    :func:`~prorag.method.losses.format_token_weights`: the reference code's per-tag weights by default
     (``weight_scheme="reference"``, weighted mean), or the paper's Eq. 1 (``"paper"``:
     ``control_lambda`` on every tag, ``reduction="sum"`` for its sum form). With gradient
     accumulation the normaliser (the total weight, or the target count) is summed over all the
@@ -37,10 +37,10 @@ The trainer: :class:`WeightedSFTTrainer`, a subclass of TRL's ``SFTTrainer`` (tr
       (:class:`WeightedSFTCollator`: right padding, weight 0 on pads);
     * ``compute_loss`` is overridden: SFTTrainer's own takes an unweighted mean of the
       log-probabilities of the ``labels``; ours weighs them per token. By default (on CPU) it
-      runs the plain forward and :func:`~prorag.losses.weighted_lm_loss` on the logits; with
+      runs the plain forward and :func:`~prorag.method.losses.weighted_lm_loss` on the logits; with
       ``fused_lm_head`` (default on CUDA) it gets the log-probabilities from the fused LM head
       TRL patches into the model, without the ``(B, T, V)`` logits, and applies the same
-      reduction (:func:`~prorag.losses.reduce_weighted_nll`). The patched forward is the
+      reduction (:func:`~prorag.method.losses.reduce_weighted_nll`). The patched forward is the
       original one unless called with ``fused_lm_head=True``, so generation and saving are
       unaffected.
     * ``_get_num_items_in_batch`` is overridden so that ``num_items_in_batch`` is the loss
@@ -89,10 +89,11 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import SFTConfig as TRLSFTConfig
 from trl import SFTTrainer
 
+from prorag.agent.gold import GoldTrajectory, render_gold, tokenize_segments
+from prorag.agent.prompts import PromptStyle, prompt_token_ids
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
-from prorag.losses import (
+from prorag.method.losses import (
     DEFAULT_CONTROL_LAMBDA,
     REDUCTIONS,
     WEIGHT_SCHEMES,
@@ -104,9 +105,8 @@ from prorag.losses import (
     tag_weight_table,
     token_nll,
 )
-from prorag.prompts import PromptStyle, prompt_token_ids
 from prorag.retrieval.base import Retriever
-from prorag.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
+from prorag.stages.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class SFTConfig:
     target: Literal["prorag", "naive", "standard-rag"] = "prorag"
     """``"prorag"``: the gold ProRAG trajectories (the method's stage 1). ``"naive"`` /
     ``"standard-rag"``: the same questions (same split, same held-out set) turned into a one-shot
-    baseline's examples (:func:`~prorag.baselines.baseline_trajectories`: its prompt, then
+    baseline's examples (:func:`~prorag.evaluation.baselines.baseline_trajectories`: its prompt, then
     ``<answer> gold </answer>``), so that a baseline is trained with the same data, model and
     budget as the policy it is compared with; evaluate it with ``prorag eval --baseline``."""
 
@@ -263,7 +263,7 @@ class SFTConfig:
 
 
 def gold_from_dict(d: Mapping[str, Any]) -> GoldTrajectory:
-    """A :class:`~prorag.gold.GoldTrajectory` from its ``to_dict`` form."""
+    """A :class:`~prorag.agent.gold.GoldTrajectory` from its ``to_dict`` form."""
     return GoldTrajectory(
         id=str(d["id"]),
         question=str(d["question"]),
@@ -282,7 +282,7 @@ def load_trajectories(
 
     Returns the trajectories and, for a record file, the records (they carry the retrieval
     partitions that held-out rollouts need). Records without a gold decomposition are skipped
-    by :func:`~prorag.gold.render_gold`.
+    by :func:`~prorag.agent.gold.render_gold`.
     """
     rows = list(read_jsonl(path))
     if not rows:
@@ -308,7 +308,7 @@ def build_sft_examples(
 
     ``input_ids`` = prompt ids + completion ids; ``loss_mask`` is 0 on the prompt and on
     environment segments, 1 on model-written segments; ``loss_weights`` =
-    :func:`~prorag.losses.format_token_weights` of them. Returns the examples and counts
+    :func:`~prorag.method.losses.format_token_weights` of them. Returns the examples and counts
     (``kept``, ``dropped_overlong``, ``truncated``, ``no_target``).
     """
     if overlong not in ("drop", "truncate"):
@@ -389,8 +389,8 @@ class WeightedSFTTrainer(SFTTrainer):
     into the model (``model(..., labels=..., fused_lm_head=True)``), which never builds the
     ``(B, T, V)`` logits: with a 150k vocabulary those are gigabytes per batch. The labels
     passed to it are the ids where the weight is positive and -100 elsewhere; the weights are
-    then applied by :func:`~prorag.losses.reduce_weighted_nll`, the same reduction as
-    :func:`~prorag.losses.weighted_lm_loss`. Off: the plain forward and ``weighted_lm_loss``
+    then applied by :func:`~prorag.method.losses.reduce_weighted_nll`, the same reduction as
+    :func:`~prorag.method.losses.weighted_lm_loss`. Off: the plain forward and ``weighted_lm_loss``
     on its logits (on CPU TRL's fused head scores every position anyway, so it saves memory
     but no time).
     """
@@ -666,7 +666,7 @@ def _as_baseline(
     tokenizer: Any,
 ) -> list[GoldTrajectory]:
     """The baseline examples (``config.target``) of the questions of ``trajectories``."""
-    from prorag.baselines import baseline_trajectories
+    from prorag.evaluation.baselines import baseline_trajectories
 
     missing = [t.id for t in trajectories if t.id not in by_id]
     if missing:
@@ -691,9 +691,9 @@ def _rollout_eval(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Greedy rollouts of the first ``eval_samples`` held-out questions: the I_traj rate (what the
     reference code validates on), EM and F1; returns the metrics and the trajectories."""
-    from prorag.evaluate import EvalConfig, EvalRolloutConfig, predicted_answer
-    from prorag.metrics import answer_metrics
-    from prorag.rollout import RolloutEngine
+    from prorag.agent.rollout import RolloutEngine
+    from prorag.core.metrics import answer_metrics
+    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, predicted_answer
 
     if retriever is None:
         log.warning("no retriever (pass `retriever` or set `index`): the format-valid rate is not measured")

@@ -1,20 +1,20 @@
 """Stage 1's data: gold trajectories of a record file, written once to JSONL (``prorag sft-data``).
 
 For every record with a gold decomposition, :func:`build_sft_data` writes one full ProRAG
-trajectory (a :meth:`~prorag.gold.GoldTrajectory.to_dict` row, which
+trajectory (a :meth:`~prorag.agent.gold.GoldTrajectory.to_dict` row, which
 :func:`~prorag.stages.sft.load_trajectories` reads back) whose ``<retrieval>`` blocks hold what
 the project's retriever returns for each hop's search keywords, and whose ``<step>`` thoughts a
-teacher writes: :class:`~prorag.gold.TemplateTeacher` (offline, deterministic) or the LLM
-teacher of :mod:`prorag.llm_teacher`. A hop whose gold page was not retrieved is recorded in
+teacher writes: :class:`~prorag.agent.gold.TemplateTeacher` (offline, deterministic) or the LLM
+teacher of :mod:`prorag.supervision.llm_teacher`. A hop whose gold page was not retrieved is recorded in
 the row's ``missing_gold`` (the SFT stage keeps or drops such trajectories,
 ``SFTConfig.missing_gold``). Each row also says which ``teacher`` wrote it.
 
-Rendering is :func:`~prorag.gold.render_gold`'s, never re-implemented here. The LLM teacher
+Rendering is :func:`~prorag.agent.gold.render_gold`'s, never re-implemented here. The LLM teacher
 needs the retrieved documents *before* it writes the thoughts, while ``render_gold`` searches
 and asks its teacher in one pass; so a chunk is rendered twice over one
 :class:`_MemoRetriever` (which searches each (query, partition, k) once): first with a
 :class:`_HitCollector` (the template teacher, recording the hits it is shown), then, once the LLM
-has written the thoughts, with a :class:`~prorag.llm_teacher.PrecomputedTeacher` holding them.
+has written the thoughts, with a :class:`~prorag.supervision.llm_teacher.PrecomputedTeacher` holding them.
 
 Output and resuming
     Rows are appended with a flush each (:class:`~prorag.data.jsonl.JsonlAppender`), chunk by
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from prorag.agent.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
-from prorag.llm_teacher import LLMTeacher, LLMTeacherConfig, LLMUsage, PrecomputedTeacher, TeacherItem
 from prorag.retrieval.base import Hit, Retriever
+from prorag.supervision.llm_teacher import LLMTeacher, LLMTeacherConfig, LLMUsage, PrecomputedTeacher, TeacherItem
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def build_sft_data(
 
     The retriever is ``retriever``, else :func:`~prorag.retrieval.index.open_retriever` of
     ``index`` (a folder or an ``http(s)://`` URL). With ``teacher="llm"`` the thoughts come from
-    ``llm`` if given (tests pass one), else an :class:`~prorag.llm_teacher.LLMTeacher` of
+    ``llm`` if given (tests pass one), else an :class:`~prorag.supervision.llm_teacher.LLMTeacher` of
     ``config.llm``. Returns the counts.
     """
     cfg = config or SFTDataConfig()

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from prorag.core.errors import DataError
 from prorag.data.benchmarks import FORMATS, iter_paragraphs, join_sentences, load_benchmark
 from prorag.data.records import passage_id
-from prorag.errors import DataError
 
 HOTPOT_A = "hotpotqa/hotpot_dev_hard_a.jsonl"
 MUSIQUE_DEV = "musique/musique_ans_dev_200.jsonl"

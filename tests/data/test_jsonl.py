@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, read_jsonl_numbered, write_jsonl
-from prorag.errors import DataError
 
 
 def test_numbered_lines_count_blank_lines(tmp_path: Path) -> None:

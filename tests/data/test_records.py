@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from prorag.core.errors import DataError
 from prorag.data.records import Passage, Record, make_contents, passage_id, read_records
-from prorag.errors import DataError
 
 GOOD = {"id": "q1", "question": "Who?", "golden_answers": ["Ann"], "metadata": {"source": "x"}}
 

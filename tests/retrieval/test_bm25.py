@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prorag.core.errors import DataError
 from prorag.data.records import Passage
-from prorag.errors import DataError
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import MANIFEST, build_index, load_index, open_retriever
 from prorag.retrieval.partitions import UnknownPartitionError

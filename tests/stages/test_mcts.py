@@ -11,14 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from prorag.agent.gold import render_gold, tokenize_segments
+from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.data.records import Record, read_records
-from prorag.gold import render_gold, tokenize_segments
+from prorag.method.search_tree import Node, iter_paths, state_ids
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutConfig, RolloutEngine
-from prorag.search_tree import Node, iter_paths, state_ids
 from prorag.stages.mcts import MCTSConfig, TreeSearch, count_actions, read_trees, run_mcts, terminal_value, unique_by_text
+from tests.agent.test_rollout import _tiny_llama
 from tests.fakes import ReplayLM
-from tests.test_rollout import _tiny_llama
 
 torch.set_num_threads(1)
 

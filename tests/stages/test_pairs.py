@@ -12,13 +12,13 @@ import pytest
 
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import read_records
-from prorag.judge import Judgement, JudgeRequest, OracleJudge
+from prorag.method.search_tree import Node, SearchTree
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.search_tree import Node, SearchTree
 from prorag.stages.mcts import MCTSConfig, TreeSearch
 from prorag.stages.pairs import PairsConfig, agreement_report, extract_pairs, judge_agreement, sibling_sets, step_view
+from prorag.supervision.judge import Judgement, JudgeRequest, OracleJudge
 from tests.stages.test_mcts import _fork_model
-from tests.test_judge import CHAIN, SAENAX_DOCS
+from tests.supervision.test_judge import CHAIN, SAENAX_DOCS
 
 PROMPT = [100, 101]
 

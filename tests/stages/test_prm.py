@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 import torch
 
+from prorag.agent.gold import GoldTrajectory, render_gold
+from prorag.agent.prompts import prompt_token_ids
+from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.errors import DataError
-from prorag.gold import GoldTrajectory, render_gold
 from prorag.models import make_tiny_model, save_policy
-from prorag.prompts import prompt_token_ids
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.reward_model import ProcessRewardModel, last_token_rewards, pad_batch, reward_model_from_policy
 from prorag.stages.prm import (
     PRMConfig,
     StepPair,
@@ -36,6 +35,7 @@ from prorag.stages.prm import (
     split_by_question,
     train_prm,
 )
+from prorag.supervision.reward_model import ProcessRewardModel, last_token_rewards, pad_batch, reward_model_from_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -541,10 +541,10 @@ def test_prm_audit_command_scores_fresh_samples(policy_dir: Path, pairs_file: Pa
 def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
     """Valid steps (oracle) scored 2, 1, -1 and invalid ones 0, 3: of the 6 (valid, invalid) score
     pairs the valid one wins 2 (2 > 0, 1 > 0), so the AUC is 2/6."""
-    from prorag.rollout import ActionRecord, Trajectory
-    from prorag.schema import render_conclude, render_env_turn, render_search, step_opener
+    from prorag.agent.rollout import ActionRecord, Trajectory
+    from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
     from prorag.stages.prm import step_ranking_audit
-    from tests.test_judge import CHAIN
+    from tests.supervision.test_judge import CHAIN
 
     docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
     text = (

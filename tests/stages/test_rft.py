@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 
+from prorag.agent.gold import render_gold, tokenize_segments
+from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import render_gold, tokenize_segments
-from prorag.losses import format_token_weights, tag_weight_table
+from prorag.method.losses import format_token_weights, tag_weight_table
 from prorag.models import load_policy, make_tiny_model, tag_token_ids
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
 from prorag.stages.rft import (
     RFTConfig,
     build_rft_examples,
@@ -303,7 +303,7 @@ def test_rft_command_loads_everything_and_reports_counts(tmp_path: Path, tiny_wo
     from prorag.cli import app
     from prorag.models import save_policy
     from prorag.retrieval.index import build_index
-    from prorag.reward_model import ProcessRewardModel, reward_model_from_policy
+    from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
 
     policy, prm, index, run = tmp_path / "pi_sft", tmp_path / "prm", tmp_path / "index", tmp_path / "run"
     save_policy(make_tiny_model(world_tokenizer, "tiny"), world_tokenizer, policy)

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import torch
 
+from prorag.agent.gold import render_gold, tokenize_segments
+from prorag.agent.rollout import RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import render_gold, tokenize_segments
-from prorag.losses import ppo_clip_loss
+from prorag.method.losses import ppo_clip_loss
 from prorag.models import load_policy, make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutEngine, Trajectory
 from prorag.stages import rl
 from prorag.stages.rl import RLConfig, excluded_ids, make_rl_trainer, rl_records, train_rl
 from tests.fakes import ReplayLM
@@ -230,7 +230,7 @@ def test_rl_questions_exclude_the_sft_questions(tmp_path: Path, records: list[Re
 
 
 def test_config_checks_and_yaml(tmp_path: Path) -> None:
-    from prorag.config import load_config
+    from prorag.core.config import load_config
 
     with pytest.raises(ValueError, match="process_norm"):
         RLConfig(process_norm="tokens")  # type: ignore[arg-type]
@@ -278,8 +278,8 @@ def test_one_and_two_processes_train_alike(
     from safetensors.torch import load_file
 
     from prorag.retrieval.index import build_index
-    from prorag.reward_model import ProcessRewardModel, reward_model_from_policy
     from prorag.stages.sft import SFTConfig, train_sft
+    from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
     from tests.stages.test_sft_cli import assert_same_training, run_cli, step_metrics
 
     sft = SFTConfig(

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
+from prorag.agent.gold import GoldTrajectory, render_gold, tokenize_segments
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.schema import ANSWER_CLOSE, RETRIEVAL_OPEN, STEP_OPEN
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import GoldTrajectory, render_gold, tokenize_segments
-from prorag.losses import format_token_weights, tag_weight_table, weighted_lm_loss
+from prorag.method.losses import format_token_weights, tag_weight_table, weighted_lm_loss
 from prorag.models import load_policy, make_tiny_model, tag_token_ids
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.rollout import RolloutEngine
-from prorag.schema import ANSWER_CLOSE, RETRIEVAL_OPEN, STEP_OPEN
 from prorag.stages.sft import (
     SFTConfig,
     WeightedSFTCollator,
@@ -254,7 +254,7 @@ def test_needs_a_tokenizer_for_builtin_models(tmp_path: Path, gold: list[GoldTra
 def test_baseline_examples_are_the_baseline_inference_text(
     kind: str, tokenizer: Any, records: list[Record], retriever: BM25Retriever
 ) -> None:
-    from prorag.baselines import baseline_prompts, baseline_trajectories
+    from prorag.evaluation.baselines import baseline_prompts, baseline_trajectories
 
     trajs = baseline_trajectories(kind, records[:4], retriever, tokenizer, k=2)
     prompts, _ = baseline_prompts(kind, tokenizer, records[:4], retriever, 2, None)

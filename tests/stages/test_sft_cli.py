@@ -19,14 +19,14 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from prorag.agent.gold import gold_hops, render_gold
+from prorag.agent.schema import i_traj, parse_trajectory
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import read_records
-from prorag.gold import gold_hops, render_gold
 from prorag.models import load_policy, make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
-from prorag.schema import i_traj, parse_trajectory
 from prorag.stages.sft import load_trajectories
 
 runner = CliRunner()

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from prorag.agent.gold import gold_hops, render_gold
+from prorag.agent.schema import i_traj, parse_trajectory
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.gold import gold_hops, render_gold
-from prorag.llm_teacher import LLMTeacher, LLMTeacherConfig
 from prorag.retrieval.base import Hit
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
-from prorag.schema import i_traj, parse_trajectory
 from prorag.stages.sft import load_trajectories
 from prorag.stages.sft_data import SFTDataConfig, build_sft_data, default_cache_path
+from prorag.supervision.llm_teacher import LLMTeacher, LLMTeacherConfig
 from tests.fake_chat_server import FakeChatServer, Reply, good_thought, user_text
 
 

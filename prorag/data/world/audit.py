@@ -24,10 +24,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prorag.core.metrics import exact_match
 from prorag.data.records import Record
 from prorag.data.world.facts import RELATIONS, YEAR, World
 from prorag.data.world.names import YEARS
-from prorag.metrics import exact_match
 
 Predictor = Callable[[Record], str | None]
 

@@ -1,0 +1,189 @@
+"""Stage configs from YAML files: one typed dataclass per stage, every field settable.
+
+:func:`load_config` reads a YAML mapping into a config dataclass (e.g.
+:class:`~prorag.stages.sft.SFTConfig`) and refuses, with a :class:`~prorag.core.errors.DataError`
+naming ``file:line`` and the key, anything the dataclass would not mean: an unknown key (with
+the closest known name suggested), a value of the wrong type, a value the dataclass's own
+checks (``__post_init__``) reject.
+
+Types are checked against the dataclass's annotations (``int``, ``float``, ``bool``, ``str``,
+``None``, unions, ``Literal``, ``list[...]``, ``dict[...]``, nested config dataclasses written as
+mappings) rather than trusted, because YAML typing has traps: PyYAML follows YAML 1.1, where
+``3e-3`` (no dot) is a **string**, not a float, and ``learning_rate: 3e-3`` would otherwise reach
+the optimiser as text. A float field therefore accepts an int or a numeric string (converted);
+every other mismatch is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+from prorag.core.errors import DataError
+
+C = TypeVar("C")
+
+
+class _Mismatch(Exception):
+    """A value does not fit a type; the message says what was expected. ``deep``: the value has
+    the right shape (a mapping for a nested config) but something inside it is wrong, which a
+    union reports rather than its list of alternatives."""
+
+    def __init__(self, message: str, deep: bool = False) -> None:
+        super().__init__(message)
+        self.deep = deep
+
+
+def _describe(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return str(tp).replace("typing.", "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """``value`` checked against ``tp`` (and converted where YAML's typing is ambiguous)."""
+    if tp is Any:
+        return value
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _Mismatch("null")
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        deep = None
+        for arg in sorted(args, key=lambda a: a is float):  # exact types before float's string conversion
+            try:
+                return _coerce(value, arg)
+            except _Mismatch as e:
+                deep = deep or (e if e.deep else None)
+        raise deep or _Mismatch(_describe(tp))
+    if origin is Literal:
+        if value in args and not (isinstance(value, bool) and not any(isinstance(a, bool) for a in args)):
+            return value
+        raise _Mismatch(_describe(tp))
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise _Mismatch(_describe(tp))
+        inner = args[0] if args else Any
+        out = [_coerce(v, inner) for v in value]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch(_describe(tp))
+        kt, vt = args or (Any, Any)
+        return {_coerce(k, kt): _coerce(v, vt) for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch("true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch("an integer")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML 1.1 reads "3e-3" as a string
+            except ValueError:
+                pass
+        raise _Mismatch("a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch("a string")
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, dict):  # a nested config (e.g. an LLM teacher's settings)
+            try:
+                return config_from_dict(tp, value, where=f"{tp.__name__} block")
+            except DataError as e:
+                raise _Mismatch(f"a valid {tp.__name__} ({e})", deep=True) from None
+        raise _Mismatch(f"a mapping of {tp.__name__} fields")
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise _Mismatch(_describe(tp))
+    return value  # an annotation this checker does not know: trust the dataclass
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Line number (1-based) of each top-level key of a YAML mapping document."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", lines: dict[str, int] | None = None) -> C:
+    """Build the dataclass ``cls`` from a mapping, checking every key and value (see the module doc).
+
+    ``where`` names the source in errors (a file path), ``lines`` the line of each key.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    lines = lines or {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+
+    def at(key: str) -> str:
+        return f"{where}:{lines[key]}" if key in lines else where
+
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key = str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(key, sorted(fields), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise DataError(at(key), f"unknown key '{key}' for {cls.__name__}{hint}")
+        try:
+            kwargs[key] = _coerce(value, hints[key])
+        except _Mismatch as e:
+            raise DataError(at(key), f"field '{key}': expected {e}, got {type(value).__name__} {value!r}") from None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise DataError(where, str(e)) from None
+
+
+def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
+    """Read the YAML file ``path`` (a mapping of field names to values) into the dataclass ``cls``.
+
+    Missing keys keep the dataclass defaults; an empty file gives the defaults. Errors are
+    :class:`~prorag.core.errors.DataError` naming ``file:line`` and the key.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(str(p), "no such file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        raise DataError(where, f"invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise DataError(str(p), f"expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
+    return config_from_dict(cls, data, str(p), _key_lines(text))
+
+
+__all__ = ["config_from_dict", "load_config"]

@@ -1,0 +1,220 @@
+"""The evaluation harness: run a policy (or a baseline) over a record file and score it.
+
+Outputs, in the run's output folder:
+
+* ``predictions.jsonl``: one line per question (id, prediction, gold answers, every answer
+  metric, format validity, retrieval steps, gold-evidence recall when gold ids are known),
+  appended and flushed batch by batch, so an interrupted evaluation resumes where it stopped;
+* ``trajectories.jsonl``: the full token-level trajectories (ids, masks, spans, decoded text);
+* ``metrics.json``: the means, named by metric (``em``, ``f1``, ``cover_em``, ``substring_acc``,
+  never a containment metric called EM), the format-valid rate, mean retrieval steps, retrieval
+  recall of gold evidence, and the distribution of retrieval steps with the F1 at each count and
+  cumulatively (the data of ProRAG's Figure 6).
+
+:func:`compare_predictions` runs a paired t-test per metric between two prediction files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall
+from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
+from prorag.data.records import Record, read_records
+from prorag.evaluation.baselines import Baseline
+from prorag.retrieval.base import Retriever
+
+log = logging.getLogger(__name__)
+
+ANSWER_METRIC_NAMES = ("em", "f1", "cover_em", "substring_acc")
+
+
+@dataclass
+class EvalRolloutConfig(RolloutConfig):
+    """The rollout engine's settings for an evaluation: :class:`~prorag.agent.rollout.RolloutConfig`
+    with greedy decoding by default (the paper's inference settings). Every evaluation (``prorag
+    eval``, SFT's held-out rollouts) starts from these defaults, also when a YAML ``rollout:``
+    block sets only some fields."""
+
+    greedy: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Settings of an evaluation run: which records, which loop, and the rollout settings."""
+
+    limit: int | None = None
+    """Evaluate only the first ``limit`` records."""
+    baseline: Baseline | None = None
+    """Evaluate a simple baseline (naive, standard-rag) instead of the ProRAG loop."""
+    rollout: EvalRolloutConfig = field(default_factory=EvalRolloutConfig)
+    """The engine's settings: documents per retrieval (``top_k``), caps, decoding, batch size,
+    seed, prompt style."""
+
+    def rollout_config(self) -> RolloutConfig:
+        """What the engine runs: :attr:`rollout`, with a single action for a baseline."""
+        return replace(self.rollout, max_actions=1) if self.baseline is not None else self.rollout
+
+
+def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str, Any]:
+    """One prediction line: answer metrics, validity, retrieval steps and gold-evidence recall."""
+    row: dict[str, Any] = {
+        "id": record.id,
+        "question": record.question,
+        "golden_answers": record.golden_answers,
+        "prediction": prediction,
+        **answer_metrics(prediction or "", record.golden_answers),
+        "format_valid": bool(traj.valid),
+        "retrieval_steps": traj.num_searches,
+        "stop_reason": traj.stop_reason,
+    }
+    gold = record.metadata.get("gold_doc_ids") or []
+    if gold:
+        retrieved = [pid for r in traj.retrievals for pid in r["doc_ids"]]
+        row["retrieval_recall"] = retrieval_recall(retrieved, gold, max(len(retrieved), 1))
+    for key in ("type", "hops"):
+        if key in record.metadata:
+            row[key] = record.metadata[key]
+    return row
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate prediction lines into ``metrics.json``."""
+    if not rows:
+        raise ValueError("no predictions to summarise")
+    n = len(rows)
+    out: dict[str, Any] = {"n": n}
+    for name in ANSWER_METRIC_NAMES:
+        out[name] = sum(r[name] for r in rows) / n
+    out["format_valid_rate"] = sum(r["format_valid"] for r in rows) / n
+    out["mean_retrieval_steps"] = sum(r["retrieval_steps"] for r in rows) / n
+    with_gold = [r["retrieval_recall"] for r in rows if "retrieval_recall" in r]
+    out["retrieval_recall"] = sum(with_gold) / len(with_gold) if with_gold else None
+    out["stop_reasons"] = dict(Counter(r["stop_reason"] for r in rows))
+    out["retrieval_steps_distribution"] = steps_distribution(rows)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "type" in r:
+            by_type.setdefault(str(r["type"]), []).append(r)
+    if by_type:
+        out["by_type"] = {
+            t: {"n": len(rs), "em": sum(x["em"] for x in rs) / len(rs), "f1": sum(x["f1"] for x in rs) / len(rs)}
+            for t, rs in sorted(by_type.items())
+        }
+    return out
+
+
+def steps_distribution(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per number of retrieval steps: count, coverage, F1 at that count, and cumulatively (Figure 6)."""
+    n = len(rows)
+    counts = Counter(r["retrieval_steps"] for r in rows)
+    out, covered, f1_sum = [], 0, 0.0
+    for steps in sorted(counts):
+        at = [r["f1"] for r in rows if r["retrieval_steps"] == steps]
+        covered += len(at)
+        f1_sum += sum(at)
+        out.append(
+            {
+                "steps": steps,
+                "count": len(at),
+                "f1": sum(at) / len(at),
+                "coverage": covered / n,
+                "cumulative_f1": f1_sum / covered,
+            }
+        )
+    return out
+
+
+def predicted_answer(traj: Trajectory, tokenizer: Any, *, baseline: bool = False) -> str | None:
+    """The answer a rollout gives: the ``<answer>`` of a ProRAG trajectory; for a one-shot
+    baseline, its ``<answer>`` or else its first line of text (an instruct model may answer
+    without tags)."""
+    from prorag.evaluation.baselines import baseline_answer
+
+    return baseline_answer(traj.text, tokenizer) if baseline else traj.answer
+
+
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[Record],
+    retriever: Retriever,
+    out_dir: str | Path,
+    config: EvalConfig | None = None,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate ``model`` on ``records``, resuming from ``out_dir`` if it holds earlier predictions."""
+    from prorag.evaluation.baselines import baseline_prompts
+
+    cfg = config or EvalConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records = list(records)[: cfg.limit] if cfg.limit else list(records)
+    pred_path, traj_path = out / "predictions.jsonl", out / "trajectories.jsonl"
+    done = {row["id"] for row in read_jsonl(pred_path, tolerate_truncated_tail=True)} if pred_path.exists() else set()
+    todo = [r for r in records if r.id not in done]
+    if done:
+        log.info("resuming: %d of %d questions already evaluated in %s", len(done), len(records), pred_path)
+    engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
+    by_id = {r.id: r for r in todo}
+    with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
+        prompts, searched = (
+            baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.rollout.top_k, cfg.rollout.prompt_style)
+            if cfg.baseline and todo
+            else (None, {})
+        )
+
+        def write(batch: list[Trajectory]) -> None:
+            for t in batch:
+                t.retrievals = searched.get(t.id, []) + t.retrievals
+                answer = predicted_answer(t, tokenizer, baseline=cfg.baseline is not None)
+                trajs.append(t.to_dict())
+                preds.append(score(by_id[t.id], t, answer))
+
+        if todo:
+            engine.rollout(todo, prompts=prompts, progress=progress, on_batch=write)
+    wanted = {r.id for r in records}
+    rows = [row for row in read_jsonl(pred_path, tolerate_truncated_tail=True) if row["id"] in wanted]
+    metrics = summarise(rows) | {"config": asdict(cfg)}
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def evaluate_files(
+    policy: str, data: str | Path, index: str, out_dir: str | Path, config: EvalConfig | None = None, *, device: str | None = None
+) -> dict[str, Any]:
+    """``prorag eval``: load a policy (checkpoint folder or hub id), the records and the index, evaluate."""
+    from prorag.models import load_policy
+    from prorag.retrieval.index import open_retriever
+
+    model, tokenizer = load_policy(policy, device=device)
+    return evaluate(model, tokenizer, read_records(data), open_retriever(index), out_dir, config)
+
+
+def compare_predictions(a: str | Path, b: str | Path) -> dict[str, dict[str, float]]:
+    """Paired t-test of per-question scores, per metric, over the questions both files share."""
+    rows_a = {r["id"]: r for r in read_jsonl(a)}
+    rows_b = {r["id"]: r for r in read_jsonl(b)}
+    shared = sorted(rows_a.keys() & rows_b.keys())
+    if len(shared) < 2:
+        raise ValueError(f"{a} and {b} share {len(shared)} question ids; a paired test needs at least 2")
+    out = {}
+    for name in ANSWER_METRIC_NAMES:
+        xa = [float(rows_a[i][name]) for i in shared]
+        xb = [float(rows_b[i][name]) for i in shared]
+        test = paired_t_test(xa, xb)
+        out[name] = {
+            "mean_a": mean_and_spread(xa)[0],
+            "mean_b": mean_and_spread(xb)[0],
+            "t": test.t,
+            "p_value": test.p_value,
+            "n": test.n,
+        }
+    return out

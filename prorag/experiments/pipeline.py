@@ -1,0 +1,751 @@
+"""The whole method in one run folder: data -> index -> SFT -> MCTS -> pairs -> PRM -> RFT -> RL
+-> evaluation -> report, with the baselines and ablation variants of the paper's Table 2.
+
+One YAML file (:class:`PipelineConfig`) holds every stage's typed config; the resolved config
+is written to ``RUN/pipeline_config.yaml``. Each stage writes into its own folder of the run
+and, when it has finished, a marker ``RUN/stages/NAME.json`` with the fingerprint of the
+settings it ran with. A rerun skips the stages whose marker matches, and a stage that was
+killed midway resumes inside (every stage appends its outputs and trains from its last
+checkpoint), so killing the pipeline anywhere and running it again ends with the same files
+as an uninterrupted run. Changing a stage's settings after it finished is refused (the
+marker names the stage) instead of silently mixing outputs: use a new run folder.
+
+Questions are split once, by seed, into disjoint sets (``RUN/splits/``): SFT questions, and a
+pool for the later stages (MCTS trees, RFT samples, RL groups) that SFT never trained on. The
+probe behind that choice: a tiny model trained to convergence answers its own training
+questions right in all 8 samples of a group, which leaves RFT's filter and GRPO's advantages
+nothing to learn from.
+
+Systems evaluated on the test split (the paper's Table 2 on the built-in world):
+
+============  ==================================================================
+naive         trained with the SFT questions to answer without retrieval
+standard-rag  trained with the SFT questions to answer from one retrieval
+sft           pi_sft (stage 1)
+rft           pi_rft: SFT + PRM-guided refinement ("w/o RL")
+rl-from-sft   RL with the dual advantage from pi_sft ("w/o refinement")
+grpo          RL with the outcome reward only (beta = 0) from pi_rft (the GRPO baseline)
+prorag        RL with the dual advantage from pi_rft (full ProRAG)
+============  ==================================================================
+
+RL systems are trained once per seed of ``seeds`` and reported as mean and spread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from prorag.core.metrics import mean_and_spread
+from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
+from prorag.data.records import Record, read_records
+from prorag.data.world.documents import Granularity
+from prorag.evaluation.harness import EvalConfig, compare_predictions
+from prorag.stages.mcts import MCTSConfig
+from prorag.stages.pairs import PairsConfig
+from prorag.stages.prm import PRMConfig
+from prorag.stages.rft import RFTConfig
+from prorag.stages.rl import RLConfig
+from prorag.stages.sft import SFTConfig
+from prorag.stages.sft_data import SFTDataConfig
+
+log = logging.getLogger(__name__)
+
+System = Literal["naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag"]
+SYSTEMS: tuple[str, ...] = ("naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag")
+LABELS: dict[str, str] = {
+    "naive": "Naive generation (no retrieval)",
+    "standard-rag": "Standard RAG (one retrieval)",
+    "sft": "SFT policy (stage 1)",
+    "rft": "w/o RL (SFT + RFT)",
+    "rl-from-sft": "w/o refinement (RL from SFT)",
+    "grpo": "GRPO baseline (outcome reward only)",
+    "prorag": "ProRAG (full)",
+}
+RL_SYSTEMS: dict[str, tuple[str, bool]] = {
+    # system -> (initial policy, process supervision on)
+    "rl-from-sft": ("sft", True),
+    "grpo": ("rft", False),
+    "prorag": ("rft", True),
+}
+
+
+@dataclass
+class DataConfig:
+    """Where the questions and the corpus come from, and how the questions are split."""
+
+    world: str | None = "demo"
+    """Build the built-in world of this size (``tiny``, ``demo``, ``large``) into ``RUN/world``;
+    ``None``: use the files below."""
+    world_seed: int = 0
+    """Seed of the built-in world."""
+    passages: Granularity = "fact"
+    """Built-in world passages: ``fact`` (one sentence each) or ``page``. Sentences let a tiny
+    model learn to read within minutes on a CPU (see :mod:`prorag.data.world.documents`)."""
+    train_file: str | None = None
+    """Training records (FlashRAG JSONL) when ``world`` is None."""
+    dev_file: str | None = None
+    test_file: str | None = None
+    corpus_file: str | None = None
+    """Corpus JSONL (``{id, contents}``) when ``world`` is None."""
+    sft_fraction: float = 0.5
+    """Share of the training questions used for SFT (and its baselines); the rest is the pool
+    of the later stages, which SFT never sees."""
+    mcts_questions: int = 64
+    """Pool questions searched with MCTS (the paper: 728)."""
+    rft_questions: int | None = None
+    """Pool questions sampled for RFT (None: all of the pool)."""
+    rl_questions: int | None = None
+    """Pool questions of the RL stage (None: all of the pool)."""
+    dev_questions: int = 200
+    """Dev questions of SFT's held-out rollouts."""
+    test_questions: int | None = None
+    """Test questions evaluated (None: all)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.sft_fraction < 1.0:
+            raise ValueError(f"data.sft_fraction must be in (0, 1), got {self.sft_fraction}")
+        if self.world is None and not (self.train_file and self.test_file and self.corpus_file):
+            raise ValueError("data: without a built-in world, set train_file, test_file and corpus_file")
+
+
+@dataclass
+class IndexConfig:
+    """The retrieval index every stage searches."""
+
+    kind: Literal["bm25", "dense"] = "bm25"
+    model: str | None = None
+    """Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."""
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+
+@dataclass
+class PipelineConfig:
+    """Every stage's settings in one file. ``top_k`` (documents per retrieval) is applied to
+    every stage so that training, search and evaluation read the same number of documents."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    top_k: int = 3
+    sft_data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    mcts: MCTSConfig = field(default_factory=MCTSConfig)
+    pairs: PairsConfig = field(default_factory=PairsConfig)
+    prm: PRMConfig = field(default_factory=PRMConfig)
+    rft: RFTConfig = field(default_factory=RFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
+    """Systems to train and evaluate (rows of the results table), in table order."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """Seeds of the RL systems (each is trained and evaluated once per seed)."""
+    seed: int = 0
+    """Seed of the question splits and of every stage but the RL seeds."""
+    report: bool = True
+    """Write ``report.md`` / ``report.html`` at the end."""
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.systems if s not in SYSTEMS]
+        if unknown:
+            raise ValueError(f"unknown systems {unknown}; expected some of {list(SYSTEMS)}")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def resolve(config: PipelineConfig) -> PipelineConfig:
+    """Apply the pipeline-wide settings to the stage configs: ``top_k`` everywhere, and the
+    pipeline's seed to the stages that do not have their own."""
+    k = config.top_k
+    return replace(
+        config,
+        sft_data=replace(config.sft_data, k=k),
+        sft=replace(config.sft, k=k, seed=config.seed),
+        mcts=replace(config.mcts, top_k=k, seed=config.seed),
+        prm=replace(config.prm, seed=config.seed),
+        rft=replace(config.rft, seed=config.seed, rollout=replace(config.rft.rollout, top_k=k)),
+        rl=replace(config.rl, top_k=k),
+        eval=replace(config.eval, rollout=replace(config.eval.rollout, top_k=k)),
+    )
+
+
+def _canonical(value: Any) -> Any:
+    """Numbers as a YAML file and a Python literal give them: ``3.0`` (a float field read from
+    ``epochs: 3``) and ``3`` (``epochs=3`` in code) are the same setting."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def fingerprint(value: Any) -> str:
+    """A short stable hash of a config (dataclass or plain data) for the stage markers; the same
+    settings give the same hash whether they came from code or from a YAML file."""
+    data = asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+    text = json.dumps(_canonical(data), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def write_resolved_config(config: PipelineConfig, path: Path) -> None:
+    """The config every stage ran with, as YAML that :func:`~prorag.core.config.load_config` reads back."""
+    with atomic_writer(path) as f:
+        f.write(yaml.safe_dump(asdict(config), sort_keys=False))
+
+
+def non_default_fields(config: Any) -> dict[str, Any]:
+    """The fields of a config dataclass that differ from their defaults, nested configs
+    included (what a readable YAML file needs to say; :func:`~prorag.core.config.load_config` fills
+    in the rest)."""
+    out: dict[str, Any] = {}
+    default = type(config)()
+    for f in dataclasses.fields(config):
+        value, base = getattr(config, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(value) and type(value) is type(base):
+            nested = non_default_fields(value)
+            if nested:
+                out[f.name] = nested
+        elif value != base:
+            out[f.name] = asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def write_records(path: Path, records: Sequence[Record]) -> None:
+    write_jsonl(path, (r.to_dict() for r in records))
+
+
+# ----------------------------------------------------------------------------- splits
+
+
+def split_questions(records: Sequence[Record], sft_fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+    """Shuffle the training questions with ``seed`` and cut them into the SFT questions and the
+    pool of the later stages (disjoint; the same seed gives the same split)."""
+    order = list(records)
+    random.Random(f"prorag-split-{seed}").shuffle(order)
+    cut = round(len(order) * sft_fraction)
+    return order[:cut], order[cut:]
+
+
+# ----------------------------------------------------------------------------- stage runner
+
+
+@dataclass
+class Run:
+    """A pipeline run: its folder, resolved config, and the stage bookkeeping."""
+
+    dir: Path
+    config: PipelineConfig
+    progress: Callable[[str], None] = print
+    wall: dict[str, float] = field(default_factory=dict)
+
+    def path(self, *parts: str) -> Path:
+        return self.dir.joinpath(*parts)
+
+    def stage(self, name: str, settings: Any, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` unless ``stages/NAME.json`` says it already ran with ``settings``."""
+        marker = self.path("stages", f"{name}.json")
+        key = fingerprint(settings)
+        if marker.exists():
+            done = read_json(marker)
+            if done.get("fingerprint") != key:
+                raise ValueError(
+                    f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
+                    f"or delete {marker} and the stage's outputs to redo it"
+                )
+            self.wall[name] = float(done.get("seconds", 0.0))
+            self.progress(f"[skip] {name}: done ({done.get('seconds', 0):.0f}s)")
+            return
+        self.progress(f"[run ] {name}")
+        t0 = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - t0
+        self.wall[name] = seconds
+        write_json(marker, {"stage": name, "fingerprint": key, "seconds": round(seconds, 2)})
+        self.progress(f"[done] {name} in {seconds:.0f}s")
+
+
+# ----------------------------------------------------------------------------- the stages
+
+
+def _data_files(run: Run) -> dict[str, Path]:
+    d = run.config.data
+    if d.world is not None:
+        w = run.path("world")
+        return {"train": w / "train.jsonl", "dev": w / "dev.jsonl", "test": w / "test.jsonl", "corpus": w / "corpus.jsonl"}
+    files = {"train": Path(d.train_file), "test": Path(d.test_file), "corpus": Path(d.corpus_file)}  # type: ignore[arg-type]
+    files["dev"] = Path(d.dev_file) if d.dev_file else files["test"]
+    return files
+
+
+def stage_world(run: Run) -> None:
+    from prorag.data.world import build_world
+    from prorag.data.world.generator import SIZES
+
+    d = run.config.data
+    if d.world is None:
+        return
+    if d.world not in SIZES:
+        raise ValueError(f"data.world: unknown size {d.world!r}; expected one of {sorted(SIZES)} or null")
+    size = replace(SIZES[d.world], passages=d.passages)
+    run.stage(
+        "world",
+        {"size": d.world, "seed": d.world_seed, "passages": d.passages},
+        lambda: build_world(run.path("world"), d.world_seed, size),
+    )
+
+
+def stage_index(run: Run, files: dict[str, Path]) -> None:
+    from prorag.retrieval.index import build_index
+
+    ix = run.config.index
+    run.stage(
+        "index",
+        asdict(ix),
+        lambda: build_index(
+            files["corpus"],
+            run.path("index"),
+            kind=ix.kind,
+            model=ix.model,
+            query_prefix=ix.query_prefix,
+            passage_prefix=ix.passage_prefix,
+        ),
+    )
+
+
+def stage_splits(run: Run, files: dict[str, Path]) -> None:
+    cfg = run.config
+
+    def make() -> None:
+        sft, pool = split_questions(read_records(files["train"]), cfg.data.sft_fraction, cfg.seed)
+        out = run.path("splits")
+        write_records(out / "sft.jsonl", sft)
+        write_records(out / "pool.jsonl", pool)
+        write_records(out / "mcts.jsonl", pool[: cfg.data.mcts_questions])
+        write_records(out / "rft.jsonl", pool[: cfg.data.rft_questions] if cfg.data.rft_questions else pool)
+        write_records(out / "rl.jsonl", pool[: cfg.data.rl_questions] if cfg.data.rl_questions else pool)
+        dev = read_records(files["dev"])[: cfg.data.dev_questions]
+        write_records(out / "dev.jsonl", dev)
+        test = read_records(files["test"])
+        write_records(out / "test.jsonl", test[: cfg.data.test_questions] if cfg.data.test_questions else test)
+
+    run.stage("splits", {"data": asdict(cfg.data), "seed": cfg.seed}, make)
+
+
+def stage_sft(run: Run, files: dict[str, Path]) -> None:
+    """Gold trajectories of the SFT questions, then pi_sft and the trained baselines."""
+    from prorag.stages.sft import train_sft
+    from prorag.stages.sft_data import build_sft_data
+
+    cfg = run.config
+    index = str(run.path("index"))
+    trajectories = run.path("sft_data", "trajectories.jsonl")
+    run.stage(
+        "sft_data",
+        cfg.sft_data,
+        lambda: build_sft_data(run.path("splits", "sft.jsonl"), trajectories, cfg.sft_data, index=index),
+    )
+    base = replace(
+        cfg.sft,
+        world_dir=str(run.path("world")) if cfg.data.world is not None else cfg.sft.world_dir,
+        train_file=str(trajectories),
+        records_file=str(run.path("splits", "sft.jsonl")),
+        eval_file=str(run.path("splits", "dev.jsonl")),
+        index=index,
+    )
+    targets = [("sft", "prorag")] + [(s, s) for s in ("naive", "standard-rag") if s in cfg.systems]
+    for name, target in targets:
+        sft_cfg = replace(base, target=target)  # type: ignore[arg-type]
+        run.stage(f"train-{name}", sft_cfg, lambda c=sft_cfg, n=name: train_sft(c, run.path("policies", n)))
+
+
+def stage_prm(run: Run) -> None:
+    """MCTS trees of pool questions from pi_sft, judged sibling pairs, and the PRM."""
+    from prorag.stages.mcts import read_trees, run_mcts_files
+    from prorag.stages.pairs import extract_pairs, make_judge
+    from prorag.stages.prm import train_prm
+
+    cfg = run.config
+    policy = str(run.path("policies", "sft", "policy"))
+    index = str(run.path("index"))
+    run.stage(
+        "mcts", cfg.mcts, lambda: run_mcts_files(policy, run.path("splits", "mcts.jsonl"), index, run.path("mcts"), cfg.mcts)
+    )
+    pairs = run.path("pairs", "pairs.jsonl")
+
+    def judge() -> None:
+        summary = extract_pairs(read_trees(run.path("mcts")), pairs, cfg.pairs, judge=make_judge(cfg.pairs))
+        write_json(run.path("pairs", "summary.json"), asdict(summary))
+
+    run.stage("pairs", cfg.pairs, judge)
+    run.stage("prm", cfg.prm, lambda: train_prm(replace(cfg.prm, pairs_file=str(pairs), init=policy), run.path("prm")))
+    run.stage("prm-audit", {"top_k": cfg.top_k, "seed": cfg.seed}, lambda: audit_prm(run))
+
+
+def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
+    """How the PRM ranks valid against invalid steps (oracle labels) of fresh pi_sft samples on
+    the dev questions, which neither SFT, MCTS nor the PRM saw; written to ``prm/audit.json``."""
+    from prorag.retrieval.index import open_retriever
+    from prorag.stages.prm import fresh_sample_audit
+    from prorag.supervision.reward_model import ProcessRewardModel
+
+    audit = fresh_sample_audit(
+        ProcessRewardModel.load(run.path("prm", "prm")),
+        run.path("policies", "sft", "policy"),
+        read_records(run.path("splits", "dev.jsonl")),
+        open_retriever(str(run.path("index"))),
+        samples=samples,
+        top_k=run.config.top_k,
+        seed=run.config.seed,
+    )
+    write_json(run.path("prm", "audit.json"), audit)
+    run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
+    return audit
+
+
+def stage_rft(run: Run) -> None:
+    from prorag.stages.rft import run_rft_files
+
+    cfg = run.config
+    if not {"rft", "grpo", "prorag"} & set(cfg.systems):
+        return
+    run.stage(
+        "rft",
+        cfg.rft,
+        lambda: run_rft_files(
+            str(run.path("policies", "sft", "policy")),
+            str(run.path("prm", "prm")),
+            run.path("splits", "rft.jsonl"),
+            str(run.path("index")),
+            run.path("policies", "rft"),
+            cfg.rft,
+        ),
+    )
+
+
+def rl_run_name(system: str, seed: int) -> str:
+    return f"{system}-seed{seed}"
+
+
+def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> RLConfig:
+    """The config of one RL run of the run folder: from ``policies/INIT`` (``sft`` or ``rft``), on
+    the RL split, with the PRM's step rewards weighted by ``beta`` when ``process`` (else the
+    outcome reward alone, beta 0: the GRPO baseline). The systems and the beta ablation both
+    build their runs here, so a variant that is a system has the system's fingerprint."""
+    return replace(
+        run.config.rl,
+        policy=str(run.path("policies", init, "policy")),
+        prm=str(run.path("prm", "prm")) if process else None,
+        train_file=str(run.path("splits", "rl.jsonl")),
+        index=str(run.path("index")),
+        process_reward="prm" if process else "none",
+        beta=beta if process else 0.0,
+        seed=seed,
+    )
+
+
+def stage_rl(run: Run) -> None:
+    from prorag.stages.rl import train_rl
+
+    cfg = run.config
+    for system, (init, process) in RL_SYSTEMS.items():
+        if system not in cfg.systems:
+            continue
+        for seed in cfg.seeds:
+            rl_cfg = rl_config(run, init, process=process, beta=cfg.rl.beta, seed=seed)
+            name = rl_run_name(system, seed)
+            run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
+
+
+def _policy_of(run: Run, system: str, seed: int) -> str:
+    if system in RL_SYSTEMS:
+        return str(run.path("rl", rl_run_name(system, seed), "policy"))
+    return str(run.path("policies", system, "policy"))
+
+
+def eval_dir_name(system: str, seed: int | None) -> str:
+    return system if seed is None else f"{system}-seed{seed}"
+
+
+def system_eval_config(cfg: PipelineConfig, system: str) -> EvalConfig:
+    """The evaluation settings of ``system`` (the two one-shot baselines answer in their own way)."""
+    return replace(cfg.eval, baseline=system if system in ("naive", "standard-rag") else None)  # type: ignore[arg-type]
+
+
+def stage_eval(run: Run) -> None:
+    """Every system on the test split (RL systems once per seed), then the PRM scores of the
+    trajectories for the report's viewer."""
+    from prorag.evaluation.harness import evaluate_files
+
+    cfg = run.config
+    test = run.path("splits", "test.jsonl")
+    index = str(run.path("index"))
+    for system in cfg.systems:
+        seeds: list[int | None] = list(cfg.seeds) if system in RL_SYSTEMS else [None]
+        for seed in seeds:
+            ev = system_eval_config(cfg, system)
+            name = eval_dir_name(system, seed)
+            policy = _policy_of(run, system, seed if seed is not None else cfg.seeds[0])
+            run.stage(f"eval-{name}", ev, lambda p=policy, e=ev, n=name: evaluate_files(p, test, index, run.path("eval", n), e))
+
+
+def _mean_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-seed metrics averaged (numbers) with their spread (``NAME_std``); the first seed's
+    other fields (distributions, by-type tables) are kept as they are."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            mean, spread = mean_and_spread(float(r[key]) for r in rows)
+            out[key] = mean
+            out[f"{key}_std"] = spread
+    return out
+
+
+def stage_summaries(run: Run) -> dict[str, Any]:
+    """What the middle stages produced, for the report: the pairs' counts, the PRM's held-out
+    pairwise accuracy and its audit on fresh samples, and what RFT's filters kept."""
+    out: dict[str, Any] = {}
+    if run.path("pairs", "summary.json").exists():
+        out["pairs"] = read_json(run.path("pairs", "summary.json"))
+    metrics = run.path("prm", "metrics.jsonl")
+    if metrics.exists():
+        final = [r for r in read_jsonl(metrics) if "eval_accuracy" in r]
+        if final:
+            out["prm_held_out"] = {k: v for k, v in final[-1].items() if k.startswith("eval_")}
+    if run.path("prm", "audit.json").exists():
+        out["prm_audit"] = read_json(run.path("prm", "audit.json"))
+    if run.path("policies", "rft", "rft_counts.json").exists():
+        out["rft"] = read_json(run.path("policies", "rft", "rft_counts.json"))
+    return out
+
+
+def collect_results(run: Run) -> dict[str, Any]:
+    """``RUN/results.json``: every system's metrics (mean over seeds for RL systems), per-seed
+    metrics, learning curves (``curve_groups``: each RL system's curves, one per seed), paired t-tests against full ProRAG, wall times."""
+    cfg = run.config
+    systems: dict[str, Any] = {}
+    for system in cfg.systems:
+        seeds: list[int | None] = list(cfg.seeds) if system in RL_SYSTEMS else [None]
+        per_seed = {}
+        for seed in seeds:
+            name = eval_dir_name(system, seed)
+            per_seed[str(seed) if seed is not None else "-"] = read_json(run.path("eval", name, "metrics.json"))
+        first = eval_dir_name(system, seeds[0])
+        entry: dict[str, Any] = {
+            "label": LABELS[system],
+            "eval_dir": f"eval/{first}",
+            "per_question": f"eval/{first}/predictions.jsonl",
+            "metrics": _mean_metrics(list(per_seed.values())) if len(per_seed) > 1 else next(iter(per_seed.values())),
+        }
+        if len(per_seed) > 1:
+            entry["seeds"] = per_seed
+        if system in ("naive", "standard-rag"):
+            # One-shot answers have no step format: their format-valid rate does not apply.
+            entry["metrics"] = {**entry["metrics"], "format_valid_rate": None}
+        systems[system] = entry
+    curve_groups = {s: [rl_run_name(s, seed) for seed in cfg.seeds] for s in RL_SYSTEMS if s in cfg.systems}
+    curves = {name: f"rl/{name}/metrics.jsonl" for names in curve_groups.values() for name in names}
+    significance: dict[str, Any] = {}
+    if "prorag" in systems:
+        ref = run.path("eval", eval_dir_name("prorag", cfg.seeds[0]), "predictions.jsonl")
+        for system in systems:
+            if system != "prorag":
+                seed = cfg.seeds[0] if system in RL_SYSTEMS else None
+                other = run.path("eval", eval_dir_name(system, seed), "predictions.jsonl")
+                tests = compare_predictions(ref, other)
+                significance[system] = {"metric": "em", **tests["em"], "f1": tests["f1"]}
+    world = read_json(run.path("world", "world.json")).get("counts", {}) if run.path("world", "world.json").exists() else {}
+    return {
+        "stages": stage_summaries(run),
+        "systems": systems,
+        "order": list(cfg.systems),
+        "curves": curves,
+        "curve_groups": curve_groups,
+        "significance": significance,
+        "wall_seconds": dict(run.wall),
+        "world": world,
+        "seeds": list(cfg.seeds),
+    }
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """The report's results table (:func:`prorag.experiments.report.results_table`) as fixed-width text for
+    the terminal: EM and F1 in percent (normalised exact match and token F1, SQuAD
+    normalisation), the format-valid rate in percent, mean retrieval steps; mean ± std over
+    seeds where a system ran with several."""
+    from prorag.experiments.report import TABLE_METRICS, format_cell
+    from prorag.experiments.report import results_table as table_rows
+
+    header = f"{'system':<38}" + "".join(f"{col:>17}" for col, _, _ in TABLE_METRICS)
+    lines = [header, "-" * len(header)]
+    for row in table_rows(results):
+        cells = "".join(f"{format_cell(row.cells[col], percent):>17}" for col, _, percent in TABLE_METRICS)
+        lines.append(f"{row.label:<38}{cells}")
+    return "\n".join(lines)
+
+
+def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) every stage in ``run_dir``; return the results (also in ``results.json``)."""
+    config = resolve(config)
+    run = Run(Path(run_dir), config, progress)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    write_resolved_config(config, run.path("pipeline_config.yaml"))
+    files = _data_files(run)
+    stage_world(run)
+    stage_index(run, files)
+    stage_splits(run, files)
+    stage_sft(run, files)
+    if {"rft", "grpo", "prorag", "rl-from-sft"} & set(config.systems):
+        stage_prm(run)
+    stage_rft(run)
+    stage_rl(run)
+    stage_eval(run)
+    if "prorag" in config.systems and config.report:
+        from prorag.experiments.report import score_eval_trajectories
+        from prorag.supervision.reward_model import ProcessRewardModel
+
+        def score() -> None:
+            prm = ProcessRewardModel.load(run.path("prm", "prm"))
+            for system in config.systems:
+                seed = config.seeds[0] if system in RL_SYSTEMS else None
+                score_eval_trajectories(prm, run.path("eval", eval_dir_name(system, seed)))
+
+        run.stage("step-scores", {"systems": config.systems}, score)
+    results = collect_results(run)
+    if run.path("results.json").exists():  # keep what the ablations added
+        before = read_json(run.path("results.json"))
+        results.update({k: before[k] for k in ("beta_sweep", "topk") if k in before})
+    write_json(run.path("results.json"), results)
+    if config.report:
+        from prorag.experiments.report import write_report
+
+        write_report(run.dir)
+    return results
+
+
+# ----------------------------------------------------------------------------- the demo
+
+
+def demo_config(quick: bool = False) -> PipelineConfig:
+    """The built-in world (demo size, one sentence per passage) with the tiny model on a CPU.
+
+    The budgets are set for a 2-core machine: the full demo in about an hour, ``quick`` in
+    about ten minutes. Learning rates are far above the paper's (2e-5 / 1e-5) because the
+    model is trained from scratch and has ~1M parameters, not 8B. ``configs/demo.yaml`` is
+    this config written out (a test keeps them equal).
+    """
+    sft_steps = 300 if quick else 1500
+    cfg = PipelineConfig(
+        data=DataConfig(
+            world="demo",
+            passages="fact",
+            sft_fraction=0.6,
+            mcts_questions=32 if quick else 256,
+            rft_questions=64 if quick else None,
+            rl_questions=None,
+            dev_questions=100 if quick else 200,
+            test_questions=100 if quick else None,
+        ),
+        top_k=3,
+        sft=SFTConfig(
+            model="tiny",
+            max_steps=sft_steps,
+            per_device_batch_size=16,
+            learning_rate=6e-3,
+            lr_scheduler_type="cosine",
+            warmup_ratio=0.05,
+            group_by_length=True,
+            save_steps=250,
+            logging_steps=25,
+            eval_samples=100,
+        ),
+        # K = 5 (the paper's) at temperature 1.1: twice the oracle pairs per question of K = 4 at
+        # 0.9 (2,282 against 1,026 over a 1,182-question pool, 24 simulations each).
+        mcts=MCTSConfig(simulations=8 if quick else 24, num_candidates=5, temperature=1.1, max_depth=10, trees_per_batch=32),
+        pairs=PairsConfig(judge="oracle", min_visits=1, pairs_per_set="all"),
+        prm=PRMConfig(
+            # The policy's own LM as the PRM (a step's mean log-probability, trained with Eq. 4):
+            # the paper's scalar head ranked fresh samples' steps worse than chance on this
+            # model (AUC 0.40), the likelihood 0.87. The validation split keeps the training
+            # step that ranks its pairs best (the initial weights are a candidate).
+            kind="likelihood",
+            validation_fraction=0.15,
+            epochs=2,
+            eval_steps=7,
+            per_device_batch_size=16,
+            gradient_accumulation_steps=1,
+            learning_rate=1e-4,
+            held_out_fraction=0.15,
+            if_no_pairs="untrained",
+            logging_steps=10,
+        ),
+        rft=RFTConfig(
+            samples_per_question=4,
+            if_nothing_kept="copy_policy",
+            # The PRM judges the searches and conclusions; a correct answer is kept on the outcome
+            # filter. Judged by the PRM, 1 of the 201 correct yes/no answers passed, and pi_rft
+            # forgot how to answer comparisons (dev EM 0.342 -> 0.317 at lr 3e-4; 0.362 with it).
+            prm_scope="reasoning",
+            train=SFTConfig(
+                model="tiny",
+                epochs=1,
+                per_device_batch_size=16,
+                # 3e-4: dev EM 0.362 against 0.342 at 1e-3 (a fresh Adam at 1e-3 moves every
+                # weight of the tiny model by ~1e-3 a step) and pi_sft's 0.342.
+                learning_rate=3e-4,
+                lr_scheduler_type="constant",
+                logging_steps=10,
+            ),
+        ),
+        rl=RLConfig(
+            group_size=8,
+            beta=0.3,
+            prm_scope="reasoning",
+            max_steps=6 if quick else 40,
+            per_device_batch_size=64,
+            rollout_batch_size=64,
+            learning_rate=2e-4,
+            logging_steps=1,
+            save_steps=10,
+        ),
+        seeds=[0],
+    )
+    return cfg
+
+
+__all__ = [
+    "LABELS",
+    "RL_SYSTEMS",
+    "SYSTEMS",
+    "DataConfig",
+    "IndexConfig",
+    "PipelineConfig",
+    "Run",
+    "collect_results",
+    "audit_prm",
+    "demo_config",
+    "fingerprint",
+    "rl_config",
+    "system_eval_config",
+    "non_default_fields",
+    "resolve",
+    "results_table",
+    "run_pipeline",
+    "split_questions",
+]

@@ -1,0 +1,243 @@
+"""Group-relative advantages (GRPO, ProRAG's dual granularity, CPGRPO) as pure tensor functions.
+
+GRPO replaces PPO's value network by a baseline taken from a *group*: the G trajectories sampled
+for one question. A trajectory's advantage is its reward standardised within its group,
+``(r - mean_group) / std_group``. ProRAG (METHOD.md section 2, stage 4, Eq. 7-8) adds a second,
+finer signal: every action ("step") of a trajectory has a step reward (Eq. 5), and the step
+rewards are standardised within the group as well, over the steps of all G trajectories. The
+advantage of the ``k``-th token of step ``t`` of trajectory ``i`` is then
+
+    A[i, t, k] = A_out[i] + beta * A_proc[i, t],
+    A_out[i]    = (r_out[i]    - mean_out)  / std_out     over the G outcome rewards,
+    A_proc[i,t] = (r_step[i,t] - mean_step) / std_step    over the steps of the G trajectories.
+
+Two ways to take ``mean_step`` and ``std_step`` are offered (``process_norm``):
+
+* ``"step"`` (the paper's Eq. 7, the default): every step counts once;
+* ``"token"`` (the public reference code): the step reward is first broadcast to the step's
+  generated tokens and the statistics are taken over all generated tokens of the group, so a
+  long step weighs more than a short one.
+
+The pieces, each usable alone (the trainer gathers groups across processes between them):
+
+1. :func:`group_normalize`: standardise values within groups, optionally with frequency weights;
+2. :func:`grpo_advantages`: plain GRPO, ``(B,)``;
+3. :func:`process_advantages`: ``A_proc`` per step;
+4. :func:`dual_step_advantages`: ``A_out`` per trajectory and ``A_out + beta * A_proc`` per step;
+5. :func:`broadcast_to_tokens`: per-step values onto the ``(B, T)`` grid of completion tokens,
+   zero on environment tokens and padding;
+6. :func:`dual_granularity_advantages`: 3-5 composed, the ``(B, T)`` advantages of ProRAG;
+7. :func:`cpgrpo_advantages`: CP-Search's ``A' = |A| * pr`` (METHOD.md section 5).
+
+Conventions. ``group_ids`` is a ``(B,)`` integer tensor; rows with equal ids form one group,
+wherever they sit in the batch (rows of a group need not be adjacent). Standard deviations are
+the unbiased sample ones (``torch.std``, as TRL's and verl's GRPO take them); a group of one
+value has standard deviation 0, so its advantage is 0, never NaN. ``scale=False`` only
+subtracts the group mean (Dr. GRPO's choice: no division by the spread). Token positions are
+*completion* coordinates: column ``j`` of a ``(B, T)`` tensor is token ``j`` of the completion,
+as are the step spans ``(start, end)`` (end exclusive) of :class:`~prorag.agent.rollout.ActionRecord`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+ProcessNorm = Literal["step", "token"]
+
+#: The two ways :func:`process_advantages` normalises the step rewards.
+PROCESS_NORMS: tuple[str, ...] = ("step", "token")
+
+#: Added to the standard deviation before dividing (a group whose rewards all agree gets 0).
+DEFAULT_EPS = 1e-6
+
+
+def group_normalize(
+    values: torch.Tensor,
+    group_ids: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    *,
+    scale: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> torch.Tensor:
+    """Each value minus its group's mean, divided by its group's standard deviation (plus ``eps``).
+
+    ``values``, ``group_ids`` and ``weights`` are ``(N,)``. ``weights`` are frequency weights:
+    a value of weight ``w`` counts as ``w`` copies of itself, so the mean is
+    ``sum(w v) / sum(w)`` and the variance ``sum(w (v - mean)^2) / (sum(w) - 1)`` -- exactly
+    ``torch.mean`` and ``torch.std`` over the values repeated ``w`` times (how the token-level
+    normalisation of the reference code sees a step of ``w`` tokens). A group whose total
+    weight is at most 1 has standard deviation 0. Returns float32 ``(N,)``.
+    """
+    if values.dim() != 1 or group_ids.shape != values.shape:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    v = values.to(torch.float32)
+    w = torch.ones_like(v) if weights is None else weights.to(device=v.device, dtype=torch.float32)
+    if w.shape != v.shape:
+        raise ValueError(f"weights {tuple(w.shape)} do not match values {tuple(v.shape)}")
+    if v.numel() == 0:
+        return v
+    _, index = torch.unique(group_ids.to(v.device), return_inverse=True)
+    n_groups = int(index.max()) + 1
+    total = torch.zeros(n_groups, device=v.device).index_add_(0, index, w)
+    mean = torch.zeros(n_groups, device=v.device).index_add_(0, index, w * v) / total.clamp(min=torch.finfo(v.dtype).tiny)
+    centred = v - mean[index]
+    if not scale:
+        return centred
+    squares = torch.zeros(n_groups, device=v.device).index_add_(0, index, w * centred.square())
+    var = torch.where(total > 1, squares / (total - 1).clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(total))
+    denom = var.sqrt()[index] + eps
+    # A group whose values all agree has nothing to compare: advantage 0 (also with eps = 0).
+    return torch.where(denom > 0, centred / denom.clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(centred))
+
+
+def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:
+    """Plain GRPO: each trajectory's outcome reward standardised within its group, ``(B,)``
+    (the same value then goes to every generated token of the trajectory)."""
+    return group_normalize(outcome, group_ids, scale=scale, eps=eps)
+
+
+def process_advantages(
+    step_rewards: Sequence[torch.Tensor],
+    group_ids: torch.Tensor,
+    step_lengths: Sequence[torch.Tensor] | None = None,
+    process_norm: ProcessNorm = "step",
+    *,
+    scale: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> list[torch.Tensor]:
+    """``A_proc`` of Eq. 7: the step rewards of each trajectory, standardised over all the steps
+    of the trajectory's group.
+
+    ``step_rewards[i]`` is ``(S_i,)``, the rewards of the ``S_i`` steps of trajectory ``i``
+    (``S_i`` may be 0); ``group_ids`` is ``(B,)``. With ``process_norm="token"`` each step
+    weighs its number of generated tokens, ``step_lengths[i]`` (``(S_i,)``), which is then
+    required. Returns one ``(S_i,)`` float32 tensor per trajectory.
+    """
+    if process_norm not in PROCESS_NORMS:
+        raise ValueError(f"process_norm must be one of {PROCESS_NORMS}, got {process_norm!r}")
+    if len(step_rewards) != group_ids.numel():
+        raise ValueError(f"{len(step_rewards)} trajectories of step rewards for {group_ids.numel()} group ids")
+    counts = [int(r.numel()) for r in step_rewards]
+    flat = torch.cat([r.reshape(-1).to(torch.float32) for r in step_rewards]) if step_rewards else torch.zeros(0)
+    groups = torch.repeat_interleave(group_ids.to(flat.device), torch.tensor(counts, device=flat.device))
+    weights = None
+    if process_norm == "token":
+        if step_lengths is None:
+            raise ValueError("process_norm='token' needs step_lengths (generated tokens per step)")
+        if [int(n.numel()) for n in step_lengths] != counts:
+            raise ValueError("step_lengths must have one entry per step reward")
+        weights = torch.cat([n.reshape(-1).to(torch.float32) for n in step_lengths]).to(flat.device)
+    normalized = group_normalize(flat, groups, weights, scale=scale, eps=eps)
+    return list(normalized.split(counts))
+
+
+def dual_step_advantages(
+    outcome: torch.Tensor,
+    step_rewards: Sequence[torch.Tensor],
+    group_ids: torch.Tensor,
+    beta: float = 0.3,
+    process_norm: ProcessNorm = "step",
+    step_lengths: Sequence[torch.Tensor] | None = None,
+    *,
+    scale: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Eq. 8 per step: returns ``A_out`` ``(B,)`` and, per trajectory, ``A_out[i] + beta *
+    A_proc[i, t]`` for each of its steps ``(S_i,)``.
+
+    These are scalars per trajectory and per step; :func:`broadcast_to_tokens` puts them on the
+    tokens. The split lets a distributed trainer compute them on the gathered groups and
+    broadcast only its own rows. ``beta = 0`` gives ``A_out`` on every step: plain GRPO.
+    """
+    a_out = grpo_advantages(outcome, group_ids, scale=scale, eps=eps)
+    a_proc = process_advantages(step_rewards, group_ids, step_lengths, process_norm, scale=scale, eps=eps)
+    return a_out, [a_out[i] + beta * p for i, p in enumerate(a_proc)]
+
+
+def broadcast_to_tokens(
+    row_values: torch.Tensor,
+    step_values: Sequence[torch.Tensor],
+    step_spans: Sequence[Sequence[tuple[int, int]]],
+    loss_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Token-level advantages ``(B, T)``: every token of step ``t`` of row ``i`` (its span over
+    the completion, end exclusive) gets ``step_values[i][t]``; generated tokens outside every
+    step (none, for the rollout engine's trajectories, whose action spans cover every token the
+    model wrote) get the row's own value ``row_values[i]`` (its outcome advantage); and every
+    position where ``loss_mask`` is 0 -- retrieval and other environment tokens, padding -- gets
+    exactly 0, whatever a span says. Spans past ``T`` are cut at ``T``.
+    """
+    B, T = loss_mask.shape
+    if row_values.shape != (B,) or len(step_values) != B or len(step_spans) != B:
+        raise ValueError(f"expected {B} rows of values and spans for a loss mask of shape {(B, T)}")
+    out = row_values.to(device=loss_mask.device, dtype=torch.float32)[:, None].expand(B, T).clone()
+    for i, (values, spans) in enumerate(zip(step_values, step_spans, strict=True)):
+        if len(spans) != values.numel():
+            raise ValueError(f"row {i}: {values.numel()} step values for {len(spans)} spans")
+        for value, (start, end) in zip(values.tolist(), spans, strict=True):
+            out[i, max(0, start) : min(end, T)] = value
+    return torch.where(loss_mask != 0, out, torch.zeros_like(out))
+
+
+def step_token_counts(step_spans: Sequence[Sequence[tuple[int, int]]], loss_mask: torch.Tensor) -> list[torch.Tensor]:
+    """Generated tokens (``loss_mask`` 1) inside each step span: the weights of ``process_norm="token"``."""
+    return [
+        torch.tensor([float(loss_mask[i, max(0, s) : e].sum()) for s, e in spans], dtype=torch.float32)
+        for i, spans in enumerate(step_spans)
+    ]
+
+
+def dual_granularity_advantages(
+    outcome: torch.Tensor,
+    step_rewards: Sequence[torch.Tensor],
+    step_spans: Sequence[Sequence[tuple[int, int]]],
+    loss_mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    beta: float = 0.3,
+    process_norm: ProcessNorm = "step",
+    scale: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> torch.Tensor:
+    """ProRAG's token-level advantages ``(B, T)`` (Eq. 7-8), from ``(B,)`` outcome rewards, the
+    step rewards ``(S_i,)`` and step spans of each row, the ``(B, T)`` loss mask (1 on tokens the
+    model generated, 0 on environment tokens and padding) and the ``(B,)`` group ids.
+
+    ``process_norm="step"`` standardises the step rewards over the group's steps (the paper);
+    ``"token"`` over the group's generated tokens (the reference code: a step weighs its token
+    count, :func:`step_token_counts`). ``beta = 0`` equals :func:`grpo_advantages` broadcast
+    to the generated tokens.
+    """
+    lengths = step_token_counts(step_spans, loss_mask) if process_norm == "token" else None
+    a_out, per_step = dual_step_advantages(outcome, step_rewards, group_ids, beta, process_norm, lengths, scale=scale, eps=eps)
+    return broadcast_to_tokens(a_out, per_step, step_spans, loss_mask)
+
+
+def cpgrpo_advantages(advantages: torch.Tensor, process_rewards: torch.Tensor) -> torch.Tensor:
+    """CP-Search's CPGRPO advantage ``A' = |A| * pr`` (METHOD.md section 5), elementwise.
+
+    The magnitude comes from the group-relative advantage ``A`` (``(B,)`` or ``(B, T)``), the
+    sign from the chain-progressive process reward ``pr`` (``(B, T)``, already broadcast to the
+    tokens of each retrieval segment): a token of a segment whose retrieval found gold evidence
+    is pushed up, one whose retrieval missed it is pushed down, however the outcome went.
+    """
+    if advantages.dim() == 1 and process_rewards.dim() == 2:
+        advantages = advantages[:, None]
+    return advantages.abs() * process_rewards
+
+
+__all__ = [
+    "DEFAULT_EPS",
+    "PROCESS_NORMS",
+    "ProcessNorm",
+    "broadcast_to_tokens",
+    "cpgrpo_advantages",
+    "dual_granularity_advantages",
+    "dual_step_advantages",
+    "group_normalize",
+    "grpo_advantages",
+    "process_advantages",
+    "step_token_counts",
+]

@@ -1,0 +1,159 @@
+"""The outcome reward of ProRAG's RL stage (paper Eq. 6, METHOD.md section 2, stage 4).
+
+One number per trajectory, from the correctness of its final answer and the format of the
+whole trajectory::
+
+    paper (Eq. 6):   r_out = F1(answer, gold) + nu2 * I_traj(y)
+    reference code:  r_out = (2 * F1 if F1 >= 0.2 else 0) + (+1 if I_traj(y) else -1)
+
+The paper's form is the default; the reference code's form is selected with
+``OutcomeRewardConfig(form="reference")``. The two differ in more than scale: the reference
+code gives nothing for a weak partial answer (F1 below 0.2, where token overlap is mostly
+luck) and *penalises* a malformed trajectory rather than merely withholding a bonus.
+
+``nu2``: the paper calls it "a coefficient for this format bonus" (Sec. 3.4.2, below Eq. 6)
+and gives no value (nor for ``nu1`` of Eq. 5), neither in the text nor in the implementation
+details (Sec. 4.3). The default 1.0 is the reference code's bonus for a well-formed
+trajectory (+1); it makes a well-formed wrong answer (1.0) worth as much as a malformed exact
+answer (1.0), so format and correctness are traded one for one.
+
+Everything is read from the trajectory's **token ids** (:class:`~prorag.agent.rollout.Trajectory`
+``completion_ids``), decoded with every tag kept, never from a completion whose special
+tokens were stripped: the tags are special tokens, and a text without them has neither an
+``<answer>`` to extract nor a format to judge (TRL hands its reward functions exactly such
+text). The answer is read as :func:`prorag.agent.schema.extract_answer` reads it and the format is
+judged by :func:`prorag.agent.schema.i_traj`, so the reward agrees with what ``prorag eval`` scores.
+A malformed trajectory (cut by a cap, no answer, stray text) is never an error: it gets
+F1 = 0 when it has no answer and the format penalty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prorag.agent.rollout import Trajectory
+from prorag.agent.schema import extract_answer, i_traj
+from prorag.core.metrics import f1_score
+
+OutcomeForm = Literal["paper", "reference"]
+
+#: The forms of :class:`OutcomeRewardConfig`.
+OUTCOME_FORMS: tuple[str, ...] = ("paper", "reference")
+
+#: Reference code: the answer term is ``REFERENCE_F1_SCALE * F1`` when F1 reaches ``REFERENCE_F1_FLOOR``, else 0.
+REFERENCE_F1_SCALE = 2.0
+REFERENCE_F1_FLOOR = 0.2
+#: Reference code: the format term, for a well-formed and for a malformed trajectory.
+REFERENCE_FORMAT_BONUS = 1.0
+REFERENCE_FORMAT_PENALTY = -1.0
+
+#: Stop reasons of a trajectory that ended by itself (the others are caps: never well formed).
+FINISHED_STOP_REASONS = frozenset({"answer", "eos"})
+
+
+@dataclass
+class OutcomeRewardConfig:
+    """Which form of Eq. 6 to compute, and its settings."""
+
+    form: OutcomeForm = "paper"
+    """``"paper"``: ``F1 + nu2 * I_traj``; ``"reference"``: ``(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)``."""
+    nu2: float = 1.0
+    """The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."""
+    strict_grammar: bool | None = None
+    """Judge I_traj with the reference code's grammar ``(S Q R S A)* S F`` (searches and
+    conclusions alternate). ``None``: strict for the reference form, the project's grammar
+    (two searches in a row and conclusions without a search allowed, :mod:`prorag.agent.schema`) for
+    the paper's form, whose text only asks for "the complete reasoning-action workflow"."""
+
+    def __post_init__(self) -> None:
+        if self.form not in OUTCOME_FORMS:
+            raise ValueError(f"OutcomeRewardConfig.form must be one of {OUTCOME_FORMS}, got {self.form!r}")
+
+    @property
+    def strict(self) -> bool:
+        """The grammar I_traj is judged with (see :attr:`strict_grammar`)."""
+        return self.form == "reference" if self.strict_grammar is None else self.strict_grammar
+
+
+def completion_text(traj: Trajectory, tokenizer: Any) -> str:
+    """The completion decoded from its token ids with every tag kept.
+
+    Trailing end-of-sequence ids are dropped first (an EOS is the end of the text, not stray
+    text after the answer); nothing else is removed, so the tags, which are special tokens,
+    stay where the model and the environment wrote them.
+    """
+    ids = list(traj.completion_ids)
+    eos = tokenizer.eos_token_id
+    while ids and eos is not None and ids[-1] == eos:
+        ids.pop()
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def trajectory_answer(traj: Trajectory, tokenizer: Any) -> str | None:
+    """The final answer â of a trajectory, read from its ids: the stripped text inside the last
+    ``<answer> … </answer>`` pair (:func:`~prorag.agent.schema.extract_answer`), ``None`` without one."""
+    return extract_answer(completion_text(traj, tokenizer))
+
+
+def trajectory_format_valid(traj: Trajectory, tokenizer: Any, *, strict: bool = False) -> bool:
+    """I_traj of a trajectory, read from its ids: the completion follows the grammar and ends in
+    exactly one answer (:func:`~prorag.agent.schema.i_traj`), and the trajectory ended by itself
+    rather than being cut by a cap."""
+    if traj.stop_reason not in FINISHED_STOP_REASONS:
+        return False
+    return bool(i_traj(completion_text(traj, tokenizer), strict=strict))
+
+
+def outcome_value(f1: float, format_valid: bool, config: OutcomeRewardConfig) -> float:
+    """Eq. 6 from its two ingredients, in the configured form (the pure formula).
+
+    >>> outcome_value(0.4, True, OutcomeRewardConfig())
+    1.4
+    >>> outcome_value(0.5, False, OutcomeRewardConfig(form="reference"))
+    0.0
+    """
+    if config.form == "paper":
+        return float(f1) + config.nu2 * float(format_valid)
+    answer_term = REFERENCE_F1_SCALE * f1 if f1 >= REFERENCE_F1_FLOOR else 0.0
+    return answer_term + (REFERENCE_FORMAT_BONUS if format_valid else REFERENCE_FORMAT_PENALTY)
+
+
+def outcome_reward(traj: Trajectory, golds: Sequence[str], tokenizer: Any, config: OutcomeRewardConfig | None = None) -> float:
+    """r_out of one trajectory against its gold answers (all aliases; F1 is the best alias's).
+
+    ``tokenizer`` decodes the trajectory's ids (tags kept). A trajectory without an answer
+    scores F1 = 0; with the reference form it then gets -1, never an exception.
+    """
+    cfg = config or OutcomeRewardConfig()
+    answer = trajectory_answer(traj, tokenizer)
+    f1 = f1_score(answer, list(golds)) if answer is not None else 0.0
+    return outcome_value(f1, trajectory_format_valid(traj, tokenizer, strict=cfg.strict), cfg)
+
+
+def outcome_rewards(
+    trajectories: Sequence[Trajectory], golds: Sequence[Sequence[str]], tokenizer: Any, config: OutcomeRewardConfig | None = None
+) -> list[float]:
+    """:func:`outcome_reward` of each trajectory with the gold answers of its question."""
+    if len(trajectories) != len(golds):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(golds)} gold answer lists")
+    return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectories, golds, strict=True)]
+
+
+__all__ = [
+    "FINISHED_STOP_REASONS",
+    "OUTCOME_FORMS",
+    "REFERENCE_F1_FLOOR",
+    "REFERENCE_F1_SCALE",
+    "REFERENCE_FORMAT_BONUS",
+    "REFERENCE_FORMAT_PENALTY",
+    "OutcomeForm",
+    "OutcomeRewardConfig",
+    "completion_text",
+    "outcome_reward",
+    "outcome_rewards",
+    "outcome_value",
+    "trajectory_answer",
+    "trajectory_format_valid",
+]

@@ -1,0 +1,170 @@
+"""The step (process) reward of ProRAG's RL stage (paper Eq. 5, METHOD.md section 2, stage 4).
+
+One number per action of a trajectory, from the frozen PRM's score of the action in its
+context and the action's own format::
+
+    paper (Eq. 5):   r_step = R_phi(c, s) + nu1 * I_step(s)          (R_phi: the PRM's logit)
+    reference code:  r_step = sigmoid(R_phi(c, s)) + (+1 if I_step(s) else -2)
+
+The paper's form is the default; ``StepRewardConfig(form="reference")`` gives the reference
+code's. In the reference form the PRM term is a probability in (0, 1) and the format term
+dominates it: a malformed step (-2 + at most 1) always scores below a well-formed one (at
+least 1), whatever the PRM says. In the paper's form the raw logit is unbounded, so a PRM
+that is very sure can outweigh the format bonus.
+
+``nu1``: the paper calls it "a coefficient for this format bonus" (Sec. 3.4.2, below Eq. 5)
+and gives no value anywhere (Sec. 4.3 lists none). The default 1.0 is the reference code's
+bonus for a well-formed step (+1).
+
+I_step comes from the trajectory's token-level actions
+(:attr:`~prorag.agent.rollout.Trajectory.actions`, found in the token ids by
+:func:`~prorag.agent.schema.parse_token_actions`: tag order and non-empty contents judged on the
+ids themselves), never from text with its special tokens stripped. Every action gets a
+reward, a malformed one (``kind`` ``None``, a missing tag, a step cut by a cap) included: it
+is exactly the step the format term must punish.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from prorag.agent.rollout import ActionRecord, Trajectory
+
+
+@runtime_checkable
+class StepScorer(Protocol):
+    """Anything that scores the actions of trajectories (a process reward model, or a fake in
+    tests): one logit per action of each trajectory, in action order."""
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]: ...
+
+
+StepForm = Literal["paper", "reference"]
+PRMScope = Literal["all", "reasoning"]
+
+#: The forms of :class:`StepRewardConfig`.
+STEP_FORMS: tuple[str, ...] = ("paper", "reference")
+
+#: The values of ``prm_scope`` (RFT's step filter, RL's process term).
+PRM_SCOPES: tuple[str, ...] = ("all", "reasoning")
+
+#: Reference code: the format term for a well-formed and for a malformed step.
+REFERENCE_STEP_BONUS = 1.0
+REFERENCE_STEP_PENALTY = -2.0
+
+
+@dataclass
+class StepRewardConfig:
+    """Which form of Eq. 5 to compute, and its settings."""
+
+    form: StepForm = "paper"
+    """``"paper"``: ``logit + nu1 * I_step``; ``"reference"``: ``sigmoid(logit) + (1 if I_step else -2)``."""
+    nu1: float = 1.0
+    """The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."""
+
+    def __post_init__(self) -> None:
+        if self.form not in STEP_FORMS:
+            raise ValueError(f"StepRewardConfig.form must be one of {STEP_FORMS}, got {self.form!r}")
+
+
+def _sigmoid(x: float) -> float:
+    """The logistic function, without overflow for large negative logits."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+def step_reward(prm_logit: float, well_formed: bool, config: StepRewardConfig) -> float:
+    """Eq. 5 for one step, in the configured form (the pure formula).
+
+    >>> step_reward(0.5, True, StepRewardConfig(nu1=2.0))
+    2.5
+    >>> step_reward(0.0, False, StepRewardConfig(form="reference"))
+    -1.5
+    """
+    if not math.isfinite(prm_logit):
+        raise ValueError(f"the PRM logit must be finite, got {prm_logit}")
+    if config.form == "paper":
+        return float(prm_logit) + config.nu1 * float(well_formed)
+    return _sigmoid(float(prm_logit)) + (REFERENCE_STEP_BONUS if well_formed else REFERENCE_STEP_PENALTY)
+
+
+def step_rewards(prm_logits: Sequence[float], well_formed: Sequence[bool], config: StepRewardConfig | None = None) -> list[float]:
+    """Eq. 5 for each step of one trajectory: one PRM logit and one I_step per action."""
+    cfg = config or StepRewardConfig()
+    if len(prm_logits) != len(well_formed):
+        raise ValueError(f"{len(prm_logits)} PRM logits for {len(well_formed)} steps")
+    return [step_reward(float(x), bool(ok), cfg) for x, ok in zip(prm_logits, well_formed, strict=True)]
+
+
+def prm_judged_actions(actions: Sequence[ActionRecord], scope: PRMScope = "all") -> list[int]:
+    """Indices of the actions whose PRM verdict counts under ``scope``.
+
+    ``"all"`` (the paper): every action, the final answer included. ``"reasoning"``: every
+    action but a well-formed answer, whose worth the outcome already measures (RFT only keeps
+    trajectories with a correct answer; RL's outcome reward scores it). The PRM learns from
+    MCTS siblings, which are almost all searches and conclusions; on answers it is out of its
+    training distribution, and a likelihood-type PRM scores a yes/no answer, a coin flip for the
+    policy, low however well the steps before it found the evidence. Measured on the demo's RFT
+    samples: of the correct trajectories' answers to yes/no comparisons, the PRM passed 0 of 201
+    (scalar head) and 1 of 201 (likelihood; 1,417 of 1,428 chain answers passed), so RFT all
+    but never trained on a comparison's answer.
+    A malformed answer stays judged: its format term is what must punish it.
+
+    >>> from prorag.agent.rollout import ActionRecord
+    >>> acts = [ActionRecord("search", (0, 3), True), ActionRecord("answer", (3, 5), True)]
+    >>> prm_judged_actions(acts, "all"), prm_judged_actions(acts, "reasoning")
+    ([0, 1], [0])
+    """
+    if scope not in PRM_SCOPES:
+        raise ValueError(f"prm_scope must be one of {PRM_SCOPES}, got {scope!r}")
+    return [i for i, a in enumerate(actions) if scope == "all" or not (a.kind == "answer" and a.well_formed)]
+
+
+def trajectory_step_rewards(
+    trajectories: Sequence[Trajectory], prm_logits: Sequence[Sequence[float]], config: StepRewardConfig | None = None
+) -> list[list[float]]:
+    """Per-trajectory lists of step rewards, given the PRM's logits (one per action of each
+    trajectory, as :meth:`ProcessRewardModel.score_trajectories` returns them).
+
+    I_step of each action is its token-level ``well_formed``. A trajectory without actions
+    (an empty completion) gets an empty list. Raises ``ValueError`` when the logits do not
+    match the actions (a bug in the caller, not malformed model output).
+    """
+    if len(trajectories) != len(prm_logits):
+        raise ValueError(f"PRM logits for {len(prm_logits)} trajectories, expected {len(trajectories)}")
+    out = []
+    for traj, logits in zip(trajectories, prm_logits, strict=True):
+        if len(logits) != len(traj.actions):
+            raise ValueError(f"trajectory {traj.id!r}: {len(logits)} PRM logits for {len(traj.actions)} actions")
+        out.append(step_rewards(logits, [a.well_formed for a in traj.actions], config))
+    return out
+
+
+def score_step_rewards(
+    scorer: StepScorer, trajectories: Sequence[Trajectory], config: StepRewardConfig | None = None
+) -> list[list[float]]:
+    """Score every action with the PRM (any object with ``score_trajectories``) and turn the
+    logits into step rewards (:func:`trajectory_step_rewards`)."""
+    trajs = list(trajectories)
+    return trajectory_step_rewards(trajs, scorer.score_trajectories(trajs), config)
+
+
+__all__ = [
+    "PRM_SCOPES",
+    "PRMScope",
+    "REFERENCE_STEP_BONUS",
+    "REFERENCE_STEP_PENALTY",
+    "STEP_FORMS",
+    "StepForm",
+    "StepRewardConfig",
+    "prm_judged_actions",
+    "score_step_rewards",
+    "step_reward",
+    "step_rewards",
+    "trajectory_step_rewards",
+]

@@ -1,0 +1,586 @@
+"""The LLM teacher: an OpenAI-compatible chat model writes the ``<step>`` thoughts of gold trajectories.
+
+Stage 1's data (METHOD.md section 2) are gold decompositions rendered as ProRAG trajectories
+whose thoughts a teacher writes; the paper's teacher is GPT-4o. This module asks any server that
+speaks the chat-completions API (OpenAI, vLLM, llama.cpp, ...: ``POST {base_url}/chat/completions``)
+and hands the thoughts to :func:`prorag.agent.gold.render_gold` through the ordinary
+:class:`~prorag.agent.gold.Teacher` protocol (:class:`PrecomputedTeacher`), so rendering, retrieval
+and masks stay in one place. :mod:`prorag.stages.sft_data` drives it.
+
+One request per thought (not one per record)
+    A gold trajectory of ``h`` hops has ``2h + 1`` thoughts: before each search, after each
+    retrieval, before the answer. Each is asked for separately, with a prompt built from exactly
+    what the policy has seen at that moment plus the action it takes next: the search thought
+    of hop ``i`` sees the question, the earlier hops (query and conclusion) and hop ``i``'s
+    sub-question and query, not its documents or sub-answer; the conclude thought of hop ``i``
+    adds hop ``i``'s retrieved documents and sub-answer; the answer thought sees every hop. So
+    no thought can peek at a later hop: the prompt does not contain it (one JSON reply per record
+    could only *ask* the model not to use the later hops it was shown). The replies are single
+    lines of text, checked with simple rules (:func:`check_thought`), and a bad reply costs a
+    small retry, not a whole record; the cache is per thought, so a rerun after a partial failure
+    reuses every good thought. The price is more, smaller requests; the thoughts of a record do
+    not depend on one another (they are built from gold data, not from earlier generated
+    thoughts), so all of them run concurrently.
+
+Robustness
+    ``concurrency`` requests at a time (an ``asyncio.Semaphore`` held only while a request is in
+    flight, not while it waits to retry); retries with exponential backoff and jitter on 429,
+    5xx, timeouts and connection errors, honouring ``Retry-After``; a reply that is malformed
+    (no ``choices[0].message.content``), cut by ``max_tokens`` or fails :func:`check_thought`
+    is retried too. After ``max_retries`` retries the thought fails, and
+    :mod:`~prorag.stages.sft_data` drops its record (counted): nothing malformed is written.
+    401, 403 and 404 are configuration errors (key, model, URL) and stop the run at once
+    (:class:`LLMTeacherError`); another 4xx fails that thought only.
+
+Cache
+    A JSONL file of validated replies keyed by the SHA-256 of the request body (model, messages,
+    temperature, max_tokens: not the key or the URL), read at start and appended with a flush
+    per reply, so a rerun sends no request for a thought it already has. Cached replies are
+    re-checked (a stricter ``max_thought_chars`` asks again).
+
+Secrets
+    The key is read from the environment variable ``api_key_env`` at request time and sent as a
+    ``Bearer`` header; it is never logged, cached or put in an error message (server replies are
+    redacted before they are shown). Without the variable, requests go without a key (local
+    servers need none) and a warning names the variable.
+
+Usage
+    Token counts come from each reply's ``usage`` (every reply the server answered, including
+    rejected ones: they are billed); :meth:`LLMUsage.describe` prints them with the estimated
+    cost when prices are configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from prorag.agent.gold import Hop
+from prorag.agent.schema import TAGS
+from prorag.core.metrics import normalize_answer
+from prorag.data.jsonl import JsonlAppender, read_jsonl
+from prorag.data.records import Record
+from prorag.retrieval.base import Hit, format_documents
+
+log = logging.getLogger(__name__)
+
+ThoughtKind = Literal["search", "conclude", "answer"]
+
+#: Statuses that mean the configuration is wrong (key, model, URL): the run stops.
+FATAL_STATUSES = (401, 403, 404)
+
+#: A tag-like string in a thought, any case, spaces allowed (``< /step >``): the ten tags' names.
+_TAG_LIKE = re.compile(r"<\s*/?\s*(?:" + "|".join(sorted({re.escape(t.strip("</>")) for t in TAGS})) + r")\s*>", re.IGNORECASE)
+
+
+@dataclass
+class LLMTeacherConfig:
+    """Settings of the LLM teacher (``prorag sft-data --teacher llm``)."""
+
+    base_url: str
+    """API root, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``; requests go
+    to ``{base_url}/chat/completions``."""
+    model: str
+    """Model name as the server knows it (``gpt-4o`` in the paper)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the key (never the key itself: configs get shared)."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+    max_retries: int = 5
+    """Retries of one thought after its first request (errors and rejected replies alike)."""
+    backoff_base_s: float = 1.0
+    """First retry waits about this long, doubling each time (with jitter) up to ``backoff_max_s``."""
+    backoff_max_s: float = 60.0
+    max_retry_after_s: float = 300.0
+    """Cap on a server's ``Retry-After``."""
+    timeout_s: float = 60.0
+    """Per-request timeout (connect, read, write, pool)."""
+    temperature: float = 0.0
+    max_tokens: int = 128
+    """Completion tokens per thought; a reply cut by it is rejected (retried)."""
+    max_thought_chars: int = 400
+    """Longest accepted thought, in characters."""
+    cache_path: str | None = None
+    """Reply cache (JSONL); ``prorag sft-data`` defaults it to ``OUT.llm_cache.jsonl``. None: no cache."""
+    price_input_per_1k: float | None = None
+    """Price of 1,000 prompt tokens, for the cost estimate (any currency)."""
+    price_output_per_1k: float | None = None
+    """Price of 1,000 completion tokens."""
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://", self.base_url):
+            raise ValueError(f"LLMTeacherConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+        if not self.model:
+            raise ValueError("LLMTeacherConfig.model must be set")
+        for name in ("concurrency", "max_tokens", "max_thought_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LLMTeacherConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"LLMTeacherConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"LLMTeacherConfig.timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+class LLMTeacherError(ValueError):
+    """A configuration error the server reports (bad key, unknown model, wrong URL): the run stops."""
+
+
+# ----------------------------------------------------------------------------- thoughts for rendering
+
+
+@dataclass
+class RecordThoughts:
+    """Every thought of one record's gold trajectory."""
+
+    search: list[str]
+    """Before each hop's search."""
+    conclude: list[str]
+    """After each hop's retrieval."""
+    answer: str
+    """Before the final answer."""
+
+
+class PrecomputedTeacher:
+    """A :class:`~prorag.agent.gold.Teacher` that returns thoughts written beforehand, by record id."""
+
+    def __init__(self, thoughts: Mapping[str, RecordThoughts]) -> None:
+        self.thoughts = thoughts
+
+    def search_thought(self, record: Record, hops: Sequence[Hop], i: int) -> str:
+        return self.thoughts[record.id].search[i]
+
+    def conclude_thought(self, record: Record, hops: Sequence[Hop], i: int, hits: Sequence[Hit]) -> str:
+        return self.thoughts[record.id].conclude[i]
+
+    def answer_thought(self, record: Record, hops: Sequence[Hop]) -> str:
+        return self.thoughts[record.id].answer
+
+
+@dataclass
+class TeacherItem:
+    """What the teacher sees of one record: its gold hops and what the retriever returned for each."""
+
+    record: Record
+    hops: list[Hop]
+    hits: list[list[Hit]]
+
+
+# ----------------------------------------------------------------------------- prompts and checks
+
+SYSTEM_PROMPT = (
+    "You write the inner thoughts of a research assistant that answers a question by searching a "
+    "document collection step by step. You are told what the assistant knows so far and what it does "
+    "next; write the thought it has at that moment: one or two short first-person sentences, plain "
+    "text on a single line, with no tags, markup, lists or quotation marks around it. Never mention "
+    "anything the assistant has not seen yet. Reply with the thought only."
+)
+
+
+@dataclass
+class ThoughtRequest:
+    """One thought to ask for: which one, its chat messages, and what its check needs."""
+
+    record_id: str
+    kind: ThoughtKind
+    hop: int
+    """Hop index (search, conclude); -1 for the answer thought."""
+    messages: list[dict[str, str]]
+    withheld: str | None = None
+    """A search thought must not state this (the hop's sub-answer, not yet searched for) unless
+    the prompt already shows it."""
+    shown: str = ""
+    """The facts the prompt shows (for the leak check)."""
+
+
+def _found_so_far(hops: Sequence[Hop], upto: int) -> str:
+    if upto == 0:
+        return "Found so far: nothing yet."
+    lines = [f'- searched "{h.query}" and concluded: {h.answer}' for h in hops[:upto]]
+    return "Found so far:\n" + "\n".join(lines)
+
+
+def thought_requests(item: TeacherItem) -> list[ThoughtRequest]:
+    """The ``2h + 1`` requests of one record, in trajectory order (search 0, conclude 0, ..., answer).
+
+    The prompt of hop ``i`` is built from hops ``<= i`` only (see the module docstring).
+    """
+    record, hops = item.record, item.hops
+    out: list[ThoughtRequest] = []
+
+    def msgs(user: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    for i, hop in enumerate(hops):
+        known = _found_so_far(hops, i)
+        search = (
+            f"Question: {record.question}\n{known}\n"
+            f'Next action: search for "{hop.query}" to find out: {hop.question}\n'
+            "Write the thought the assistant has just before this search: what is still missing and why "
+            "this search comes next. The result of the search is not known yet: do not guess it."
+        )
+        shown = " ".join([record.question, hop.question, hop.query, *(f"{h.query} {h.answer}" for h in hops[:i])])
+        out.append(ThoughtRequest(record.id, "search", i, msgs(search), withheld=hop.answer, shown=shown))
+        docs = format_documents(item.hits[i]) if item.hits[i] else "(no documents)"
+        conclude = (
+            f"Question: {record.question}\n{known}\n"
+            f'The assistant searched "{hop.query}" to find out: {hop.question}\n'
+            f"The search returned:\n{docs}\n"
+            f'Next action: conclude "{hop.answer}".\n'
+            "Write the thought that leads from these documents to this conclusion, naming the document "
+            "that states it; if none states it, say that the documents do not state it directly."
+        )
+        out.append(ThoughtRequest(record.id, "conclude", i, msgs(conclude)))
+    answer = (
+        f"Question: {record.question}\n{_found_so_far(hops, len(hops))}\n"
+        f'Next action: give the final answer "{record.golden_answers[0]}".\n'
+        "Write the thought that combines these findings into the final answer."
+    )
+    out.append(ThoughtRequest(record.id, "answer", -1, msgs(answer)))
+    return out
+
+
+def check_thought(text: str, *, max_chars: int, withheld: str | None = None, shown: str = "") -> str | None:
+    """Why ``text`` cannot be a thought, or None if it can.
+
+    A thought is non-empty, one line after stripping, at most ``max_chars`` characters, holds no
+    ProRAG tag (nor a tag-like ``< /step >``: the trajectory would not parse), and a search thought
+    does not state the sub-answer it is about to search for (``withheld``, SQuAD-normalised,
+    whole words) unless the prompt already showed it (``shown``).
+    """
+    t = text.strip()
+    if not t:
+        return "empty"
+    if "\n" in t or "\r" in t:
+        return "several lines"
+    if len(t) > max_chars:
+        return "too long"
+    if _TAG_LIKE.search(t):
+        return "contains a tag"
+    if withheld:
+        w = normalize_answer(withheld)
+        if len(w) >= 2 and f" {w} " in f" {normalize_answer(t)} " and f" {w} " not in f" {normalize_answer(shown)} ":
+            return "states the sub-answer before searching"
+    return None
+
+
+# ----------------------------------------------------------------------------- usage
+
+
+@dataclass
+class LLMUsage:
+    """What the teacher did: requests, retries, cache hits, rejections, tokens."""
+
+    requests: int = 0
+    """HTTP requests sent (retries included)."""
+    retries: int = 0
+    cache_hits: int = 0
+    thoughts: int = 0
+    """Thoughts obtained (from the cache or the server)."""
+    failed_thoughts: int = 0
+    """Thoughts with no acceptable reply after every retry."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    """Replies rejected, by reason (malformed, cut, :func:`check_thought`'s reasons)."""
+    errors: Counter[str] = field(default_factory=Counter)
+    """Failed requests, by kind (``http 429``, ``http 500``, ``timeout``, ``connection``)."""
+
+    def cost(self, config: LLMTeacherConfig) -> float | None:
+        """Estimated cost from the token counts and the configured prices (None without prices)."""
+        if config.price_input_per_1k is None and config.price_output_per_1k is None:
+            return None
+        return (
+            self.prompt_tokens * (config.price_input_per_1k or 0.0) + self.completion_tokens * (config.price_output_per_1k or 0.0)
+        ) / 1000
+
+    def describe(self, config: LLMTeacherConfig) -> str:
+        lines = [
+            f"LLM teacher {config.model}: {self.thoughts} thoughts ({self.cache_hits} from the cache), "
+            f"{self.requests} requests, {self.retries} retries, {self.failed_thoughts} thoughts failed",
+            f"  tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion",
+        ]
+        cost = self.cost(config)
+        lines.append(f"  estimated cost: {cost:.4f}" if cost is not None else "  estimated cost: n/a (no prices configured)")
+        if self.rejected:
+            lines.append("  rejected replies: " + ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())))
+        if self.errors:
+            lines.append("  failed requests: " + ", ".join(f"{n} {e}" for e, n in sorted(self.errors.items())))
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the client
+
+
+def request_key(body: Mapping[str, Any]) -> str:
+    """Cache key of a request body: SHA-256 of its canonical JSON."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Wait before retry ``attempt`` (0-based): ``min(cap, base * 2**attempt)``, of which the
+    second half is random ("equal jitter": never zero, spreads a burst of 429s)."""
+    top = min(cap, base * 2**attempt)
+    return top / 2 + rng.uniform(0, top / 2)
+
+
+def _count(value: Any) -> int:
+    """A token count from a reply's ``usage`` (0 when absent or not a number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _content(payload: Any) -> tuple[str | None, str | None]:
+    """``(content, finish_reason)`` of a chat-completions reply, or ``(None, None)`` if malformed."""
+    try:
+        choice = payload["choices"][0]
+        content = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return None, None
+    if not isinstance(content, str):
+        return None, None
+    return content, choice.get("finish_reason") if isinstance(choice, dict) else None
+
+
+class ChatClient:
+    """Chat completions with a concurrency limit, retries, a validating reply cache and usage counts.
+
+    Use inside ``async with client:`` (opens the HTTP connection pool and the cache file); the
+    cache and the counts outlive the block, so one client serves several blocks in a row.
+    """
+
+    def __init__(
+        self,
+        config: LLMTeacherConfig,
+        *,
+        usage: LLMUsage | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.usage = usage or LLMUsage()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._cache: dict[str, str] = {}
+        if config.cache_path and Path(config.cache_path).is_file():
+            for row in read_jsonl(config.cache_path, tolerate_truncated_tail=True):
+                if isinstance(row.get("key"), str) and isinstance(row.get("content"), str):
+                    self._cache[row["key"]] = row["content"]
+            log.info("LLM reply cache %s: %d replies", config.cache_path, len(self._cache))
+        self._http: httpx.AsyncClient | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._appender: JsonlAppender | None = None
+        self._warned = False
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.config.api_key_env)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _redact(self, text: str) -> str:
+        key = os.environ.get(self.config.api_key_env)
+        return text.replace(key, "***") if key else text
+
+    async def __aenter__(self) -> ChatClient:
+        if not os.environ.get(self.config.api_key_env) and not self._warned:
+            log.warning("environment variable %s is not set: requests go without an API key", self.config.api_key_env)
+            self._warned = True
+        limits = httpx.Limits(max_connections=self.config.concurrency, max_keepalive_connections=self.config.concurrency)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s), limits=limits, headers=self._headers())
+        self._sem = asyncio.Semaphore(self.config.concurrency)
+        if self.config.cache_path:
+            self._appender = JsonlAppender(self.config.cache_path)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+        if self._appender is not None:
+            self._appender.close()
+        self._http = self._sem = self._appender = None
+
+    def body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """The request body (also what the cache key hashes)."""
+        c = self.config
+        return {"model": c.model, "messages": messages, "temperature": c.temperature, "max_tokens": c.max_tokens}
+
+    async def complete(self, messages: list[dict[str, str]], check: Callable[[str], str | None]) -> str | None:
+        """The stripped reply to ``messages`` that ``check`` accepts (returns None), from the cache
+        or the server; None once ``max_retries`` retries are spent. Raises
+        :class:`LLMTeacherError` on a fatal status (401, 403, 404)."""
+        if self._http is None or self._sem is None:
+            raise RuntimeError("ChatClient.complete needs `async with client:`")
+        c, usage = self.config, self.usage
+        body = self.body(messages)
+        key = request_key(body)
+        cached = self._cache.get(key)
+        if cached is not None and check(cached) is None:
+            usage.cache_hits += 1
+            usage.thoughts += 1
+            return cached.strip()
+        delay = 0.0
+        for attempt in range(c.max_retries + 1):
+            if attempt:
+                usage.retries += 1
+                await self._sleep(delay)
+            delay = backoff_delay(attempt, c.backoff_base_s, c.backoff_max_s, self._rng)
+            try:
+                async with self._sem:
+                    usage.requests += 1
+                    resp = await self._http.post(c.url, json=body)
+            except httpx.TimeoutException:
+                usage.errors["timeout"] += 1
+                continue
+            except httpx.TransportError:
+                usage.errors["connection"] += 1
+                continue
+            status = resp.status_code
+            if status in FATAL_STATUSES:
+                detail = self._redact(resp.text[:300]).replace("\n", " ")
+                raise LLMTeacherError(f"{c.url}: HTTP {status} (check --base-url, --model and ${c.api_key_env}): {detail}")
+            if status != 200:
+                usage.errors[f"http {status}"] += 1
+                if status == 429 or status >= 500:
+                    wait = parse_retry_after(resp.headers.get("retry-after"))
+                    if wait is not None:
+                        delay = min(wait, c.max_retry_after_s)
+                    continue
+                break  # another 4xx: this request will not succeed by asking again
+            try:
+                payload = resp.json()
+            except ValueError:
+                payload = None
+            if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+                usage.prompt_tokens += _count(payload["usage"].get("prompt_tokens"))
+                usage.completion_tokens += _count(payload["usage"].get("completion_tokens"))
+            content, finish = _content(payload)
+            if content is None:
+                usage.rejected["malformed reply"] += 1
+                continue
+            if finish == "length":
+                usage.rejected["cut by max_tokens"] += 1
+                continue
+            reason = check(content)
+            if reason is not None:
+                usage.rejected[reason] += 1
+                continue
+            content = content.strip()
+            self._cache[key] = content
+            if self._appender is not None:
+                self._appender.append({"key": key, "model": c.model, "content": content})
+            usage.thoughts += 1
+            return content
+        usage.failed_thoughts += 1
+        return None
+
+
+class LLMTeacher:
+    """Writes every thought of gold trajectories with a chat model (see the module docstring).
+
+    :meth:`write_thoughts` returns, per record id, its :class:`RecordThoughts`, or None when one
+    of its thoughts failed (the record is to be dropped). ``usage`` accumulates over calls.
+    """
+
+    def __init__(self, config: LLMTeacherConfig, **client_kwargs: Any) -> None:
+        self.config = config
+        self.client = ChatClient(config, **client_kwargs)
+
+    @property
+    def usage(self) -> LLMUsage:
+        return self.client.usage
+
+    def write_thoughts(self, items: Sequence[TeacherItem]) -> dict[str, RecordThoughts | None]:
+        """Synchronous :meth:`awrite_thoughts` (runs its own event loop)."""
+        return asyncio.run(self.awrite_thoughts(items))
+
+    async def awrite_thoughts(self, items: Sequence[TeacherItem]) -> dict[str, RecordThoughts | None]:
+        requests = [r for item in items for r in thought_requests(item)]
+        max_chars = self.config.max_thought_chars
+        async with self.client:
+            try:
+                async with asyncio.TaskGroup() as tg:  # a fatal error cancels the other requests
+                    tasks = [
+                        tg.create_task(
+                            self.client.complete(
+                                r.messages,
+                                lambda text, r=r: check_thought(text, max_chars=max_chars, withheld=r.withheld, shown=r.shown),
+                            )
+                        )
+                        for r in requests
+                    ]
+            except ExceptionGroup as group:
+                fatal = [e for e in group.exceptions if isinstance(e, LLMTeacherError)]
+                if fatal:
+                    raise fatal[0] from None
+                raise
+        got: dict[str, list[tuple[ThoughtRequest, str | None]]] = {}
+        for r, t in zip(requests, tasks, strict=True):
+            got.setdefault(r.record_id, []).append((r, t.result()))
+        out: dict[str, RecordThoughts | None] = {}
+        for item in items:
+            pairs = got.get(item.record.id, [])
+            if any(text is None for _, text in pairs):
+                out[item.record.id] = None
+                continue
+            out[item.record.id] = RecordThoughts(
+                search=[text for r, text in pairs if r.kind == "search"],  # type: ignore[misc]
+                conclude=[text for r, text in pairs if r.kind == "conclude"],  # type: ignore[misc]
+                answer=next(text for r, text in pairs if r.kind == "answer"),  # type: ignore[misc]
+            )
+        return out
+
+
+__all__ = [
+    "ChatClient",
+    "LLMTeacher",
+    "LLMTeacherConfig",
+    "LLMTeacherError",
+    "LLMUsage",
+    "PrecomputedTeacher",
+    "RecordThoughts",
+    "SYSTEM_PROMPT",
+    "TeacherItem",
+    "ThoughtRequest",
+    "backoff_delay",
+    "check_thought",
+    "parse_retry_after",
+    "request_key",
+    "thought_requests",
+]

@@ -1,0 +1,549 @@
+"""The process reward model R_phi: a scalar score of one reasoning step in its context.
+
+R_phi (METHOD.md section 2, stage 2) is the policy's own backbone with a scalar head: a
+transformers ``*ForSequenceClassification`` model with ``num_labels=1``, whose backbone is
+copied from the policy checkpoint (``pi_sft``) and whose head (a bias-free ``hidden -> 1``
+linear, ``score``) is new. Its input is ``context + step``: the question's prompt and the whole
+history before the step (retrieval text included), then the step's own tokens; its output is
+one logit, read on the **last real token** of the input (the step's closing tag), where a
+causal model has seen the whole context and the whole step.
+
+Three choices a reader should know:
+
+* **The read-out position comes from the attention mask, not from the pad id.**
+  transformers' own head takes the rightmost token that is not the pad id; when the pad token
+  is the EOS token (SmolLM2, most chat models) a step that ends in EOS (a rollout cut by its
+  end-of-sequence) would be read one token early. :func:`last_token_rewards` takes the last
+  position whose mask is 1 and gives position ids counted over real tokens only, so a row
+  scores the same padded on the right, padded on the left, or alone (tested).
+* **Long inputs are cut from the left** (:func:`truncate_left`): the step must survive whole,
+  and what is lost first is the oldest history, then the prompt. A step longer than the budget
+  keeps its last tokens, so the read-out token is always the step's end.
+* **Optional read-out token.** The reference code appends EOS after the step and reads the
+  score there; ``append_eos=True`` does the same (the saved model remembers it, so scoring
+  always matches training). Off by default: the step's closing tag is already a fixed,
+  well-trained token at the step's end.
+
+A second kind, ``kind="likelihood"`` (an option; the paper's head is the default), keeps the
+policy's causal LM head instead of adding a scalar one: the step's score is
+``beta * (mean_t log p(step_t | context, step_<t) - offset)``, the length-normalised likelihood
+that SimPO (Meng et al., 2024) uses as an implicit reward, trained with the same pairwise loss.
+Why: MCTS siblings are the policy's own samples, and its likelihood alone already ranks the
+demo's held-out oracle pairs at 0.86 where a scalar head trained on 3.5k pairs reached 0.63; this
+kind starts from that ranking, and Eq. 4 training goes on from there (whether it helps is for a
+validation split to say: on those pairs it did not, and the initial weights were kept; see
+``PRMConfig.validation_fraction``). The pairwise loss cannot set a zero point,
+so ``offset`` is fitted after training (the threshold that best separates chosen from rejected
+training steps), and a logit above 0 means what it means for the head (RFT's filter).
+
+Saved models (:meth:`ProcessRewardModel.save`) are ordinary transformers folders (safetensors,
+config with ``num_labels=1`` or a causal LM's, tokenizer) plus ``reward_model.json``
+(``max_length``, ``append_eos``, ``kind``, ``beta``, ``offset``);
+:meth:`ProcessRewardModel.load` reads them back for the later stages (RFT's filter, RL's step
+rewards), which call :meth:`~ProcessRewardModel.score_trajectories` or any object with that
+method (:class:`StepScorer`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from prorag.method.rewards.process import StepScorer
+
+if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from prorag.agent.rollout import Trajectory
+
+log = logging.getLogger(__name__)
+
+#: The file beside the weights that says how inputs are built.
+SETTINGS_FILE = "reward_model.json"
+#: Longest input (context + step) in tokens: the reference code's ``max_seq_length``.
+DEFAULT_MAX_LENGTH = 4096
+
+#: What a PRM's score is read from: a scalar ``head`` on the last hidden state (the paper), or
+#: the causal LM's mean ``likelihood`` of the step (see the module docstring).
+RewardKind = Literal["head", "likelihood"]
+REWARD_KINDS: tuple[str, ...] = ("head", "likelihood")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def truncate_left(context: Sequence[int], step: Sequence[int], max_length: int) -> list[int]:
+    """``context + step`` cut from the left to at most ``max_length`` tokens.
+
+    The step is what is scored, so it is kept whole and the context loses its oldest tokens
+    first (a long history is dropped before the recent retrieval the step builds on). If the
+    step alone is longer than ``max_length`` its last ``max_length`` tokens are kept: the end
+    of the step, where the score is read, always survives.
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1, got {max_length}")
+    ids = [*context, *step]
+    return [int(t) for t in ids[-max_length:]]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``sequences`` padded with ``pad_id`` on ``side``
+    (``"right"`` or ``"left"``) to the longest one."""
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    if not sequences:
+        raise ValueError("pad_batch needs at least one sequence")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        n = len(s)
+        if n == 0:
+            raise ValueError(f"sequence {i} is empty")
+        cols = slice(0, n) if side == "right" else slice(width - n, width)
+        ids[i, cols] = torch.as_tensor(list(s), dtype=torch.long)
+        mask[i, cols] = 1
+    return ids, mask
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of inputs grouped ``batch_size`` at a time, longest first: each batch pads its
+    rows to nearly the same length, and the first batch shows at once whether the longest
+    input fits in memory."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+# ----------------------------------------------------------------------------- the read-out
+
+
+def last_token_rewards(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The scalar head on the hidden state of each row's last real token: ``(B,)`` float32 logits.
+
+    ``model`` is a transformers sequence-classification model (backbone under
+    ``model.base_model_prefix``, head ``model.score``). The last real token is the last
+    position whose ``attention_mask`` is 1, wherever the padding is, and whatever the pad id is.
+    Position ids count real tokens only (``cumsum(mask) - 1``), so left padding shifts nothing
+    and a padded row computes exactly what it would alone. The head runs on the ``B`` chosen
+    hidden states only, not on every position.
+    """
+    backbone = getattr(model, model.base_model_prefix)
+    mask = attention_mask.to(input_ids.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False).last_hidden_state
+    index = torch.arange(mask.shape[-1], device=mask.device)
+    last = (index * mask).argmax(-1)
+    picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), last.to(hidden.device)]
+    return model.score(picked).squeeze(-1).float()
+
+
+def action_end_rewards(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: Sequence[Sequence[int]]
+) -> list[list[float]]:
+    """The scalar head at chosen positions of each row (right-padded): ``positions[b]`` lists
+    the token indices of row ``b`` to read. With a causal backbone the hidden state at index
+    ``p`` depends on tokens ``0..p`` only, so reading it equals scoring the prefix ``0..p`` alone
+    (:func:`last_token_rewards` on that prefix), for every position at the price of one pass."""
+    backbone = getattr(model, model.base_model_prefix)
+    mask = attention_mask.to(input_ids.device)
+    pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos_ids, use_cache=False).last_hidden_state
+    rows = torch.tensor([b for b, ps in enumerate(positions) for _ in ps], dtype=torch.long, device=hidden.device)
+    cols = torch.tensor([p for ps in positions for p in ps], dtype=torch.long, device=hidden.device)
+    flat = model.score(hidden[rows, cols]).squeeze(-1).float().cpu().tolist() if len(cols) else []
+    return split_rows(flat, [len(ps) for ps in positions])
+
+
+def split_rows(flat: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
+    """``flat`` cut into consecutive rows of ``sizes`` (the per-row layout of values computed in
+    one flat batch)."""
+    out: list[list[float]] = []
+    at = 0
+    for n in sizes:
+        out.append(list(flat[at : at + n]))
+        at += n
+    return out
+
+
+def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` float32: entry ``t`` is ``log p(input_ids[:, t] | input_ids[:, :t])`` under the
+    causal LM ``model`` (entry 0, which nothing predicts, is 0). Position ids count real tokens
+    only, as in :func:`last_token_rewards`, so any padding leaves the real entries unchanged."""
+    mask = attention_mask.to(input_ids.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(logp, (1, 0))
+
+
+def span_means(values: torch.Tensor, rows: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> torch.Tensor:
+    """``(N,)``: the mean of ``values[rows[i], starts[i]:ends[i]]`` for each ``i`` (0 for an empty
+    span), from one cumulative sum, so it stays differentiable and costs no Python loop."""
+    if not len(rows):
+        return values.new_zeros(0)
+    csum = torch.nn.functional.pad(values.cumsum(-1), (1, 0))
+    r = torch.as_tensor(list(rows), dtype=torch.long, device=values.device)
+    a = torch.as_tensor(list(starts), dtype=torch.long, device=values.device)
+    b = torch.as_tensor(list(ends), dtype=torch.long, device=values.device)
+    n = (b - a).clamp(min=0)
+    total = csum[r, b.clamp(min=a)] - csum[r, a]
+    return torch.where(n > 0, total / n.clamp(min=1).to(values.dtype), torch.zeros_like(total))
+
+
+def step_token_count(step_length: int, input_length: int) -> int:
+    """How many of a step's tokens a likelihood can be read on, the step being the last
+    ``step_length`` tokens of an input of ``input_length``: all but a first token of the input
+    (which nothing predicts), and none of an empty step."""
+    return max(0, min(int(step_length), int(input_length) - 1))
+
+
+def likelihood_rewards(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    step_lengths: Sequence[int] | torch.Tensor,
+    *,
+    beta: float = 1.0,
+    offset: float = 0.0,
+) -> torch.Tensor:
+    """The ``likelihood`` kind's logits ``(B,)``: ``beta * (mean log p(step) - offset)``, the step
+    being the last ``step_lengths[b]`` real tokens of row ``b`` (right padding); a step with no
+    readable token (:func:`step_token_count`) has mean 0."""
+    lengths = attention_mask.sum(-1).tolist()
+    counts = [step_token_count(int(n), int(L)) for n, L in zip(list(step_lengths), lengths, strict=True)]
+    logp = token_logprobs(model, input_ids, attention_mask)
+    ends = [int(L) for L in lengths]
+    means = span_means(logp, range(len(ends)), [e - c for e, c in zip(ends, counts, strict=True)], ends)
+    return float(beta) * (means - float(offset))
+
+
+def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """``sigmoid(logit)``: the probability that a step is the better one of a pair (the
+    Bradley-Terry reading of the pairwise loss; RFT keeps steps above 0.5, i.e. logit > 0)."""
+    return torch.sigmoid(torch.as_tensor(logits, dtype=torch.float32))
+
+
+# ----------------------------------------------------------------------------- building one
+
+
+def reward_model_from_policy(
+    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0, kind: RewardKind = "head"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A fresh reward model on the backbone of a policy checkpoint (or a training run folder).
+
+    The policy is loaded with :func:`~prorag.models.load_policy` (so the tags are registered and
+    the pad token set exactly as for the policy), then its backbone weights are copied into a
+    ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``; the causal
+    LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in a forked RNG
+    (same seed, same head; the caller's random state is untouched). ``kind="likelihood"``: the
+    policy itself, causal LM head kept (its config says ``num_labels=1``, which TRL's reward
+    trainer checks and a causal LM ignores).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    from prorag.models import load_policy
+
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
+    causal, tokenizer = load_policy(str(policy), dtype=dtype)
+    config = causal.config
+    config.num_labels = 1
+    if kind == "likelihood":
+        config.pad_token_id = tokenizer.pad_token_id
+        return causal, tokenizer
+    config.pad_token_id = tokenizer.pad_token_id
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForSequenceClassification.from_config(config, dtype=causal.dtype)
+    backbone = getattr(model, model.base_model_prefix)
+    backbone.load_state_dict(getattr(causal, causal.base_model_prefix).state_dict(), strict=True)
+    del causal
+    return model, tokenizer
+
+
+def model_folder(path: str | os.PathLike[str]) -> Path:
+    """The reward model folder ``path`` names: itself, or the ``prm/`` of a ``prorag prm`` run."""
+    folder = Path(path)
+    if not (folder / SETTINGS_FILE).is_file() and (folder / "prm" / SETTINGS_FILE).is_file():
+        return folder / "prm"
+    return folder
+
+
+# ----------------------------------------------------------------------------- the scorer
+
+
+class ProcessRewardModel:
+    """R_phi with its tokenizer and input settings: batched scoring of (context, step) pairs.
+
+    ``max_length`` bounds every input (:func:`truncate_left`); ``append_eos`` appends the
+    tokenizer's EOS after the step and reads the score there (see the module docstring).
+    ``kind`` says how the logit is read (:data:`RewardKind`); ``beta`` and ``offset`` are the
+    ``likelihood`` kind's scale and zero point (unused by the head).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        append_eos: bool = False,
+        kind: RewardKind = "head",
+        beta: float = 1.0,
+        offset: float = 0.0,
+    ) -> None:
+        if kind not in REWARD_KINDS:
+            raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
+        if append_eos and tokenizer.eos_token_id is None:
+            raise ValueError("append_eos needs a tokenizer with an EOS token")
+        if append_eos and kind == "likelihood":
+            raise ValueError("append_eos reads a head on an appended EOS; the likelihood kind reads the step's own tokens")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the reward model's tokenizer needs a pad token")
+        if not beta > 0:
+            raise ValueError(f"beta must be > 0, got {beta}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.append_eos = bool(append_eos)
+        self.kind: RewardKind = kind
+        self.beta = float(beta)
+        self.offset = float(offset)
+
+    # ---- inputs
+
+    def build_input(self, context: Sequence[int], step: Sequence[int]) -> list[int]:
+        """The ids the model scores for one (context, step): ``context + step (+ EOS)`` cut from the left."""
+        tail = [*step, int(self.tokenizer.eos_token_id)] if self.append_eos else list(step)
+        ids = truncate_left(context, tail, self.max_length)
+        if not ids:
+            raise ValueError("nothing to score: both the context and the step are empty")
+        return ids
+
+    # ---- scoring
+
+    @torch.inference_mode()
+    def score(self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32) -> torch.Tensor:
+        """The logit R_phi(context_i, step_i) of every pair: a ``(N,)`` float32 CPU tensor.
+
+        Inputs are sorted by length and scored ``batch_size`` at a time (padded on the right:
+        little padding per batch), and the logits returned in the given order. An empty step is
+        read on the last context token (every action of a trajectory gets a logit; the
+        likelihood kind gives it a mean of 0).
+        """
+        if len(contexts) != len(steps):
+            raise ValueError(f"{len(contexts)} contexts but {len(steps)} steps")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        inputs = [self.build_input(c, s) for c, s in zip(contexts, steps, strict=True)]
+        out = torch.empty(len(inputs), dtype=torch.float32)
+        if not inputs:
+            return out
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        try:
+            for rows in length_batches([len(x) for x in inputs], batch_size):
+                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                if self.kind == "likelihood":
+                    lengths = [len(steps[i]) for i in rows]
+                    logits = likelihood_rewards(
+                        self.model, ids.to(device), mask.to(device), lengths, beta=self.beta, offset=self.offset
+                    )
+                else:
+                    logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
+                out[torch.tensor(rows)] = logits.cpu()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def probabilities(
+        self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32
+    ) -> torch.Tensor:
+        """:func:`reward_probability` of :meth:`score`."""
+        return reward_probability(self.score(contexts, steps, batch_size))
+
+    def score_trajectories(self, trajectories: Sequence[Trajectory], batch_size: int = 32) -> list[list[float]]:
+        """One logit per action of each trajectory, actions of every kind (``None`` included).
+
+        Action ``a`` of trajectory ``y`` is scored with context ``y.prompt_ids +
+        y.completion_ids[:a.span[0]]`` (everything before it, retrieval text included) and step
+        ``y.completion_ids[a.span[0]:a.span[1]]``.
+
+        The PRM is causal, so the input of action ``a`` is a prefix of the trajectory and its
+        score is the head on the trajectory's hidden state at the action's last token: one
+        forward pass per trajectory scores all its actions (:func:`action_end_rewards`), instead
+        of one pass per action over an ever longer context. That is exact whenever no input
+        needs cutting and no EOS is appended; other trajectories (longer than ``max_length``,
+        or with ``append_eos``) go through :meth:`score` action by action.
+        """
+        out: list[list[float] | None] = [None] * len(trajectories)
+        whole: list[int] = []
+        for i, traj in enumerate(trajectories):
+            if not traj.actions:
+                out[i] = []
+                continue
+            end = max(a.span[1] for a in traj.actions)
+            if not self.append_eos and 0 < len(traj.prompt_ids) + end <= self.max_length:
+                whole.append(i)
+        if whole:
+            for i, row in zip(whole, self._score_in_one_pass([trajectories[i] for i in whole], batch_size), strict=True):
+                out[i] = row
+        rest = [i for i in range(len(trajectories)) if out[i] is None]
+        contexts: list[list[int]] = []
+        steps: list[list[int]] = []
+        for i in rest:
+            traj = trajectories[i]
+            for action in traj.actions:
+                start, end = action.span
+                contexts.append([*traj.prompt_ids, *traj.completion_ids[:start]])
+                steps.append(list(traj.completion_ids[start:end]))
+        flat = self.score(contexts, steps, batch_size).tolist()
+        for i, row in zip(rest, split_rows(flat, [len(trajectories[i].actions) for i in rest]), strict=True):
+            out[i] = row
+        return [row or [] for row in out]
+
+    @torch.inference_mode()
+    def _score_in_one_pass(self, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
+        """Every action of each trajectory from one forward pass over the trajectory."""
+        inputs: list[list[int]] = []
+        reads: list[list[int]] = []
+        spans: list[list[tuple[int, int]]] = []
+        for traj in trajectories:
+            end = max(a.span[1] for a in traj.actions)
+            inputs.append([*traj.prompt_ids, *traj.completion_ids[:end]])
+            # An empty action is read on the token before it, as score() reads an empty step.
+            reads.append([len(traj.prompt_ids) + a.span[1] - 1 for a in traj.actions])
+            # The likelihood kind: each action's tokens, never the input's first (nothing predicts it).
+            spans.append([(max(1, len(traj.prompt_ids) + a.span[0]), len(traj.prompt_ids) + a.span[1]) for a in traj.actions])
+        was_training = self.model.training
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        out: list[list[float]] = [[] for _ in trajectories]
+        try:
+            for rows in length_batches([len(x) for x in inputs], batch_size):
+                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                if self.kind == "likelihood":
+                    scores = self._action_likelihoods(ids.to(device), mask.to(device), [spans[i] for i in rows])
+                else:
+                    scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
+                for i, row in zip(rows, scores, strict=True):
+                    out[i] = row
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _action_likelihoods(
+        self, ids: torch.Tensor, mask: torch.Tensor, spans: Sequence[Sequence[tuple[int, int]]]
+    ) -> list[list[float]]:
+        """The likelihood kind's logit of each ``(start, end)`` token span of each row, from one pass."""
+        logp = token_logprobs(self.model, ids, mask)
+        rows = [b for b, row in enumerate(spans) for _ in row]
+        means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
+        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), [len(row) for row in spans])
+
+    # ---- files
+
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:
+        """Write the model folder atomically (as :func:`~prorag.models.save_policy` does a policy):
+        safetensors weights, config, tokenizer and :data:`SETTINGS_FILE`, built in a temporary
+        folder beside ``out_dir`` and renamed into place; an existing ``out_dir`` is replaced."""
+        from prorag.models import save_checkpoint
+
+        settings = {
+            "max_length": self.max_length,
+            "append_eos": self.append_eos,
+            "kind": self.kind,
+            "beta": self.beta,
+            "offset": self.offset,
+        }
+        return save_checkpoint(
+            self.model, self.tokenizer, out_dir, extra_files={SETTINGS_FILE: json.dumps(settings, indent=2) + "\n"}
+        )
+
+    @staticmethod
+    def digest(path: str | os.PathLike[str]) -> str:
+        """A short SHA-256 of a saved PRM's weight files (a :meth:`load`-able folder): what a stage
+        that stores PRM scores records, so that resuming with another PRM is refused rather than
+        mixing two models' scores."""
+        import hashlib
+
+        folder = model_folder(path)
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights:
+            from prorag.core.errors import DataError
+
+            raise DataError(str(folder), "no *.safetensors weights of a process reward model")
+        h = hashlib.sha256()
+        for file in weights:
+            with file.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        return h.hexdigest()[:16]
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], device: str | None = None, *, dtype: str | torch.dtype = "auto"
+    ) -> ProcessRewardModel:
+        """Load a folder written by :meth:`save` (or a ``prorag prm`` run folder: its ``prm/``),
+        in eval mode, on ``device`` (default: CPU)."""
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+        from prorag.core.errors import DataError
+        from prorag.models import as_dtype
+
+        folder = model_folder(path)
+        settings_path = folder / SETTINGS_FILE
+        if not settings_path.is_file():
+            raise DataError(str(folder), f"not a process reward model folder (no {SETTINGS_FILE})")
+        settings: dict[str, Any] = json.loads(settings_path.read_text(encoding="utf-8"))
+        kind = settings.get("kind", "head")
+        if kind not in REWARD_KINDS:
+            raise DataError(str(settings_path), f"field 'kind': expected one of {REWARD_KINDS}, got {kind!r}")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        if kind == "likelihood":
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=as_dtype(dtype))
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
+            if getattr(model.config, "num_labels", None) != 1:
+                raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
+        if device is not None:
+            model.to(device)
+        model.eval()
+        return cls(
+            model,
+            tokenizer,
+            max_length=int(settings["max_length"]),
+            append_eos=bool(settings.get("append_eos", False)),
+            kind=kind,
+            beta=float(settings.get("beta", 1.0)),
+            offset=float(settings.get("offset", 0.0)),
+        )
+
+
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "REWARD_KINDS",
+    "SETTINGS_FILE",
+    "ProcessRewardModel",
+    "RewardKind",
+    "StepScorer",
+    "last_token_rewards",
+    "length_batches",
+    "likelihood_rewards",
+    "span_means",
+    "split_rows",
+    "step_token_count",
+    "token_logprobs",
+    "model_folder",
+    "pad_batch",
+    "reward_model_from_policy",
+    "reward_probability",
+    "truncate_left",
+]

@@ -1,0 +1,510 @@
+"""Tests for prorag.core.metrics: hand-computed golden cases, pitfalls, and properties.
+
+Every expected value below is computed by hand (the arithmetic is in the comments or in the
+test), following the official SQuAD v1.1 / HotpotQA evaluation scripts' definitions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prorag.core.metrics import (
+    ANSWER_METRICS,
+    PairedTest,
+    answer_metrics,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    mean_and_spread,
+    normalize_answer,
+    paired_t_test,
+    ranking_auc,
+    retrieval_recall,
+    substring_match,
+)
+
+ANSWER_FUNCTIONS = {
+    "em": exact_match,
+    "f1": f1_score,
+    "cover_em": cover_exact_match,
+    "substring_acc": substring_match,
+}
+
+# No example database: the tests must not write a .hypothesis folder into the repository.
+PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  An apple   a day\tkeeps\n", "apple day keeps"),
+        ("theatre", "theatre"),  # "the" inside a word is kept
+        ("Anna", "anna"),  # "an" inside a word is kept
+        ("A Theatre", "theatre"),
+        ("1,000", "1000"),  # punctuation is deleted, not replaced by a space
+        ("3.14", "314"),
+        ("U.S.", "us"),
+        ("well-known", "wellknown"),
+        ("The-End", "theend"),  # punctuation goes first, so "the" is no longer a word
+        ("(The) End", "end"),
+        ("rock\u2013paper", "rock\u2013paper"),  # an en dash is not in string.punctuation
+        ("The", ""),
+        ("?!", ""),
+        ("", ""),
+        ("   ", ""),
+    ],
+)
+def test_normalize_answer_matches_squad_rules(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+# --------------------------------------------------------------------------- EM and F1 golden cases
+
+
+def test_em_and_f1_after_normalisation() -> None:
+    assert exact_match("The Eiffel Tower!", "eiffel tower") == 1.0
+    assert f1_score("The Eiffel Tower!", "eiffel tower") == 1.0
+    assert exact_match("1,000", "1000") == 1.0
+
+
+def test_f1_partial_overlap_by_hand() -> None:
+    # [big, red, dog] vs [red, dog, barked]: overlap 2, P = 2/3, R = 2/3, F1 = 2/3.
+    assert f1_score("the big red dog", "red dog barked") == pytest.approx(2 / 3)
+    assert exact_match("the big red dog", "red dog barked") == 0.0
+
+
+def test_f1_counts_repeated_tokens_once_per_gold_occurrence() -> None:
+    # [red, red, dog] vs [red, dog, barked, loudly]: overlap = min(2,1) + min(1,1) = 2,
+    # P = 2/3, R = 2/4, F1 = 2 * (2/3) * (1/2) / (2/3 + 1/2) = (2/3) / (7/6) = 4/7.
+    assert f1_score("red red dog", "red dog barked loudly") == pytest.approx(4 / 7)
+    # [dog, dog, dog] vs [dog]: overlap 1, P = 1/3, R = 1, F1 = (2/3) / (4/3) = 1/2.
+    assert f1_score("dog dog dog", "dog") == pytest.approx(1 / 2)
+
+
+def test_f1_unequal_lengths_by_hand() -> None:
+    # [north, pole] vs [north]: overlap 1, P = 1/2, R = 1, F1 = 1 / (3/2) = 2/3.
+    assert f1_score("North Pole", "north") == pytest.approx(2 / 3)
+
+
+def test_yes_no_rule() -> None:
+    assert f1_score("yes", "no") == 0.0
+    assert exact_match("yes", "no") == 0.0
+    # Tokens overlap ("yes"), which would give P = 1, R = 1/2, F1 = 2/3 without the rule.
+    assert f1_score("yes", "yes sir") == 0.0
+    assert f1_score("yes sir", "yes") == 0.0  # gold side of the rule
+    assert f1_score("no way", "no") == 0.0
+    assert f1_score("yes", "yes") == 1.0
+    assert f1_score("Yes.", "yes") == 1.0
+    assert exact_match("Yes.", "yes") == 1.0
+
+
+def test_noanswer_rule() -> None:
+    # Without the rule: [noanswer, here] vs [noanswer]: P = 1/2, R = 1, F1 = 2/3.
+    assert f1_score("noanswer here", "noanswer") == 0.0
+    assert f1_score("noanswer", "noanswer here") == 0.0
+    assert f1_score("No-Answer", "noanswer") == 1.0  # "No-Answer" normalises to "noanswer"
+    assert f1_score("noanswer", "noanswer") == 1.0
+
+
+def test_yes_no_rule_applies_per_alias() -> None:
+    # Alias "yes" gives 0 by the rule, alias "yes sir" gives 1: the max is 1.
+    assert f1_score("yes sir", ["yes", "yes sir"]) == 1.0
+
+
+def test_rule_only_for_whole_answer_not_tokens() -> None:
+    # "no" is a token here but the normalised answer is "no idea", not "no": normal F1.
+    # [no, idea] vs [idea]: P = 1/2, R = 1, F1 = 2/3.
+    assert f1_score("no idea", "idea") == pytest.approx(2 / 3)
+
+
+# --------------------------------------------------------------------------- aliases and input checks
+
+
+def test_max_over_aliases() -> None:
+    assert exact_match("NYC", ["New York City", "NYC"]) == 1.0
+    assert exact_match("NYC", ["New York City", "Big Apple"]) == 0.0
+    # Alias 1: [red, dog] vs [red, cat]: F1 1/2. Alias 2: [red, dog] vs [red, dog, runs]:
+    # P = 1, R = 2/3, F1 = (4/3) / (5/3) = 4/5. The max is 4/5.
+    assert f1_score("red dog", ["red cat", "red dog runs"]) == pytest.approx(4 / 5)
+    assert cover_exact_match("big apple pie", ["new york", "big apple"]) == 1.0
+    assert substring_match("the big apple", ["new york", "big apple"]) == 1.0
+
+
+def test_single_string_gold_is_one_alias() -> None:
+    # If "new york" were treated as a list of characters, "n" would be a substring alias.
+    assert substring_match("nope", "new york") == 0.0
+    assert exact_match("new york", "new york") == exact_match("new york", ["new york"]) == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(ANSWER_FUNCTIONS))
+def test_empty_gold_list_raises(name: str) -> None:
+    with pytest.raises(ValueError, match="no gold answers"):
+        ANSWER_FUNCTIONS[name]("paris", [])
+    with pytest.raises(ValueError, match="no gold answers"):
+        answer_metrics("paris", ())
+
+
+@pytest.mark.parametrize("name", sorted(ANSWER_FUNCTIONS))
+def test_non_string_gold_or_prediction_raises(name: str) -> None:
+    with pytest.raises(TypeError):
+        ANSWER_FUNCTIONS[name]("1990", [1990])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        ANSWER_FUNCTIONS[name](None, "paris")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("prediction", ["", "   ", "\n\t", "the", "An", "?!", "..."])
+@pytest.mark.parametrize("golds", ["paris", "", "The", ["", "paris"]])
+def test_empty_prediction_scores_zero_everywhere(prediction: str, golds) -> None:
+    assert answer_metrics(prediction, golds) == {"em": 0.0, "f1": 0.0, "cover_em": 0.0, "substring_acc": 0.0}
+    for name, fn in ANSWER_FUNCTIONS.items():
+        assert fn(prediction, golds) == 0.0, name
+
+
+def test_gold_that_normalises_to_empty_credits_nothing() -> None:
+    # An empty gold's token set / string is contained in anything; it must not count.
+    assert answer_metrics("anything at all", "The") == {"em": 0.0, "f1": 0.0, "cover_em": 0.0, "substring_acc": 0.0}
+    assert cover_exact_match("anything at all", ["?", "anything"]) == 1.0
+
+
+# --------------------------------------------------------------------------- containment metrics
+
+
+def test_cover_em_ignores_order_but_substring_does_not() -> None:
+    assert cover_exact_match("york is new", "new york") == 1.0
+    assert substring_match("york is new", "new york") == 0.0
+    assert exact_match("york is new", "new york") == 0.0
+
+
+def test_substring_counts_partial_words_but_cover_em_does_not() -> None:
+    assert substring_match("the smart cat", "art") == 1.0
+    assert cover_exact_match("the smart cat", "art") == 0.0
+    assert substring_match("1990", "1") == 1.0
+    assert cover_exact_match("1990", "1") == 0.0
+
+
+def test_containment_is_never_em() -> None:
+    scores = answer_metrics("President Barack Obama", "Barack Obama")
+    # [president, barack, obama] vs [barack, obama]: P = 2/3, R = 1, F1 = (4/3) / (5/3) = 4/5.
+    assert scores == {"em": 0.0, "f1": pytest.approx(4 / 5), "cover_em": 1.0, "substring_acc": 1.0}
+
+
+def test_cover_em_is_set_containment_of_gold_tokens() -> None:
+    assert cover_exact_match("new york", "new new york") == 1.0
+    assert cover_exact_match("New York, U.S.", "new york") == 1.0
+    assert cover_exact_match("new jersey", "new york") == 0.0
+
+
+def test_answer_metrics_names_and_values() -> None:
+    scores = answer_metrics("the big red dog", ["red dog barked", "cat"])
+    assert set(scores) == set(ANSWER_METRICS) == {"em", "f1", "cover_em", "substring_acc"}
+    # [big, red, dog] vs [red, dog, barked]: F1 = 2/3; "barked" missing -> cover 0;
+    # "red dog barked" not in "big red dog" -> substring 0.
+    assert scores == {"em": 0.0, "f1": pytest.approx(2 / 3), "cover_em": 0.0, "substring_acc": 0.0}
+
+
+def test_answer_metrics_takes_max_per_metric_independently() -> None:
+    # Alias "red" gives cover 1 and substring 1; alias "red dog barked" gives the best F1
+    # ([red, dog] vs [red, dog, barked]: P = 1, R = 2/3, F1 = 4/5; vs [red]: P = 1/2, R = 1, F1 = 2/3).
+    scores = answer_metrics("red dog", ["red dog barked", "red"])
+    assert scores == {"em": 0.0, "f1": pytest.approx(4 / 5), "cover_em": 1.0, "substring_acc": 1.0}
+
+
+# --------------------------------------------------------------------------- retrieval recall
+
+
+def test_retrieval_recall_cutoff() -> None:
+    hits = ["p1", "p2", "p3", "p4"]
+    gold = ["p2", "p4"]
+    assert retrieval_recall(hits, gold, k=1) == 0.0
+    assert retrieval_recall(hits, gold, k=2) == 0.5
+    assert retrieval_recall(hits, gold, k=3) == 0.5
+    assert retrieval_recall(hits, gold, k=4) == 1.0
+    assert retrieval_recall(hits, gold, k=10) == 1.0  # fewer hits than k is fine
+
+
+def test_retrieval_recall_duplicate_hits_count_once_and_use_ranks() -> None:
+    hits = ["p1", "p1", "p2"]
+    gold = {"p1", "p2"}
+    assert retrieval_recall(hits, gold, k=2) == 0.5  # the duplicate occupies rank 2
+    assert retrieval_recall(hits, gold, k=3) == 1.0
+    assert retrieval_recall(["p1", "p1", "p1"], ["p1", "p2", "p3"], k=3) == pytest.approx(1 / 3)
+
+
+def test_retrieval_recall_duplicate_gold_ids_count_once() -> None:
+    assert retrieval_recall(["p1"], ["p1", "p1", "p2"], k=1) == 0.5
+    assert retrieval_recall(("p1", "x"), (g for g in ["p1", "p2", "p3", "p4"]), k=5) == 0.25
+
+
+def test_retrieval_recall_no_hits() -> None:
+    assert retrieval_recall([], ["p1"], k=5) == 0.0
+
+
+def test_retrieval_recall_errors() -> None:
+    with pytest.raises(ValueError, match="no gold ids"):
+        retrieval_recall(["p1"], [], k=1)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        retrieval_recall(["p1"], ["p1"], k=0)
+    with pytest.raises(TypeError):
+        retrieval_recall(["p1"], "p1", k=1)
+    with pytest.raises(TypeError):
+        retrieval_recall("p1", ["p1"], k=1)
+
+
+# --------------------------------------------------------------------------- paired t-test
+
+
+def test_paired_t_test_by_hand_df2() -> None:
+    a = [1.0, 2.0, 4.0]
+    b = [0.0, 1.0, 2.0]
+    diffs = [x - y for x, y in zip(a, b)]  # [1, 1, 2]
+    n = len(diffs)
+    mean = sum(diffs) / n  # 4/3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))  # sqrt((1/9 + 1/9 + 4/9) / 2) = sqrt(1/3)
+    t = mean / (sd / math.sqrt(n))  # (4/3) / (1/3) = 4
+    assert t == pytest.approx(4.0)
+    # Student t with 2 degrees of freedom: P(|T| > t) = 1 - t / sqrt(t^2 + 2).
+    p = 1 - t / math.sqrt(t * t + 2)  # 1 - 4 / sqrt(18) = 0.0572
+    result = paired_t_test(a, b)
+    assert isinstance(result, PairedTest)
+    assert result.t == pytest.approx(t)
+    assert result.p_value == pytest.approx(p)
+    assert result.mean_diff == pytest.approx(4 / 3)
+    assert result.n == 3
+
+
+def test_paired_t_test_by_hand_df3_mixed_signs() -> None:
+    a = [0.5, 1.0, 0.0, 1.0]
+    b = [0.0, 1.0, 1.0, 0.0]
+    # diffs [0.5, 0, -1, 1]: mean 1/8; squared deviations 9/64, 1/64, 81/64, 49/64 -> sum 140/64;
+    # var = (140/64) / 3 = 35/48; t = (1/8) / sqrt((35/48) / 4) = (1/8) / sqrt(35/192).
+    t = (1 / 8) / math.sqrt(35 / 192)
+    # Student t with 3 degrees of freedom: P(|T| > t) = 1 - (2/pi) * (atan(u) + u / (1 + u^2)), u = t / sqrt(3).
+    u = t / math.sqrt(3)
+    p = 1 - (2 / math.pi) * (math.atan(u) + u / (1 + u * u))
+    result = paired_t_test(a, b)
+    assert result.t == pytest.approx(t)
+    assert result.p_value == pytest.approx(p)
+    assert result.mean_diff == pytest.approx(1 / 8)
+    assert result.n == 4
+
+
+def test_paired_t_test_swapped_arguments() -> None:
+    forward = paired_t_test([1.0, 2.0, 4.0], [0.0, 1.0, 2.0])
+    backward = paired_t_test([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])
+    assert backward.t == pytest.approx(-forward.t)
+    assert backward.p_value == pytest.approx(forward.p_value)
+    assert backward.mean_diff == pytest.approx(-forward.mean_diff)
+
+
+def test_paired_t_test_all_differences_zero() -> None:
+    assert paired_t_test([0.2, 1.0, 0.0], [0.2, 1.0, 0.0]) == PairedTest(t=0.0, p_value=1.0, mean_diff=0.0, n=3)
+
+
+def test_paired_t_test_all_differences_equal_nonzero() -> None:
+    up = paired_t_test([1.0, 1.0, 0.5], [0.5, 0.5, 0.0])
+    assert up.t == math.inf and up.p_value == 0.0 and up.mean_diff == pytest.approx(0.5) and up.n == 3
+    down = paired_t_test([0.0, 0.0], [1.0, 1.0])
+    assert down.t == -math.inf and down.p_value == 0.0 and down.mean_diff == -1.0 and down.n == 2
+
+
+def test_paired_t_test_rounding_noise_is_zero_variance() -> None:
+    # 0.1 + 0.2 - 0.3 = 5.6e-17 in floating point, mathematically 0: all differences are 0.
+    result = paired_t_test([0.1 + 0.2, 0.3, 0.7], [0.3, 0.3, 0.7])
+    assert (result.t, result.p_value) == (0.0, 1.0)
+    # 2/3 - 1/3 and 1/3 - 0 differ in the last bit; mathematically both are 1/3.
+    result = paired_t_test([2 / 3, 1 / 3], [1 / 3, 0.0])
+    assert (result.t, result.p_value) == (math.inf, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ([1.0, 0.0], [1.0]),  # unequal lengths
+        ([1.0], [0.0]),  # fewer than 2 pairs
+        ([], []),
+        ([1.0, math.nan], [0.0, 0.0]),
+        ([1.0, 0.0], [0.0, math.inf]),
+    ],
+)
+def test_paired_t_test_rejects_bad_input(a, b) -> None:
+    with pytest.raises(ValueError):
+        paired_t_test(a, b)
+
+
+def test_paired_test_is_frozen() -> None:
+    result = paired_t_test([1.0, 2.0, 4.0], [0.0, 1.0, 2.0])
+    with pytest.raises(AttributeError):
+        result.t = 0.0  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- mean and spread
+
+
+def test_mean_and_spread_by_hand() -> None:
+    # mean 2.5; squared deviations 2.25, 0.25, 0.25, 2.25 -> 5; sample variance 5/3.
+    mean, std = mean_and_spread([1.0, 2.0, 3.0, 4.0])
+    assert mean == pytest.approx(2.5)
+    assert std == pytest.approx(math.sqrt(5 / 3))
+
+
+def test_mean_and_spread_single_value_and_errors() -> None:
+    assert mean_and_spread([0.42]) == (0.42, 0.0)
+    assert mean_and_spread(v for v in [0.5, 0.5]) == (0.5, 0.0)
+    with pytest.raises(ValueError):
+        mean_and_spread([])
+
+
+# --------------------------------------------------------------------------- properties
+
+# Words chosen so that random answers collide: articles, yes/no/noanswer, shared tokens,
+# a word containing another ("smart" / "art"), punctuation and whitespace.
+_WORDS = [
+    "the",
+    "a",
+    "An",
+    "yes",
+    "no",
+    "noanswer",
+    "No-Answer",
+    "red",
+    "dog",
+    "new",
+    "york",
+    "art",
+    "smart",
+    "1,000",
+    "1000",
+    "!",
+    "",
+    " ",
+]
+answers = st.one_of(
+    st.text(max_size=30),
+    st.lists(st.sampled_from(_WORDS), max_size=6).map(" ".join),
+)
+gold_lists = st.lists(answers, min_size=1, max_size=4)
+
+
+@PROPERTY_SETTINGS
+@given(prediction=answers, golds=gold_lists)
+def test_property_metrics_in_unit_interval_and_consistent(prediction: str, golds: list[str]) -> None:
+    scores = answer_metrics(prediction, golds)
+    for name, fn in ANSWER_FUNCTIONS.items():
+        assert 0.0 <= scores[name] <= 1.0
+        assert fn(prediction, golds) == scores[name]
+    assert scores["em"] in (0.0, 1.0)
+    assert scores["cover_em"] in (0.0, 1.0)
+    assert scores["substring_acc"] in (0.0, 1.0)
+
+
+@PROPERTY_SETTINGS
+@given(prediction=answers, golds=gold_lists)
+def test_property_em_implies_every_other_metric(prediction: str, golds: list[str]) -> None:
+    scores = answer_metrics(prediction, golds)
+    if scores["em"] == 1.0:
+        assert scores == {"em": 1.0, "f1": 1.0, "cover_em": 1.0, "substring_acc": 1.0}
+    # F1 = 1 means equal token multisets, so every gold token is in the prediction.
+    if scores["f1"] == 1.0:
+        assert scores["cover_em"] == 1.0
+
+
+@PROPERTY_SETTINGS
+@given(prediction=answers, golds=gold_lists)
+def test_property_max_over_aliases(prediction: str, golds: list[str]) -> None:
+    for fn in ANSWER_FUNCTIONS.values():
+        assert fn(prediction, golds) == max(fn(prediction, g) for g in golds)
+        assert fn(prediction, list(reversed(golds))) == fn(prediction, golds)
+
+
+@PROPERTY_SETTINGS
+@given(x=answers)
+def test_property_answer_matches_itself(x: str) -> None:
+    expected = 1.0 if normalize_answer(x) else 0.0
+    assert answer_metrics(x, x) == {"em": expected, "f1": expected, "cover_em": expected, "substring_acc": expected}
+
+
+@PROPERTY_SETTINGS
+@given(x=answers, y=answers)
+def test_property_em_and_f1_are_symmetric(x: str, y: str) -> None:
+    assert exact_match(x, y) == exact_match(y, x)
+    assert f1_score(x, y) == pytest.approx(f1_score(y, x))
+
+
+@PROPERTY_SETTINGS
+@given(x=answers)
+def test_property_normalisation_is_idempotent_and_clean(x: str) -> None:
+    normalized = normalize_answer(x)
+    assert normalize_answer(normalized) == normalized
+    assert normalized == normalized.strip()
+    assert "  " not in normalized
+    assert not set(normalized.split()) & {"a", "an", "the"}
+
+
+@PROPERTY_SETTINGS
+@given(
+    hits=st.lists(st.sampled_from(["p1", "p2", "p3", "p4", "p5"]), max_size=8),
+    gold=st.lists(st.sampled_from(["p1", "p2", "p3", "p6"]), min_size=1, max_size=4),
+    k=st.integers(min_value=1, max_value=10),
+)
+def test_property_recall_bounded_and_monotone_in_k(hits: list[str], gold: list[str], k: int) -> None:
+    recall = retrieval_recall(hits, gold, k)
+    assert 0.0 <= recall <= 1.0
+    assert retrieval_recall(hits, gold, k + 1) >= recall
+    # Hand definition: distinct gold ids among the first k hits over distinct gold ids.
+    assert recall == len(set(gold) & set(hits[:k])) / len(set(gold))
+
+
+_scores = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@PROPERTY_SETTINGS
+@given(pairs=st.lists(st.tuples(_scores, _scores), min_size=2, max_size=12))
+def test_property_paired_t_test_well_defined(pairs: list[tuple[float, float]]) -> None:
+    a = [x for x, _ in pairs]
+    b = [y for _, y in pairs]
+    forward = paired_t_test(a, b)
+    assert not math.isnan(forward.t)
+    assert 0.0 <= forward.p_value <= 1.0
+    assert forward.n == len(pairs)
+    backward = paired_t_test(b, a)
+    assert backward.p_value == pytest.approx(forward.p_value)
+    if math.isinf(forward.t):
+        assert backward.t == -forward.t
+    else:
+        assert backward.t == pytest.approx(-forward.t)
+
+
+# ----------------------------------------------------------------------------- ranking AUC
+
+
+def test_ranking_auc_hand_computed() -> None:
+    # positives {3, 1}, negatives {2, 0}: of the 4 (pos, neg) pairs, 3 > 2, 3 > 0, 1 > 0 win, 1 < 2 loses.
+    assert ranking_auc([3.0, 1.0], [2.0, 0.0]) == pytest.approx(3 / 4)
+    # a tie counts one half: positives {1, 2} against negative {1}: 0.5 + 1 = 1.5 of 2.
+    assert ranking_auc([1.0, 2.0], [1.0]) == pytest.approx(0.75)
+    assert ranking_auc([5.0, 6.0], [1.0, 2.0, 3.0]) == 1.0
+    assert ranking_auc([1.0], [2.0, 3.0]) == 0.0
+    assert ranking_auc([0.5, 0.5], [0.5]) == 0.5
+
+
+def test_ranking_auc_rejects_empty_or_nan() -> None:
+    with pytest.raises(ValueError, match="both sides"):
+        ranking_auc([], [1.0])
+    with pytest.raises(ValueError, match="finite"):
+        ranking_auc([float("nan")], [1.0])
+
+
+@PROPERTY_SETTINGS
+@given(pos=st.lists(st.integers(-3, 3), min_size=1, max_size=8), neg=st.lists(st.integers(-3, 3), min_size=1, max_size=8))
+def test_property_ranking_auc_is_the_pair_count(pos: list[int], neg: list[int]) -> None:
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    assert ranking_auc(pos, neg) == pytest.approx(wins / (len(pos) * len(neg)))
+    assert ranking_auc(neg, pos) == pytest.approx(1 - wins / (len(pos) * len(neg)))

@@ -1,0 +1,173 @@
+"""The pipeline: config files, splits, stage markers, and resuming after a kill (at a stage
+boundary and in the middle of a stage) to the same final metrics as an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from prorag.core.config import load_config
+from prorag.data.jsonl import read_json, read_jsonl
+from prorag.data.records import Record
+from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, non_default_fields, split_questions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A pipeline small enough for a test: the tiny world, the SFT policy and its two trained
+# baselines (the stages after SFT are covered by their own tests and by the demo).
+SMALL = {
+    "data": {"world": "tiny", "sft_fraction": 0.5, "dev_questions": 6, "test_questions": 12},
+    "top_k": 2,
+    "sft": {
+        "max_steps": 12,
+        "per_device_batch_size": 4,
+        "learning_rate": 3.0e-3,
+        "save_steps": 4,
+        "logging_steps": 4,
+        "eval_samples": 4,
+    },
+    "eval": {"rollout": {"max_action_tokens": 24, "max_completion_tokens": 160, "batch_size": 16}},
+    "systems": ["naive", "standard-rag", "sft"],
+    "report": False,
+}
+
+
+def _write_config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _pipeline(config: Path, run_dir: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "prorag.cli", "pipeline", "--config", str(config), "--run-dir", str(run_dir)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> str:
+    out, _ = proc.communicate(timeout=600)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    return text
+
+
+def _final(run_dir: Path) -> dict:
+    return {name: row["metrics"] for name, row in read_json(run_dir / "results.json")["systems"].items()}
+
+
+def _kill_when(proc: subprocess.Popen[bytes], ready: callable, timeout: float = 300) -> None:
+    start = time.monotonic()
+    while not ready():
+        assert proc.poll() is None, "the pipeline finished before it could be killed"
+        assert time.monotonic() - start < timeout, "the kill point was never reached"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_split_is_seeded_and_disjoint() -> None:
+    records = [Record(f"q{i}", f"question {i}?", ["a"], {}) for i in range(50)]
+    sft, pool = split_questions(records, 0.6, seed=0)
+    assert len(sft) == 30 and len(pool) == 20
+    assert not {r.id for r in sft} & {r.id for r in pool}
+    assert [r.id for r in split_questions(records, 0.6, seed=0)[0]] == [r.id for r in sft]
+    assert [r.id for r in split_questions(records, 0.6, seed=1)[0]] != [r.id for r in sft]
+
+
+@pytest.mark.parametrize("name,quick", [("demo.yaml", False), ("demo_quick.yaml", True)])
+def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
+    loaded = load_config(ROOT / "configs" / name, PipelineConfig)
+    assert loaded == demo_config(quick=quick)
+    # ... and so is every stage's fingerprint: a run started with `prorag demo` resumes with the file.
+    for part in ("sft", "mcts", "prm", "rft", "rl", "eval", "data"):
+        assert fingerprint(getattr(loaded, part)) == fingerprint(getattr(demo_config(quick=quick), part)), part
+
+
+def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
+    cfg = load_config(ROOT / "configs" / "paper.yaml", PipelineConfig)
+    assert cfg.sft.model == "Qwen/Qwen3-8B" and cfg.sft.learning_rate == pytest.approx(2e-5)
+    assert (cfg.mcts.simulations, cfg.mcts.num_candidates, cfg.mcts.max_depth) == (200, 5, 10)
+    assert (cfg.mcts.c_puct, cfg.mcts.gamma) == (2.5, 0.99)
+    assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora, cfg.rl.lora_r, cfg.rl.lora_alpha) == (8, 0.3, True, 16, 32)
+    assert cfg.index.kind == "dense" and cfg.index.query_prefix == "query: " and cfg.top_k == 3
+
+
+def test_non_default_fields_round_trip() -> None:
+    cfg = replace(demo_config(), seeds=[0, 1, 2])
+    again = PipelineConfig(**{})  # defaults
+    data = non_default_fields(cfg)
+    assert data["seeds"] == [0, 1, 2] and "index" not in data
+    from prorag.core.config import config_from_dict
+
+    assert config_from_dict(PipelineConfig, data) == cfg != again
+
+
+@pytest.mark.slow
+def test_pipeline_resumes_after_kills_to_the_same_metrics(tmp_path: Path) -> None:
+    config = _write_config(tmp_path / "small.yaml", SMALL)
+
+    straight = tmp_path / "straight"
+    log = _finish(_pipeline(config, straight))
+    assert "[done] eval-sft" in log
+    expected = _final(straight)
+    assert set(expected) == {"naive", "standard-rag", "sft"}
+    assert (straight / "pipeline_config.yaml").exists()
+
+    # 1. Killed in the middle of SFT training (after its first checkpoint), then rerun.
+    resumed = tmp_path / "resumed"
+    proc = _pipeline(config, resumed)
+    _kill_when(proc, lambda: any((resumed / "policies" / "sft" / "checkpoints").glob("checkpoint-*/trainer_state.json")))
+    assert not (resumed / "stages" / "train-sft.json").exists()
+    # 2. Killed at a stage boundary: right after the SFT policy's marker was written.
+    proc = _pipeline(config, resumed)
+    _kill_when(proc, lambda: (resumed / "stages" / "train-sft.json").exists())
+    log = _finish(_pipeline(config, resumed))
+    assert "[skip] train-sft" in log and "[skip] world" in log
+    assert _final(resumed) == expected
+    # Not only the metrics (near zero for so short a training): the same weights and the same
+    # generated trajectories, token for token.
+    from safetensors.torch import load_file
+
+    a = load_file(straight / "policies" / "sft" / "policy" / "model.safetensors")
+    b = load_file(resumed / "policies" / "sft" / "policy" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name in ("sft", "standard-rag"):
+        ta = [r["completion_ids"] for r in read_jsonl(straight / "eval" / name / "trajectories.jsonl")]
+        tb = [r["completion_ids"] for r in read_jsonl(resumed / "eval" / name / "trajectories.jsonl")]
+        assert ta == tb and any(ta)
+
+    # A finished stage run again with other settings is refused, naming the stage.
+    changed = _write_config(tmp_path / "changed.yaml", {**SMALL, "sft": {**SMALL["sft"], "learning_rate": 1.0e-3}})
+    proc = _pipeline(changed, resumed)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and b"train-sft" in out
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_end_to_end_and_prints_its_measured_table(tmp_path: Path) -> None:
+    """``prorag demo --quick``: every stage on the built-in world, the table printed from the
+    evaluations it ran (each row's numbers are those of its eval folder), and the report."""
+    run = tmp_path / "demo"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "prorag.cli", "demo", "--quick", "--run-dir", str(run)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    results = read_json(run / "results.json")
+    assert results["order"] == ["naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag"]
+    for row in results["systems"].values():
+        measured = read_json(run / row["eval_dir"] / "metrics.json")
+        assert row["metrics"]["em"] == measured["em"] and row["metrics"]["n"] == measured["n"] == 100
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(row["label"]))
+        assert f"{100 * measured['em']:.1f}" in line and f"{100 * measured['f1']:.1f}" in line
+    for stage in ("train-sft", "mcts", "pairs", "prm", "rft", "rl-prorag-seed0", "rl-grpo-seed0", "eval-prorag-seed0"):
+        assert (run / "stages" / f"{stage}.json").exists(), stage
+    assert (run / "report.html").exists() and "(EM, n=100)" in (run / "report.md").read_text()  # t-tests vs ProRAG
+    assert read_json(run / "policies" / "rft" / "rft_counts.json")["samples"] == 64 * 4

@@ -1,0 +1,167 @@
+"""Group-relative advantages on hand-computed tensors: GRPO, ProRAG's dual granularity with the
+paper's step normalisation and the reference code's token normalisation, beta = 0, masking of
+environment tokens, groups whose rows are interleaved, CPGRPO."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from prorag.method.advantages import (
+    broadcast_to_tokens,
+    cpgrpo_advantages,
+    dual_granularity_advantages,
+    group_normalize,
+    grpo_advantages,
+    process_advantages,
+)
+
+
+def test_grpo_standardises_within_each_group_with_the_sample_std() -> None:
+    # Group 0: [1, 2, 3] -> mean 2, sample std 1 -> [-1, 0, 1]. Group 1: [5, 5] -> all agree -> 0.
+    # The rows of the two groups are interleaved.
+    outcome = torch.tensor([1.0, 5.0, 2.0, 5.0, 3.0])
+    groups = torch.tensor([0, 1, 0, 1, 0])
+    adv = grpo_advantages(outcome, groups, eps=0.0)
+    assert torch.allclose(adv, torch.tensor([-1.0, 0.0, 0.0, 0.0, 1.0]))
+    # Relabelling the groups (any integers) changes nothing; eps only shrinks the scale.
+    assert torch.allclose(grpo_advantages(outcome, torch.tensor([7, -3, 7, -3, 7]), eps=0.0), adv)
+    assert torch.allclose(grpo_advantages(outcome, groups), adv / (1 + 1e-6))
+    # Without scaling (Dr. GRPO) only the mean is subtracted.
+    assert torch.allclose(grpo_advantages(outcome, groups, scale=False), torch.tensor([-1.0, 0.0, 0.0, 0.0, 1.0]))
+    assert torch.allclose(grpo_advantages(outcome * 3, groups, scale=False), torch.tensor([-3.0, 0.0, 0.0, 0.0, 3.0]))
+
+
+def test_a_group_of_one_gets_zero_not_nan() -> None:
+    adv = grpo_advantages(torch.tensor([4.0, 1.0, 3.0]), torch.tensor([0, 1, 1]), eps=0.0)
+    assert adv[0] == 0.0 and not torch.isnan(adv).any()
+
+
+def test_frequency_weights_equal_repeating_the_values() -> None:
+    values, weights = torch.tensor([1.0, 3.0, 2.0]), torch.tensor([2.0, 1.0, 3.0])
+    repeated = torch.tensor([1.0, 1.0, 3.0, 2.0, 2.0, 2.0])
+    expected = (repeated - repeated.mean()) / repeated.std()
+    got = group_normalize(values, torch.zeros(3, dtype=torch.long), weights, eps=0.0)
+    assert torch.allclose(got, expected[[0, 2, 3]])
+
+
+# A batch of four completions (T = 6) in two groups, rows interleaved: A and B form group 0,
+# C and D group 1. Loss masks: 0 on environment tokens (A's 2, 3; a retrieval) and on padding.
+#   A: outcome 1, steps rewards [1, 3] over spans (0, 2) and (4, 5)
+#   C: outcome 5, one step reward 7 over (0, 1)
+#   B: outcome 0, one step reward 2 over (0, 3)
+#   D: outcome 5, no step (a generated token outside every step gets its outcome advantage)
+OUTCOME = torch.tensor([1.0, 5.0, 0.0, 5.0])
+GROUPS = torch.tensor([0, 1, 0, 1])
+STEP_REWARDS = [torch.tensor([1.0, 3.0]), torch.tensor([7.0]), torch.tensor([2.0]), torch.tensor([])]
+SPANS = [[(0, 2), (4, 5)], [(0, 1)], [(0, 3)], []]
+MASK = torch.tensor(
+    [
+        [1, 1, 0, 0, 1, 0],
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+    ]
+)
+# Group 0's outcomes [1, 0]: mean 1/2, sample std sqrt(1/2). Group 1's [5, 5]: advantage 0.
+A_OUT = [1 / math.sqrt(2), 0.0, -1 / math.sqrt(2), 0.0]
+
+
+def _expected(beta: float, a_proc: dict[tuple[int, int], float]) -> torch.Tensor:
+    """Token advantages from A_OUT and the process advantage of (row, step)."""
+    out = torch.zeros(4, 6)
+    out[0, 0:2] = A_OUT[0] + beta * a_proc[0, 0]
+    out[0, 4] = A_OUT[0] + beta * a_proc[0, 1]
+    out[1, 0] = A_OUT[1] + beta * a_proc[1, 0]
+    out[2, 0:3] = A_OUT[2] + beta * a_proc[2, 0]
+    out[3, 0:2] = A_OUT[3]
+    return out
+
+
+def test_dual_granularity_with_the_papers_step_normalisation() -> None:
+    # Group 0's steps [1, 3, 2]: mean 2, sample std 1 -> A_proc [-1, 1, 0]; group 1's single step -> 0.
+    a_proc = {(0, 0): -1.0, (0, 1): 1.0, (2, 0): 0.0, (1, 0): 0.0}
+    got = dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, process_norm="step", eps=0.0)
+    assert torch.allclose(got, _expected(0.5, a_proc), atol=1e-6)
+    # e.g. A's first step: 1/sqrt(2) - 0.5 = 0.2071...
+    assert got[0, 0].item() == pytest.approx(0.20710678, abs=1e-6)
+
+
+def test_dual_granularity_with_the_reference_codes_token_normalisation() -> None:
+    # Group 0's generated step tokens carry [1, 1 | 3 | 2, 2, 2] (A's first step has 2 tokens, its
+    # second 1, B's step 3): mean 11/6, sample std over the 6 tokens.
+    tokens = [1.0, 1.0, 3.0, 2.0, 2.0, 2.0]
+    mean = sum(tokens) / 6
+    std = math.sqrt(sum((x - mean) ** 2 for x in tokens) / 5)
+    a_proc = {(0, 0): (1 - mean) / std, (0, 1): (3 - mean) / std, (2, 0): (2 - mean) / std, (1, 0): 0.0}
+    got = dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, process_norm="token", eps=0.0)
+    assert torch.allclose(got, _expected(0.5, a_proc), atol=1e-6)
+    # The two norms differ: the long step of B (3 tokens) pulls the token mean towards 2.
+    step = dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, process_norm="step", eps=0.0)
+    assert not torch.allclose(got, step)
+
+
+def test_beta_zero_equals_plain_grpo_on_every_generated_token() -> None:
+    gen = torch.Generator().manual_seed(0)
+    B, T = 8, 12
+    outcome = torch.rand(B, generator=gen)
+    groups = torch.tensor([0, 1, 2, 3] * 2)  # 4 groups of 2, interleaved
+    mask = (torch.rand(B, T, generator=gen) > 0.3).long()
+    spans = [[(0, 4), (4, 9)], [(1, 12)]] * 4
+    rewards = [torch.randn(len(s), generator=gen) * 5 for s in spans]
+    for norm in ("step", "token"):
+        got = dual_granularity_advantages(outcome, rewards, spans, mask, groups, beta=0.0, process_norm=norm)
+        expected = grpo_advantages(outcome, groups)[:, None].expand(B, T) * mask
+        assert torch.equal(got, expected)
+
+
+def test_environment_tokens_and_padding_never_get_an_advantage() -> None:
+    # A span that claims environment tokens and padding (a malformed parse) still gives them 0.
+    spans = [[(0, 6)], [(0, 6)], [(0, 6)], [(0, 6)]]
+    rewards = [torch.tensor([10.0]), torch.tensor([-3.0]), torch.tensor([-10.0]), torch.tensor([4.0])]
+    for norm in ("step", "token"):
+        got = dual_granularity_advantages(OUTCOME, rewards, spans, MASK, GROUPS, beta=1.0, process_norm=norm)
+        assert (got[MASK == 0] == 0).all()
+        assert (got[MASK == 1] != 0).any()
+
+
+def test_groups_are_gathered_wherever_their_rows_sit() -> None:
+    # The same batch in another row order gives the same advantages, row for row.
+    order = torch.tensor([3, 0, 2, 1])
+    base = dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.3)
+    permuted = dual_granularity_advantages(
+        OUTCOME[order],
+        [STEP_REWARDS[i] for i in order],
+        [SPANS[i] for i in order],
+        MASK[order],
+        GROUPS[order],
+        beta=0.3,
+    )
+    assert torch.allclose(permuted, base[order])
+    # And a group's statistics ignore the other groups' values entirely.
+    other = OUTCOME.clone()
+    other[[1, 3]] = torch.tensor([100.0, -100.0])
+    changed = dual_granularity_advantages(other, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.3)
+    assert torch.allclose(changed[[0, 2]], base[[0, 2]])
+
+
+def test_process_advantages_need_lengths_for_the_token_norm() -> None:
+    with pytest.raises(ValueError, match="step_lengths"):
+        process_advantages(STEP_REWARDS, GROUPS, None, "token")
+    with pytest.raises(ValueError, match="process_norm"):
+        process_advantages(STEP_REWARDS, GROUPS, None, "tokens")  # type: ignore[arg-type]
+
+
+def test_broadcast_cuts_spans_at_the_width_and_checks_counts() -> None:
+    out = broadcast_to_tokens(torch.tensor([1.0]), [torch.tensor([2.0])], [[(3, 99)]], torch.ones(1, 5))
+    assert out.tolist() == [[1.0, 1.0, 1.0, 2.0, 2.0]]
+    with pytest.raises(ValueError, match="step values"):
+        broadcast_to_tokens(torch.tensor([1.0]), [torch.tensor([2.0, 3.0])], [[(0, 1)]], torch.ones(1, 5))
+
+
+def test_cpgrpo_takes_the_magnitude_from_the_advantage_and_the_sign_from_the_process_reward() -> None:
+    adv = torch.tensor([-2.0, 0.5])
+    pr = torch.tensor([[1.2, -0.3, 0.0], [-1.0, 1.0, 1.0]])
+    assert torch.allclose(cpgrpo_advantages(adv, pr), torch.tensor([[2.4, -0.6, 0.0], [-0.5, 0.5, 0.5]]))

@@ -254,11 +254,7 @@ def _hotpot_context(item: dict[str, Any], where: str) -> list[tuple[str, list[st
     """
     context = _get(item, "context", (dict, list), where)
     if isinstance(context, dict):
-        titles = _str_list(context, "title", where, name="context.title")
-        sentences = _get(context, "sentences", list, where, name="context.sentences")
-        if len(titles) != len(sentences):
-            raise DataError(where, f"field 'context': {len(titles)} titles but {len(sentences)} sentence lists")
-        pairs = list(zip(titles, sentences, strict=True))
+        pairs = _title_columns(context, "context", "sentences", where)
     else:
         pairs = []
         for i, pair in enumerate(context):
@@ -364,15 +360,21 @@ def _gold_from_titles(paragraphs: list[tuple[str, str]], titles: list[str], wher
     return ids
 
 
+def _title_columns(table: dict[str, Any], name: str, column: str, where: str) -> list[tuple[str, Any]]:
+    """``(title, value)`` rows of the HF schema's column form ``{title: [..], column: [..]}``
+    (HotpotQA's ``context`` and ``supporting_facts``), the two columns checked to be as long."""
+    titles = _str_list(table, "title", where, name=f"{name}.title")
+    values = _get(table, column, list, where, name=f"{name}.{column}")
+    if len(titles) != len(values):
+        raise DataError(where, f"field '{name}': {len(titles)} titles but {len(values)} {column} entries")
+    return list(zip(titles, values, strict=True))
+
+
 def _supporting_facts(item: dict[str, Any], where: str) -> list[list[Any]]:
     """Raw ``[[title, sent_id], ...]`` pairs, from either HotpotQA schema."""
     facts = _get(item, "supporting_facts", (dict, list), where)
     if isinstance(facts, dict):
-        titles = _str_list(facts, "title", where, name="supporting_facts.title")
-        sent_ids = _get(facts, "sent_id", list, where, name="supporting_facts.sent_id")
-        if len(titles) != len(sent_ids):
-            raise DataError(where, f"field 'supporting_facts': {len(titles)} titles but {len(sent_ids)} sent_ids")
-        facts = [list(pair) for pair in zip(titles, sent_ids, strict=True)]
+        facts = [list(pair) for pair in _title_columns(facts, "supporting_facts", "sent_id", where)]
     for i, pair in enumerate(facts):
         ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
         if not ok or not isinstance(pair[1], int) or isinstance(pair[1], bool):

@@ -94,8 +94,23 @@ class Record:
         return self.metadata.get("partition")
 
 
+class TitledContents:
+    """``title`` and ``text`` of a ``contents`` string whose first line is the title (corpus
+    passages and retrieved hits share the layout)."""
+
+    contents: str
+
+    @property
+    def title(self) -> str:
+        return split_contents(self.contents)[0]
+
+    @property
+    def text(self) -> str:
+        return split_contents(self.contents)[1]
+
+
 @dataclass
-class Passage:
+class Passage(TitledContents):
     """One corpus paragraph: ``contents`` holds the title on its first line."""
 
     id: str
@@ -123,14 +138,6 @@ class Passage:
         if self.partition is not None:
             d["partition"] = self.partition
         return d
-
-    @property
-    def title(self) -> str:
-        return split_contents(self.contents)[0]
-
-    @property
-    def text(self) -> str:
-        return split_contents(self.contents)[1]
 
 
 def read_records(path: str | os.PathLike[str]) -> list[Record]:

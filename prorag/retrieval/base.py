@@ -15,24 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from prorag.data.records import split_contents
+from prorag.data.records import TitledContents
 
 
 @dataclass(frozen=True)
-class Hit:
+class Hit(TitledContents):
     """One retrieved passage with its score (higher is better)."""
 
     id: str
     contents: str
     score: float
-
-    @property
-    def title(self) -> str:
-        return split_contents(self.contents)[0]
-
-    @property
-    def text(self) -> str:
-        return split_contents(self.contents)[1]
 
     def to_wire(self) -> dict[str, Any]:
         """Search-R1 wire form: ``{"document": {"id", "contents"}, "score"}``."""

@@ -32,7 +32,7 @@ from prorag.core.errors import DataError
 from prorag.data.jsonl import read_json, write_json
 from prorag.data.records import Passage
 from prorag.retrieval.base import Hit, check_search_args
-from prorag.retrieval.partitions import PartitionedPassages
+from prorag.retrieval.partitions import PartitionedIndex, PartitionedPassages
 
 # bm25s pins its logger at DEBUG, which prints a line per sub-index built whatever the
 # application's logging level; let the application's configuration decide instead.
@@ -64,7 +64,7 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
 DEFAULT_THREADS = 0
 
 
-class BM25Retriever:
+class BM25Retriever(PartitionedIndex):
     """BM25 over a list of passages (see the module docstring for the choices made)."""
 
     def __init__(self, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, n_threads: int | None = None) -> None:
@@ -83,14 +83,6 @@ class BM25Retriever:
         index = bm25s.BM25(k1=self.k1, b=self.b, method="lucene", backend="numpy")
         index.index(tokens, show_progress=False)
         return index
-
-    @property
-    def num_passages(self) -> int:
-        return len(self.corpus)
-
-    @property
-    def partitions(self) -> list[str]:
-        return self.corpus.names
 
     def search(self, queries: Sequence[str], k: int = 3, partitions: Sequence[str | None] | None = None) -> list[list[Hit]]:
         """Top-``k`` passages of each query (fewer when fewer passages share a term with it)."""

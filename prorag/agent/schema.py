@@ -1,87 +1,18 @@
-"""The ProRAG trajectory format, shared by every training stage (METHOD.md section 1).
+"""The ProRAG trajectory format, shared by every stage (docs/METHOD.md §1): tags, parsers, I_step, I_traj.
 
-A trajectory answers one question with a sequence of *actions*. Each action opens with a
-thought in ``<step> … </step>`` and then does one of three things::
-
-    <step> thought </step><subquery> search keywords </subquery>          search
-    <retrieval>
-    Doc 1(Title: t) text
-    Doc 2(Title: t) text
-    </retrieval>                                                          (environment)
-    <step> thought </step><subanswer> intermediate conclusion </subanswer>  conclude
-    <step> thought </step><answer> final answer </answer>                  answer (terminal)
-
-The ``<retrieval>`` block is written by the environment, never by the model: after a search
-action the environment runs the sub-query and appends the documents. Those tokens are
-context, never a training target (they are masked out of every loss).
-
-Layout (exactly one way to write each block; :func:`render_trajectory` is the reference)
-    * an action is written with no whitespace between its blocks and one space inside each
-      block: ``<step> thought </step><subquery> query </subquery>``;
-    * a retrieval block puts its text on its own lines: ``<retrieval>\\nDOCS\\n</retrieval>``,
-      with the documents one per line as ``Doc i(Title: t) text``
-      (:func:`prorag.retrieval.base.format_documents`);
-    * consecutive blocks (actions and retrieval blocks) are separated by one newline
-      (:data:`BLOCK_SEPARATOR`); the text has no leading or trailing whitespace.
-
-    Contents are stripped when rendered and when parsed, so ``parse(render(x))`` gives back
-    exactly ``x`` for stripped contents. The parser is more tolerant than the renderer: any
-    whitespace (or none) is accepted between blocks, between ``</step>`` and the action tag,
-    and around contents; the paper's own example (``<step> … </step>\\n<subquery> …``) parses.
-
-Who writes what during a rollout
-    Generation stops on :data:`STOP_TAGS` (``</subquery>``, ``</subanswer>``, ``</answer>``)
-    or end-of-sequence, so one generation call produces one action. After ``</subquery>``
-    the environment appends ``"\\n" + render_retrieval(hits) + "\\n<step>"``; after
-    ``</subanswer>`` it appends ``"\\n<step>"`` (:func:`render_env_turn`). That is, the
-    ``<step>`` opener of every action after the first is *environment-written*; the model
-    then writes `` thought </step><subquery> …``. The text is identical to
-    :func:`render_trajectory`'s whichever side wrote an opener (the first action's opener,
-    too, may come from the model or be prefilled by the engine); only the rollout's env mask
-    differs. Hence the two kinds of span: :attr:`Action.char_span` (text parsing, no mask)
-    always starts at ``<step>``, while :attr:`TokenAction.span` (token parsing, with the
-    mask) starts at the first *model-written* token, i.e. after an environment-written
-    opener.
-
-Grammar (what :func:`i_traj` accepts)
-    A trajectory is a sequence of actions; every search action is immediately followed by
-    its retrieval block (whitespace aside); a retrieval block follows nothing but a search;
-    the last action is an answer and there is exactly one answer; every action is well
-    formed (:func:`i_step`); no other text or tag appears outside the blocks.
-
-    * Two searches in a row are allowed: a policy may re-search, and whether that search was
-      redundant is for the rewards (HiPRAG's over-search) to judge, not the grammar.
-    * A conclude action without a preceding search (a "non-search step", HiPRAG's
-      under-search candidate) is allowed.
-    * ``strict=True`` reproduces the reference code's grammar ``(S Q R S A)* S F``: searches
-      and conclusions alternate, starting with a search, and the answer comes last.
-
-Well-formed action (what :func:`i_step` accepts)
-    exactly ``<step> T </step> <X> C </X>`` with X one of subquery / subanswer / answer,
-    whitespace allowed between the blocks, T and C non-empty after stripping, and no tag of
-    any kind inside T or C (a nested or stray tag makes the action malformed). Only the ten
-    exact tag strings are tags (they are single special tokens of the tokenizer); look-alikes
-    such as ``<Step>`` or ``</step >`` are ordinary text, exactly as the tokenizer sees them.
-
-How the tolerant parser cuts a malformed text into actions
-    It scans the tags (one regular expression over the ten) and never raises. Outside an
-    action, whitespace is skipped, other text is an error, ``<retrieval>`` opens a retrieval
-    block and any other tag opens an action. An action runs up to and including its first
-    stop tag, like one generation call; it also ends before a ``<retrieval>`` or
-    ``</retrieval>`` tag, before an environment-written token (token level), or at the end.
-    A ``<step>`` inside an action therefore does *not* start a new action: the model wrote
-    it inside the action, which is malformed. A retrieval block is opaque: everything up to
-    the first ``</retrieval>`` is the environment's text, tags included
-    (:func:`render_retrieval` never writes a tag inside it, see there). The kind of a
-    (possibly malformed) action is given by its first action tag (``<subquery>``,
-    ``<subanswer>``, ``<answer>``), else by the stop tag that ended it, else it is ``None``
-    (e.g. a trajectory truncated mid-thought).
-
-The text parser (:func:`parse_trajectory`) and the token parser
-(:func:`parse_token_actions`) run the same state machine, so they cut any input into the
-same actions with the same kinds and well-formedness; the token parser works on the token
-ids themselves (rewards and advantages consume its spans, which must be exact: model text
-is never decoded and re-encoded).
+Actions: ``<step> t </step>`` then ``<subquery> q </subquery>`` (search; the environment appends
+``<retrieval>`` with one ``Doc i(Title: t) text`` per line, never a target), ``<subanswer>`` or
+``<answer>`` (terminal). :func:`render_trajectory` is the one layout: no whitespace between an
+action's blocks, one space inside, one newline (:data:`BLOCK_SEPARATOR`) between blocks; the parser
+is more tolerant (any whitespace), and ``parse(render(x)) == x``. Only the ten exact tag strings are
+tags (single special tokens); look-alikes are text. After a search or conclusion the environment
+writes the next ``<step>`` opener, so :attr:`TokenAction.span` starts at the first model-written token.
+:func:`i_traj` accepts actions ending in exactly one answer, each search followed by its retrieval;
+re-searches and non-search conclusions are allowed (the rewards judge them), ``strict=True`` is the
+reference grammar ``(S Q R S A)* S F``. :func:`i_step`: exactly ``<step> T </step><X> C </X>``, T, C
+non-empty, no tag inside. The text (:func:`parse_trajectory`) and token (:func:`parse_token_actions`)
+parsers run one never-raising state machine, so they cut any input alike; an action ends at its stop
+tag, a retrieval tag or an environment token, and a retrieval block is opaque.
 """
 
 from __future__ import annotations

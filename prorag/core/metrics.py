@@ -1,38 +1,17 @@
-"""Answer and retrieval metrics (METHOD.md section 7).
+"""Answer and retrieval metrics (docs/METHOD.md §7): every reported number is named after its metric.
 
-Every number this package reports is named after the metric that produced it. The four
-answer metrics are returned by :func:`answer_metrics` under these keys:
+:func:`answer_metrics` returns ``em`` (:func:`exact_match`, SQuAD normalisation), ``f1``
+(:func:`f1_score`, with HotpotQA's yes/no/noanswer rule), ``cover_em`` (:func:`cover_exact_match`,
+R1-Searcher/HiPRAG/CP-Search's "Cover EM" or ACC_R) and ``substring_acc`` (:func:`substring_match`,
+FlashRAG's ``acc``). The containment metrics are never EM: a rambling prediction that mentions the
+gold scores 1 on them and 0 EM.
 
-``em``
-    Exact match after SQuAD normalisation (:func:`exact_match`).
-``f1``
-    Token F1 after SQuAD normalisation, with the HotpotQA yes/no/noanswer rule (:func:`f1_score`).
-``cover_em``
-    Token containment, called "Cover EM" or ACC_R by R1-Searcher, HiPRAG and CP-Search
-    (:func:`cover_exact_match`).
-``substring_acc``
-    Substring containment, the metric FlashRAG reports as ``acc`` (:func:`substring_match`).
-
-The two containment metrics are *not* exact match and are never to be reported as EM: a
-long, rambling prediction that mentions the gold answer somewhere scores 1 on both while
-scoring 0 EM. Papers that write "EM" for one of them are not comparable with papers that
-report real EM.
-
-All answer metrics take a prediction and either one gold string or a sequence of gold
-aliases, and return the maximum over the aliases (the best-matching alias counts, as in the
-official SQuAD and HotpotQA scripts). They all share one convention for empty strings: if
-the prediction, or a gold alias, is empty after normalisation (``""``, ``"   "``, ``"The"``,
-``"?!"``), that pair scores 0. The official scripts differ only where *both* sides normalise
-to empty (their EM then gives 1); we give 0 because an empty answer is never a correct
-answer, and because the containment metrics would otherwise credit *every* prediction
-against an empty gold (the empty set of tokens, or the empty string, is contained in
-anything).
-
-Retrieval is scored by :func:`retrieval_recall` (recall of the gold supporting paragraphs
-among the first k hits). :func:`paired_t_test` and :func:`mean_and_spread` support the
-significance tests and the mean +/- spread over seeds that the reports give.
-:func:`ranking_auc` says how well a step scorer (the process reward model) ranks valid steps
-above invalid ones.
+Every answer metric takes one gold string or a list of aliases and returns the max over aliases.
+An empty prediction or alias after normalisation scores 0, even against an empty gold (the official
+scripts give EM 1 there): an empty answer is never correct, and containment would credit anything.
+:func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
+:func:`mean_and_spread` (over seeds) and :func:`ranking_auc` (a step scorer's valid-over-invalid
+ranking) complete the set.
 """
 
 from __future__ import annotations

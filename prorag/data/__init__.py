@@ -1,1 +1,3 @@
-"""Data: records and corpus passages, JSONL io, benchmark loaders, corpus building, the built-in world."""
+"""The data layer: records and corpus passages, JSONL io, benchmark loaders, corpus building, the
+built-in world. May import only core (``tests/test_layers.py``).
+"""

@@ -1,19 +1,14 @@
 """Benchmark loaders: each multi-hop QA benchmark read in its own published schema.
 
 :func:`load_benchmark` turns a HotpotQA, 2WikiMultihopQA, MuSiQue or FlashRAG file into
-:class:`~prorag.data.records.Record` objects whose metadata follows
-:data:`~prorag.data.records.METADATA_KEYS`; :func:`iter_paragraphs` yields the context
-paragraphs of any supported file (questions or paragraph lists) for the corpus builder.
+:class:`~prorag.data.records.Record` objects (metadata keys :data:`~prorag.data.records.METADATA_KEYS`);
+:func:`iter_paragraphs` yields the context paragraphs of any supported file for the corpus builder.
+Both use the same per-format paragraph functions and one sentence-joining rule
+(:func:`join_sentences`), so a loader's ``gold_doc_ids`` are exactly the corpus builder's ids.
 
-Both go through the same per-format paragraph functions (:func:`_hotpot_paragraphs`,
-:func:`_musique_paragraphs`) and the one sentence-joining rule (:func:`join_sentences`), so
-the ``gold_doc_ids`` a loader writes are exactly the ids the corpus builder gives those
-paragraphs.
-
-Files may be JSONL or one JSON document (detected from the first non-blank line, see
-:func:`_read_document`). Every problem is a :class:`~prorag.core.errors.DataError` whose place is
-``file:line`` (JSONL) or ``file: item N (id=...)`` (JSON list, N counted from 1) and whose
-message names the field.
+Files may be JSONL or one JSON document (told apart by the first non-blank line). Every problem is
+a :class:`~prorag.core.errors.DataError` at ``file:line`` (JSONL) or ``file: item N (id=...)``
+(JSON list, N from 1) naming the field.
 """
 
 from __future__ import annotations

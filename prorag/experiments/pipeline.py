@@ -1,34 +1,17 @@
-"""The whole method in one run folder: data -> index -> SFT -> MCTS -> pairs -> PRM -> RFT -> RL
--> evaluation -> report, with the baselines and ablation variants of the paper's Table 2.
+"""The whole method in one run folder: data -> index -> SFT -> MCTS -> pairs -> PRM -> RFT -> RL ->
+evaluation -> report, with the baselines and ablation variants of the paper's Table 2.
 
-One YAML file (:class:`PipelineConfig`) holds every stage's typed config; the resolved config
-is written to ``RUN/pipeline_config.yaml``. Each stage writes into its own folder of the run
-and, when it has finished, a marker ``RUN/stages/NAME.json`` with the fingerprint of the
-settings it ran with. A rerun skips the stages whose marker matches, and a stage that was
-killed midway resumes inside (every stage appends its outputs and trains from its last
-checkpoint), so killing the pipeline anywhere and running it again ends with the same files
-as an uninterrupted run. Changing a stage's settings after it finished is refused (the
-marker names the stage) instead of silently mixing outputs: use a new run folder.
+One YAML (:class:`PipelineConfig`) holds every stage's typed config (resolved copy in
+``RUN/pipeline_config.yaml``). A finished stage writes ``RUN/stages/NAME.json`` with the fingerprint
+of its settings: a rerun skips matching stages, a killed stage resumes inside, and changed settings
+for a finished stage are refused (use a new run folder), so a killed and rerun pipeline ends with
+the files of an uninterrupted one. Questions are split once by seed (``RUN/splits/``) into SFT
+questions and a disjoint pool for MCTS, RFT and RL: a model answers its own training questions
+right in every sample, which leaves RFT and GRPO no signal (the probe is in docs/LOG.md).
 
-Questions are split once, by seed, into disjoint sets (``RUN/splits/``): SFT questions, and a
-pool for the later stages (MCTS trees, RFT samples, RL groups) that SFT never trained on. The
-probe behind that choice: a tiny model trained to convergence answers its own training
-questions right in all 8 samples of a group, which leaves RFT's filter and GRPO's advantages
-nothing to learn from.
-
-Systems evaluated on the test split (the paper's Table 2 on the built-in world):
-
-============  ==================================================================
-naive         trained with the SFT questions to answer without retrieval
-standard-rag  trained with the SFT questions to answer from one retrieval
-sft           pi_sft (stage 1)
-rft           pi_rft: SFT + PRM-guided refinement ("w/o RL")
-rl-from-sft   RL with the dual advantage from pi_sft ("w/o refinement")
-grpo          RL with the outcome reward only (beta = 0) from pi_rft (the GRPO baseline)
-prorag        RL with the dual advantage from pi_rft (full ProRAG)
-============  ==================================================================
-
-RL systems are trained once per seed of ``seeds`` and reported as mean and spread.
+Systems on the test split: ``naive``, ``standard-rag`` (trained on the SFT questions), ``sft``
+(pi_sft), ``rft`` (pi_rft, "w/o RL"), ``rl-from-sft`` ("w/o refinement"), ``grpo`` (outcome only,
+beta 0, from pi_rft) and ``prorag`` (full); RL systems once per seed, reported as mean and spread.
 """
 
 from __future__ import annotations

@@ -1,41 +1,18 @@
 """Group-relative advantages (GRPO, ProRAG's dual granularity, CPGRPO) as pure tensor functions.
 
-GRPO replaces PPO's value network by a baseline taken from a *group*: the G trajectories sampled
-for one question. A trajectory's advantage is its reward standardised within its group,
-``(r - mean_group) / std_group``. ProRAG (METHOD.md section 2, stage 4, Eq. 7-8) adds a second,
-finer signal: every action ("step") of a trajectory has a step reward (Eq. 5), and the step
-rewards are standardised within the group as well, over the steps of all G trajectories. The
-advantage of the ``k``-th token of step ``t`` of trajectory ``i`` is then
+GRPO's baseline is the group of G trajectories of one question. ProRAG (docs/METHOD.md §2, Eq. 7-8)
+gives token ``k`` of step ``t`` of trajectory ``i`` the advantage
+``A[i,t,k] = A_out[i] + beta * A_proc[i,t]``, outcome rewards standardised over the G trajectories
+and step rewards over the steps of all G. ``process_norm="step"`` (paper, default) counts each step
+once; ``"token"`` (reference code) takes the statistics over generated tokens, so long steps weigh more.
 
-    A[i, t, k] = A_out[i] + beta * A_proc[i, t],
-    A_out[i]    = (r_out[i]    - mean_out)  / std_out     over the G outcome rewards,
-    A_proc[i,t] = (r_step[i,t] - mean_step) / std_step    over the steps of the G trajectories.
-
-Two ways to take ``mean_step`` and ``std_step`` are offered (``process_norm``):
-
-* ``"step"`` (the paper's Eq. 7, the default): every step counts once;
-* ``"token"`` (the public reference code): the step reward is first broadcast to the step's
-  generated tokens and the statistics are taken over all generated tokens of the group, so a
-  long step weighs more than a short one.
-
-The pieces, each usable alone (the trainer gathers groups across processes between them):
-
-1. :func:`group_normalize`: standardise values within groups, optionally with frequency weights;
-2. :func:`grpo_advantages`: plain GRPO, ``(B,)``;
-3. :func:`process_advantages`: ``A_proc`` per step;
-4. :func:`dual_step_advantages`: ``A_out`` per trajectory and ``A_out + beta * A_proc`` per step;
-5. :func:`broadcast_to_tokens`: per-step values onto the ``(B, T)`` grid of completion tokens,
-   zero on environment tokens and padding;
-6. :func:`dual_granularity_advantages`: 3-5 composed, the ``(B, T)`` advantages of ProRAG;
-7. :func:`cpgrpo_advantages`: CP-Search's ``A' = |A| * pr`` (METHOD.md section 5).
-
-Conventions. ``group_ids`` is a ``(B,)`` integer tensor; rows with equal ids form one group,
-wherever they sit in the batch (rows of a group need not be adjacent). Standard deviations are
-the unbiased sample ones (``torch.std``, as TRL's and verl's GRPO take them); a group of one
-value has standard deviation 0, so its advantage is 0, never NaN. ``scale=False`` only
-subtracts the group mean (Dr. GRPO's choice: no division by the spread). Token positions are
-*completion* coordinates: column ``j`` of a ``(B, T)`` tensor is token ``j`` of the completion,
-as are the step spans ``(start, end)`` (end exclusive) of :class:`~prorag.agent.rollout.ActionRecord`.
+Pieces, each usable alone (the trainer gathers groups across processes between them):
+:func:`group_normalize`, :func:`grpo_advantages`, :func:`process_advantages`,
+:func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
+:func:`dual_granularity_advantages` (composed) and :func:`cpgrpo_advantages` (docs/METHOD.md §5).
+Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
+verl), a one-value group gets advantage 0, never NaN; ``scale=False`` only centres (Dr. GRPO).
+Token positions are completion coordinates, spans ``(start, end)`` end-exclusive.
 """
 
 from __future__ import annotations

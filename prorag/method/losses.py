@@ -1,31 +1,16 @@
-"""The format-aware SFT loss (ProRAG stage 1, METHOD.md section 2), as small pure tensor functions.
+"""The format-aware SFT loss (docs/METHOD.md §2, Eq. 1) and the PPO-clip loss (Eq. 9), as pure tensor functions.
 
-ProRAG's Eq. 1 weighs the log-likelihood of the *control tokens* (the trajectory tags) by
-``lambda > 1`` and every other target token by 1::
+Eq. 1 weighs control-token (tag) log-likelihoods by ``lambda > 1`` and the rest by 1, summed. The
+reference code weighs per tag (``<answer>`` pair 5, ``<subquery>``/``<subanswer>`` pairs 3,
+``</step>`` 2, others 1) and takes a weighted *mean*; that is the default, since its learning rate
+(2e-5) is known to work.
 
-    L = - sum_{t not ctrl} log p(y_t) - lambda * sum_{t ctrl} log p(y_t)
-
-The public reference code does it per tag (``<answer>``/``</answer>`` 5, the ``<subquery>`` and
-``<subanswer>`` pairs 3, ``</step>`` 2, everything else 1, :data:`prorag.agent.schema.CONTROL_TAG_WEIGHTS`)
-and takes a weighted *mean*. Both are offered; the reference form is the default, since it is
-the one whose learning rate (2e-5) is known to work.
-
-Three steps, each a function:
-
-1. :func:`tag_weight_table` turns a scheme into ``{token id: weight}`` for the ten tags;
-2. :func:`format_token_weights` gives every position of a batch its weight, 0 wherever the loss
-   mask is 0 (the prompt, ``<retrieval>`` blocks and every other environment-written token are
-   never targets) and on padding;
-3. :func:`weighted_lm_loss` is the next-token NLL reduced with those weights
-   (:func:`reduce_weighted_nll` is the reduction alone, for NLLs computed without full logits).
-
-Conventions: ``input_ids``, ``loss_mask`` and ``weights`` are ``(B, T)`` and aligned with one
-another; ``logits[:, t]`` predicts ``input_ids[:, t + 1]``; the weight of a target token is the
-weight at *its own* position (so position 0, which nothing predicts, never counts, and neither
-does the last logit, which predicts nothing).
-
-The RL stage's loss lives here too: :func:`ppo_clip_loss`, the clipped surrogate of ProRAG's
-Eq. 9 over per-token advantages, the reference against which the RL trainer's loss is tested.
+:func:`tag_weight_table` (scheme -> ``{token id: weight}``), :func:`format_token_weights` (0 where
+the loss mask is 0: prompt, retrieval, environment tokens, padding), :func:`weighted_lm_loss` (the
+weighted next-token NLL; :func:`reduce_weighted_nll` is the reduction alone, for fused heads).
+``input_ids``, ``loss_mask`` and ``weights`` are aligned ``(B, T)``; ``logits[:, t]`` predicts
+``input_ids[:, t + 1]`` and a target's weight is the one at its own position.
+:func:`ppo_clip_loss` is the reference the RL trainer's (TRL's) loss is tested against.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
-"""The search tree of ProRAG's stage 2 (METHOD.md section 2): nodes, PUCT, back-propagation.
+"""The search tree of ProRAG's stage 2 (docs/METHOD.md §2, Eq. 2-3): nodes, PUCT, back-propagation.
 
-A node is a state of a trajectory: the question plus every action taken so far, retrieval
-included. The root holds no action (its state is the prompt); every other node holds the one
-action that leads to it from its parent, as the policy wrote it (token ids, never re-encoded),
-followed by what the environment wrote after it (the retrieval block of a search and the next
-``<step>`` opener). The state of a node is therefore
-``prompt_ids + concat(action_ids + env_ids over the path from the root)``, the exact ids the
-policy was fed, with the environment mask 1 on action ids and 0 on environment ids.
+A node is a trajectory state; it holds the action that leads to it as the policy wrote it (token
+ids, never re-encoded) and what the environment appended, so a state is
+``prompt_ids + concat(action_ids + env_ids along the path)``, the exact ids the policy saw.
 
-The three rules of the search are small pure functions here, so that each can be checked by
-hand:
-
-* :func:`puct_score` (Eq. 2) scores a child for selection:
-  ``Q(s,a) + c_puct * P(a|s) * sqrt(sum_b N(s,b)) / (1 + N(s,a))``;
-* :func:`sibling_priors` gives ``P(a|s)``: the policy's probability of each sampled action
-  (``exp`` of the sum of its token log-probabilities) normalised over the siblings, i.e. a
-  softmax of the sequence log-probabilities, or uniform (the reference code's choice);
-* :func:`updated_q` (Eq. 3) folds one discounted value into a running mean:
-  ``Q <- (Q * N + gamma^(T - t) * v) / (N + 1)``, where ``t`` is the node's depth (its step)
-  and ``T`` the step at which the evaluated trajectory ended; a value found far below a node
-  counts less, which favours short paths over long, redundant ones.
-
-Trees are stored one per JSONL line (:func:`tree_to_dict`) and printed for people with
+The rules are small pure functions, checkable by hand: :func:`puct_score` (Eq. 2,
+``Q + c_puct * P * sqrt(sum_b N_b) / (1 + N)``); :func:`sibling_priors` (the policy's sequence
+probabilities normalised over siblings, or uniform as in the reference code); :func:`updated_q`
+(Eq. 3, ``Q <- (Q*N + gamma^(T-t) * v) / (N+1)``: values found far below count less, favouring
+short paths). Trees are stored one per JSONL line (:func:`tree_to_dict`) and printed by
 :func:`render_tree`.
 """
 

@@ -1,22 +1,14 @@
 """Lexical BM25 retrieval over passages, with bm25s.
 
-Choices:
-
-* Tokenisation is bm25s's own (scikit-learn's ``\\b\\w\\w+\\b`` pattern), lowercased, with
-  English stopwords removed and **no stemmer**: a stemmer is an optional native package whose
-  version would change the tokens, and so the scores, from one machine to the next. The
-  title is indexed with the text (``contents`` holds both).
-* One bm25s sub-index per partition, plus one over everything. Each sub-index has its own
-  document frequencies, so a partition (one parallel world of the built-in data) is scored
-  exactly as if it were a corpus of its own, and a query scoped to it cannot see, or be
-  influenced by, any other partition.
-* A batch is tokenised once, grouped by partition, and each group goes through one call of
-  bm25s's batched ``retrieve``.
-* A query with no indexed term (empty, only stopwords, only unknown words) gets no hits, and
-  hits scoring 0 (no term in common with the query) are dropped: their order would be
-  arbitrary, so they would only be noise in the model's context.
-* Files are bm25s's own format (``.npy`` arrays written and read with ``allow_pickle=False``
-  and JSON), plus ``passages.jsonl`` and ``bm25.json``; nothing is pickled.
+* bm25s's own tokenisation, lowercased, English stopwords removed, **no stemmer**: an optional
+  native stemmer's version would change tokens and scores across machines. Titles are indexed with
+  the text.
+* One sub-index per partition plus one over everything: a partition (one parallel world) is scored
+  with its own document frequencies, as a corpus of its own, unseen by other partitions.
+* A batch is tokenised once, grouped by partition, one batched ``retrieve`` per group.
+* A query with no indexed term gets no hits, and 0-score hits are dropped (their order is arbitrary noise).
+* Files are bm25s's format (``.npy`` with ``allow_pickle=False``, JSON) plus ``passages.jsonl`` and
+  ``bm25.json``; nothing is pickled.
 """
 
 from __future__ import annotations

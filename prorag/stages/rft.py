@@ -1,43 +1,16 @@
-"""Stage 3 of ProRAG: PRM-guided reasoning refinement by step-level rejection sampling (RFT).
+"""Stage 3 of ProRAG: PRM-guided rejection-sampling fine-tuning (docs/METHOD.md §2, stage 3) -> ``pi_rft``.
 
-``pi_sft`` answers every training question ``N`` times; two filters pick what it learns from
-(paper Sec. 3.3, METHOD.md section 2, stage 3):
+``pi_sft`` answers each question ``N`` times. Outcome filter: keep trajectories whose answer is
+correct (EM, or F1 above a threshold, read as the outcome reward reads it). Process filter: within
+them an action is a target iff its PRM logit > 0 and it is well formed (the PRM never saw malformed
+steps); ``prm_scope="reasoning"`` leaves the answer to the outcome filter.
 
-1. **Outcome**: a trajectory is kept only if its final answer is correct (normalised exact
-   match by default, or token F1 above a threshold), read from its token ids as the outcome
-   reward reads it (:func:`prorag.method.rewards.outcome.trajectory_answer`).
-2. **Process**: within a kept trajectory the PRM scores every action in its context, and an
-   action is a training target only if its logit passes the threshold (``R_phi > 0``, i.e.
-   sigmoid > 0.5). A malformed action (I_step = 0) is dropped too by default: our PRM is
-   trained on pairs of well-formed steps and has no reason to score format errors low.
-   ``prm_scope="reasoning"`` leaves a well-formed final answer to the outcome filter, which
-   has already checked it, and judges only the searches and conclusions by the PRM.
-
-Then ``pi_sft`` is fine-tuned with the next-token loss on the kept (context, action) pairs,
-one more epoch in the paper. The pairs of one trajectory share their contexts, so one pass
-over the trajectory with only the kept actions as targets is the same loss as the separate
-pairs and far cheaper: the loss mask (:func:`rft_loss_mask`) is 1 on the tokens of the kept
-actions and 0 on the prompt, the retrieval blocks and every other environment token, and on
-rejected actions, which stay in the context (the model conditions on them, as it did when it
-wrote the kept action that follows) but are never targets. The example format, the trainer
-(:class:`~prorag.stages.sft.WeightedSFTTrainer` through
-:func:`~prorag.stages.sft.make_sft_trainer`) and the loss weighting
-(:func:`~prorag.method.losses.format_token_weights`, reference or paper scheme) are stage 1's.
-
-Sampling: questions are taken in fixed chunks, each question repeated ``N`` times next to
-itself, and every chunk is one rollout call with its own seed derived from ``(seed, chunk)``.
-So the samples do not depend on where an interrupted run stopped, and a run resumes chunk by
-chunk. The token ids are the ones the policy sampled (never re-encoded), and they are the
-ids the fine-tuning trains on.
-
-Outputs in the run directory
-    ``rft_config.json`` (the resolved config; a resumed run must sample with the same
-    settings), ``samples.jsonl`` (every sample with its verdicts, appended chunk by chunk:
-    ``id`` = ``question_id#k``, the trajectory, its answer, ``correct``, the PRM logits of a
-    correct one and ``kept_actions``), ``kept.jsonl`` (the samples with at least one kept
-    action: the refinement data), ``rft_counts.json`` (how many questions, samples, correct
-    trajectories, scored and kept actions), and, from the fine-tuning, ``checkpoints/``,
-    ``metrics.jsonl`` and ``policy/`` (``pi_rft``).
+Fine-tuning is stage 1's trainer over whole trajectories whose loss mask (:func:`rft_loss_mask`)
+is 1 only on kept actions: rejected ones stay in the context, never as targets, which equals the
+separate (context, action) pairs and is cheaper. Sampling goes in fixed chunks seeded by
+``(seed, chunk)``, so samples do not depend on where a run stopped, and it resumes chunk by chunk.
+Writes ``rft_config.json``, ``samples.jsonl``, ``kept.jsonl``, ``rft_counts.json``,
+``checkpoints/``, ``metrics.jsonl`` and ``policy/``.
 """
 
 from __future__ import annotations

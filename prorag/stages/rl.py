@@ -1,80 +1,18 @@
-"""Stage 4 of ProRAG: process-supervised RL with the dual-granularity advantage (METHOD.md section 2).
+"""Stage 4 of ProRAG: GRPO with the dual-granularity advantage (docs/METHOD.md §2, Eq. 5-9) -> ``pi_theta``.
 
-For each training question the policy ``pi_theta`` (initialised from ``pi_rft``) writes a group
-of G trajectories through the rollout engine (:class:`~prorag.agent.rollout.RolloutEngine`: the
-retriever answers every sub-query, retrieval tokens are marked 0 in the environment mask).
-Each trajectory gets an outcome reward (Eq. 6, :mod:`prorag.method.rewards.outcome`) and each of its
-actions a step reward from the frozen PRM (Eq. 5, :mod:`prorag.method.rewards.process`); the two are
-standardised within the group and combined per token, ``A = A_out + beta * A_proc``
-(:mod:`prorag.method.advantages`); the policy takes a PPO-clip step on those token advantages, with
-no value network and (by default) no KL term (Eq. 9, :func:`~prorag.method.losses.ppo_clip_loss`).
+Each question gets G trajectories from the rollout engine; an outcome reward each (Eq. 6) and a
+frozen-PRM step reward per action (Eq. 5), standardised in the group and combined per token as
+``A = A_out + beta * A_proc`` (Eq. 7-8), zero on retrieved tokens; PPO-clip, no value net, no KL by
+default (Eq. 9). ``process_reward="none"`` (or beta 0) is the outcome-only GRPO baseline on the same code.
 
-``process_reward="none"`` (or ``beta = 0``) is the paper's outcome-only GRPO baseline on the
-very same machinery: same rollouts, same outcome reward, same loss, no PRM call.
-
-The trainer: :class:`ProcessSupervisedGRPOTrainer`, a subclass of TRL's ``GRPOTrainer`` (trl==1.16.0)
-    What TRL does unchanged: the data order (its ``RepeatSampler`` puts each question G times in
-    one generation batch, so ``rollout_func`` receives the prompts *already repeated G times*
-    and must return one completion per prompt), padding, the forward pass for the
-    log-probabilities, the clipped loss with ``mask = completion_mask * tool_mask``,
-    optimiser, schedule, checkpoints and resuming, logging, LoRA through ``peft_config``,
-    distributed training. What this module adds:
-
-    * ``rollout_func`` = :class:`EngineRollout`: the rollout engine instead of
-      ``model.generate``. It returns the engine's own prompt and completion ids (never decoded
-      and re-encoded), its log-probabilities, ``env_mask`` (which TRL 1.16 turns into its
-      ``tool_mask``, so retrieval tokens carry no loss) and the
-      :class:`~prorag.agent.rollout.Trajectory` objects, which TRL forwards to the reward functions.
-      TRL hands ``rollout_func`` only the prompt strings; the record of each row (its retrieval
-      partition, gold answers) is found through :attr:`ProcessSupervisedGRPOTrainer.generation_rows`,
-      the dataset rows of the batch being generated, which the trainer sets just before.
-    * The outcome reward is computed from each ``Trajectory``'s token ids
-      (:func:`outcome_reward_function`), not from the ``completions`` TRL decodes for reward
-      functions: those are decoded with ``skip_special_tokens=True``, and the trajectory tags
-      are special tokens, so they hold neither an ``<answer>`` nor a format to judge.
-    * ``_generate_and_score_completions`` is overridden to replace TRL's ``(B,)`` advantages by
-      the ``(B, T)`` dual-granularity ones. TRL's ``_compute_loss`` already accepts ``(B, T)``
-      advantages (it only unsqueezes a 1-D tensor), so the loss itself is TRL's, which the tests
-      check against the project's reference :func:`~prorag.method.losses.ppo_clip_loss`. The groups
-      may span processes: outcome rewards, step rewards and step sizes are gathered from every
-      process, the advantages computed on the whole groups, and each process keeps its rows.
-    * ``</answer>`` is added to the trainer's EOS ids. TRL counts a completion whose last
-      token is not an EOS id as truncated (and with ``mask_truncated_completions`` drops its
-      loss); a trajectory that ends in ``</answer>`` has finished.
-
-Several processes (``torchrun``, ``accelerate launch``) train as one process would on the same
-global batch (``per_device_batch_size * processes`` trajectories per micro-step), up to float
-noise; ``tests/stages/test_rl.py::test_one_and_two_processes_train_alike`` checks it on CPU:
-
-    * Sampling: every row has its own random stream keyed by (seed, optimiser step, global row
-      index), and TRL gives process ``p`` the ``p``-th slice of the global generation batch
-      (:func:`local_rows`), so each row is sampled as a single process would sample it.
-    * Advantages: a group may span processes; rewards, step rewards and step sizes are gathered,
-      the advantages computed on the whole groups, each process keeps its slice.
-    * Loss: with ``token_mean`` (TRL's ``dapo``) each process divides its token sum by
-      ``num_items_in_batch / num_processes``, where ``num_items_in_batch`` is the loss-token
-      count of the *global* batch; DDP averages the gradients over processes, so the gradient is
-      ``sum over all tokens / num_items_in_batch``, the one-process gradient. ``sequence_mean``
-      and ``sum`` divide by a local row count that is the same on every process, so the
-      averaged gradient is again the global one. Nothing needs changing in TRL's loss.
-
-Defaults (:class:`RLConfig`) are the paper's and its reference code's: G = 8, beta = 0.3,
-PPO-clip epsilon 0.2, no KL, temperature 1.0, lr 1e-5, at most 11 actions per trajectory,
-LoRA r 16 alpha 32 when ``lora`` is on (off by default, so the tiny CPU model trains fully).
-
-Keep the RL questions disjoint from the SFT questions: a policy trained on a question answers it
-right in every sample, and a group whose rewards all agree has zero advantage (no signal).
-``exclude_ids_from`` drops the questions of given files (SFT trajectories, SFT or RFT records)
-from the RL data; otherwise pass a record file that is disjoint by construction (for the
-built-in world, e.g. the dev split, or a seeded part of the train split).
-
-Outputs in the run directory
-    ``rl_config.json`` (the resolved config), ``checkpoints/checkpoint-N`` (Trainer's, for
-    resuming), ``metrics.jsonl`` (one line per logged step: ``outcome_reward``,
-    ``process_reward``, ``format_valid_rate``, ``searches_per_trajectory``, ``answer_f1``,
-    ``answer_em``, TRL's ``entropy``, ``kl`` when ``beta_kl > 0``, ``loss``, clip ratios,
-    timings), ``learning_curve.csv`` (outcome reward per step: the paper's Figure 4) and
-    ``policy/`` (the final policy; a LoRA adapter is merged first).
+:class:`ProcessSupervisedGRPOTrainer` subclasses TRL's ``GRPOTrainer`` (trl==1.16.0): ``rollout_func``
+is the engine (:class:`EngineRollout`: ids never re-encoded, ``env_mask`` becomes TRL's ``tool_mask``);
+rewards are read from token ids, since TRL's decoded completions lose the special-token tags;
+``_generate_and_score_completions`` swaps in ``(B, T)`` advantages, gathered across processes
+because a group may span them; ``</answer>`` counts as EOS. Rows sample from streams keyed by
+(seed, step, global row), so N processes train as one (``test_one_and_two_processes_train_alike``).
+Keep RL questions disjoint from SFT's (``exclude_ids_from``): an all-correct group has no signal.
+Writes ``rl_config.json``, ``checkpoints/``, ``metrics.jsonl``, ``learning_curve.csv``, ``policy/``.
 """
 
 from __future__ import annotations

@@ -1,74 +1,18 @@
-"""Stage 1 of ProRAG: supervised policy warm-up with the format-aware loss (METHOD.md section 2).
+"""Stage 1 of ProRAG: supervised warm-up with the format-aware loss (docs/METHOD.md §2, Eq. 1) -> ``pi_sft``.
 
-Gold trajectories (:mod:`prorag.agent.gold`) become training examples, and a causal LM learns to
-write them with the loss of :mod:`prorag.method.losses`; the result is ``pi_sft``, saved with
-:func:`~prorag.models.save_policy` so that every later stage loads it with
-:func:`~prorag.models.load_policy`.
+One gold trajectory (:mod:`prorag.agent.gold`) is one example trained in one pass: the prompt is
+exactly the rollout engine's and the completion is tokenised segment by segment as the engine does,
+so training text equals inference text token for token. The loss mask is 0 on the prompt and every
+environment segment (``<retrieval>``, environment-written ``<step>`` openers); every action is a
+target at once, equivalent to the paper's (context, action) pairs and cheaper.
 
-The examples
-    One gold trajectory is one example, trained in one pass: ``input_ids = prompt + completion``
-    where the prompt is exactly what the rollout engine feeds at inference
-    (:func:`~prorag.agent.prompts.prompt_token_ids`, which :meth:`~prorag.agent.rollout.RolloutEngine.prompt_ids`
-    calls too) and the completion is tokenised segment by
-    segment (:func:`~prorag.agent.gold.tokenize_segments`), as the engine tokenises what the
-    environment appends. So the training text equals the inference text token for token. The
-    loss mask is 0 on the prompt and on every environment segment (``<retrieval>`` blocks, the
-    ``<step>`` openers the environment writes) and 1 on what the model writes; every action is a
-    target in the same pass, which METHOD.md notes is equivalent to the paper's
-    (context, action) pairs and cheaper. Nothing is appended after ``</answer>``: generation
-    stops on it (it is one of the policy's EOS ids), so it is the end of a trajectory.
-
-The loss
-    :func:`~prorag.method.losses.weighted_lm_loss` with per-token weights from
-    :func:`~prorag.method.losses.format_token_weights`: the reference code's per-tag weights by default
-    (``weight_scheme="reference"``, weighted mean), or the paper's Eq. 1 (``"paper"``:
-    ``control_lambda`` on every tag, ``reduction="sum"`` for its sum form). With gradient
-    accumulation the normaliser (the total weight, or the target count) is summed over all the
-    micro-batches of an optimiser step first, so the step's loss is exactly that of one big batch.
-
-The trainer: :class:`WeightedSFTTrainer`, a subclass of TRL's ``SFTTrainer`` (trl==1.16.0)
-    SFTTrainer wants to tokenise, truncate and pack a text dataset itself and builds its labels
-    during that preparation; here the dataset is already tokenised with masks and weights. What
-    it takes, all through public options plus three overrides:
-
-    * ``dataset_kwargs={"skip_prepare_dataset": True}`` (no re-tokenising, no EOS appended),
-      ``packing=False``, ``padding_free=False``, ``remove_unused_columns=False`` (the
-      ``loss_weights`` column must reach the collator) and our own collator
-      (:class:`WeightedSFTCollator`: right padding, weight 0 on pads);
-    * ``compute_loss`` is overridden: SFTTrainer's own takes an unweighted mean of the
-      log-probabilities of the ``labels``; ours weighs them per token. By default (on CPU) it
-      runs the plain forward and :func:`~prorag.method.losses.weighted_lm_loss` on the logits; with
-      ``fused_lm_head`` (default on CUDA) it gets the log-probabilities from the fused LM head
-      TRL patches into the model, without the ``(B, T, V)`` logits, and applies the same
-      reduction (:func:`~prorag.method.losses.reduce_weighted_nll`). The patched forward is the
-      original one unless called with ``fused_lm_head=True``, so generation and saving are
-      unaffected.
-    * ``_get_num_items_in_batch`` is overridden so that ``num_items_in_batch`` is the loss
-      normaliser of the whole accumulated batch (Trainer counts ``labels != -100``, and the
-      batches here have no labels), and ``loss_is_scaled_for_ga = True`` says the loss is
-      already normalised over that batch (Trainer must not divide it again).
-    * ``_get_train_sampler``: with ``group_by_length``, lengths are grouped over the examples of
-      one optimiser step on *all* processes (:func:`length_group_size`), not one process's.
-
-    Several processes (``torchrun``) train as one process would with the same global batch
-    (``per_device_batch_size * processes * gradient_accumulation_steps``), up to float noise,
-    which ``tests/stages/test_sft_cli.py::test_one_and_two_processes_train_alike`` checks on CPU:
-    the sampler yields the same sequence on every process and accelerate hands each process its
-    slice of every step's examples; the normaliser counts the targets of every process
-    (``average_tokens_across_devices``, on by default) and the loss is multiplied by the number
-    of processes, which DDP's gradient averaging divides away.
-
-    Everything else (optimiser, schedule, checkpoints, resuming, logging, LoRA through
-    ``peft_config``) is SFTTrainer's and Trainer's own.
-
-Outputs in the run directory
-    ``sft_config.json`` (the resolved config), ``checkpoints/checkpoint-N`` (Trainer's, with
-    optimiser state, for resuming), ``metrics.jsonl`` (one line per log: ``step``, ``epoch``,
-    ``loss``, ``learning_rate``, ``grad_norm``, ``mean_token_accuracy``; ``eval_loss`` for the
-    held-out loss; a last ``format_valid_rate`` line from greedy rollouts of held-out questions,
-    the reference code's validation signal), ``eval_trajectories.jsonl`` (those rollouts) and
-    ``policy/`` (the final policy: safetensors, tokenizer, generation config stopping at EOS or
-    ``</answer>``; a LoRA adapter is merged first).
+:class:`WeightedSFTTrainer` subclasses TRL's ``SFTTrainer`` (trl==1.16.0) with the dataset already
+tokenised (``skip_prepare_dataset``, no packing, our collator) and three overrides: ``compute_loss``
+(per-token weights; the fused LM head on CUDA avoids ``(B, T, V)`` logits),
+``_get_num_items_in_batch`` (the normaliser spans every micro-batch and process of an optimiser
+step, so N processes train as one would: ``test_one_and_two_processes_train_alike``) and
+``_get_train_sampler`` (length grouping over all processes). Writes ``sft_config.json``,
+``checkpoints/``, ``metrics.jsonl`` (with a last held-out ``format_valid_rate``) and ``policy/``.
 """
 
 from __future__ import annotations

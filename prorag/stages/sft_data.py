@@ -1,32 +1,14 @@
 """Stage 1's data: gold trajectories of a record file, written once to JSONL (``prorag sft-data``).
 
-For every record with a gold decomposition, :func:`build_sft_data` writes one full ProRAG
-trajectory (a :meth:`~prorag.agent.gold.GoldTrajectory.to_dict` row, which
-:func:`~prorag.stages.sft.load_trajectories` reads back) whose ``<retrieval>`` blocks hold what
-the project's retriever returns for each hop's search keywords, and whose ``<step>`` thoughts a
-teacher writes: :class:`~prorag.agent.gold.TemplateTeacher` (offline, deterministic) or the LLM
-teacher of :mod:`prorag.supervision.llm_teacher`. A hop whose gold page was not retrieved is recorded in
-the row's ``missing_gold`` (the SFT stage keeps or drops such trajectories,
-``SFTConfig.missing_gold``). Each row also says which ``teacher`` wrote it.
+For every record with a gold decomposition, :func:`build_sft_data` writes one trajectory whose
+``<retrieval>`` blocks hold the project's retriever output for each hop's keywords, with thoughts
+by the template teacher or the LLM teacher; hops whose gold page was missed go in ``missing_gold``.
 
-Rendering is :func:`~prorag.agent.gold.render_gold`'s, never re-implemented here. The LLM teacher
-needs the retrieved documents *before* it writes the thoughts, while ``render_gold`` searches
-and asks its teacher in one pass; so a chunk is rendered twice over one
-:class:`_MemoRetriever` (which searches each (query, partition, k) once): first with a
-:class:`_HitCollector` (the template teacher, recording the hits it is shown), then, once the LLM
-has written the thoughts, with a :class:`~prorag.supervision.llm_teacher.PrecomputedTeacher` holding them.
-
-Output and resuming
-    Rows are appended with a flush each (:class:`~prorag.data.jsonl.JsonlAppender`), chunk by
-    chunk (``chunk_size`` records: one batched search per hop level, one burst of concurrent LLM
-    requests). Ids already in the output are skipped, so an interrupted run continues where it
-    stopped; a last line cut by a kill is repaired and redone. A record the teacher or the
-    renderer cannot write well (the LLM failed a thought after its retries; an empty sub-answer)
-    is dropped and counted, never written malformed, and is tried again by a rerun (the LLM's
-    reply cache makes that cheap).
-
-``limit`` takes the first N records of the file (as ``prorag eval --limit``), so a rerun with the
-same limit resumes the same set.
+Rendering is :func:`~prorag.agent.gold.render_gold`'s alone. The LLM needs the hits before it
+writes, so a chunk is rendered twice over one memoising retriever: first collecting hits, then
+with the LLM's thoughts. Rows are appended chunk by chunk; ids already written are skipped, a cut
+last line is repaired, and a record that cannot be written well is dropped, counted and retried by
+the next run. ``limit`` takes the first N records, so a rerun resumes the same set.
 """
 
 from __future__ import annotations

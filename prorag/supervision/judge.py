@@ -1,45 +1,17 @@
-"""Step judges: which of two sibling steps is the logically valid one (METHOD.md section 2, stage 2).
+"""Step judges: which of two sibling steps is the logically valid one (docs/METHOD.md §2, stage 2).
 
-The tree search gives, at a state, several sibling actions with their Q and N. A judge looks at
-the siblings and labels one *chosen* (valid) and one *rejected* (invalid) step, or none when all
-are equally good or equally bad. Q and N are hints only: a step that happened to lead to a
-correct answer can still be a hallucination, and a valid step can sit in a branch that failed
-later; the label is about the step's own logical validity.
+A judge labels one sibling chosen (valid) and one rejected (invalid), or none; Q and N are hints
+only, since a lucky step can lead to a right answer and a valid one can sit in a failed branch.
+One interface (:class:`Judge`: :class:`JudgeRequest` in, :class:`Judgement` or None out).
 
-Two judges with one interface (:class:`Judge`: a batch of :class:`JudgeRequest` in, one
-:class:`Judgement` or None out per request):
-
-``oracle`` (:class:`OracleJudge`, offline)
-    Uses the record's gold decomposition (built-in world, MuSiQue): the hops, their sub-answers
-    and how they depend on each other. It replays the history to know which hops are resolved
-    and what was retrieved, then applies :func:`step_verdict`:
-
-    * a **search** is valid iff its sub-query targets an *open* hop (not yet resolved, and whose
-      inputs are known: for a chain this is exactly the next hop; the independent sides of a
-      comparison may come in either order) and does not repeat an earlier sub-query; searching
-      for a hop already resolved, or again with the same words, is redundant re-retrieval.
-      *Targets* (:func:`targets`) means it names the hop's subject and, where the decomposition
-      gives the hop's gold sub-query (built-in world), asks the hop's relation: "Nurun based in"
-      names the right entity but does not ask who founded it;
-    * a **conclusion** is valid iff its sub-answer agrees (SQuAD normalisation) with the gold
-      sub-answer of an open hop *and* the retrieved documents in the history contain it (a
-      correct guess without evidence is a hallucination that happened to be right);
-    * an **answer** is valid iff it is correct (exact match with a gold alias) *and* grounded
-      (:func:`answer_grounded`): the history resolved every hop, or all but the last and the
-      retrieved documents hold the last hop's answer. A right answer the history does not
-      support is a lucky guess: labelling it valid would teach the PRM something no step in
-      the context shows (and the step is a hallucination by the paper's own criterion);
-
-    * a malformed action is invalid.
-
-    :func:`choose_pair` then picks the valid sibling with the highest Q as chosen and the
-    invalid one with the lowest Q as rejected.
-
-``llm`` (:class:`LLMJudge`)
-    Any OpenAI-compatible chat model (GPT-4o in the paper) through
-    :class:`~prorag.supervision.llm_teacher.ChatClient` (concurrency, retries, reply cache), asked for a
-    strict JSON reply ``{"chosen": i, "rejected": j, "reason": "..."}`` (or nulls), checked by
-    :func:`parse_judgement`; a reply that does not parse is asked again.
+``oracle`` (:class:`OracleJudge`) replays the history against the gold decomposition
+(:func:`step_verdict`): a search is valid iff it targets an open hop (names its subject and, where
+known, asks its relation) and repeats no earlier sub-query; a conclusion iff its sub-answer matches
+an open hop's gold and the retrieved documents contain it; an answer iff correct *and* grounded in
+the history (:func:`answer_grounded`: a right guess is a hallucination); malformed is invalid.
+:func:`choose_pair` takes the valid sibling of highest Q and the invalid one of lowest Q.
+``llm`` (:class:`LLMJudge`): any OpenAI-compatible chat model asked for strict JSON
+(:func:`parse_judgement`), through the teacher's cached, retried client.
 """
 
 from __future__ import annotations

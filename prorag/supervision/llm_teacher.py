@@ -1,53 +1,17 @@
 """The LLM teacher: an OpenAI-compatible chat model writes the ``<step>`` thoughts of gold trajectories.
 
-Stage 1's data (METHOD.md section 2) are gold decompositions rendered as ProRAG trajectories
-whose thoughts a teacher writes; the paper's teacher is GPT-4o. This module asks any server that
-speaks the chat-completions API (OpenAI, vLLM, llama.cpp, ...: ``POST {base_url}/chat/completions``)
-and hands the thoughts to :func:`prorag.agent.gold.render_gold` through the ordinary
-:class:`~prorag.agent.gold.Teacher` protocol (:class:`PrecomputedTeacher`), so rendering, retrieval
-and masks stay in one place. :mod:`prorag.stages.sft_data` drives it.
+Stage 1's thoughts (docs/METHOD.md §2; GPT-4o in the paper) from any chat-completions server, handed to
+:func:`prorag.agent.gold.render_gold` through :class:`PrecomputedTeacher`, so rendering stays in one place.
+One request per thought, not per record: each prompt holds exactly what the policy has seen at that
+point plus its next action, so no thought can peek at a later hop; replies are one checked line
+(:func:`check_thought`), cached and retried per thought, and all run concurrently.
 
-One request per thought (not one per record)
-    A gold trajectory of ``h`` hops has ``2h + 1`` thoughts: before each search, after each
-    retrieval, before the answer. Each is asked for separately, with a prompt built from exactly
-    what the policy has seen at that moment plus the action it takes next: the search thought
-    of hop ``i`` sees the question, the earlier hops (query and conclusion) and hop ``i``'s
-    sub-question and query, not its documents or sub-answer; the conclude thought of hop ``i``
-    adds hop ``i``'s retrieved documents and sub-answer; the answer thought sees every hop. So
-    no thought can peek at a later hop: the prompt does not contain it (one JSON reply per record
-    could only *ask* the model not to use the later hops it was shown). The replies are single
-    lines of text, checked with simple rules (:func:`check_thought`), and a bad reply costs a
-    small retry, not a whole record; the cache is per thought, so a rerun after a partial failure
-    reuses every good thought. The price is more, smaller requests; the thoughts of a record do
-    not depend on one another (they are built from gold data, not from earlier generated
-    thoughts), so all of them run concurrently.
-
-Robustness
-    ``concurrency`` requests at a time (an ``asyncio.Semaphore`` held only while a request is in
-    flight, not while it waits to retry); retries with exponential backoff and jitter on 429,
-    5xx, timeouts and connection errors, honouring ``Retry-After``; a reply that is malformed
-    (no ``choices[0].message.content``), cut by ``max_tokens`` or fails :func:`check_thought`
-    is retried too. After ``max_retries`` retries the thought fails, and
-    :mod:`~prorag.stages.sft_data` drops its record (counted): nothing malformed is written.
-    401, 403 and 404 are configuration errors (key, model, URL) and stop the run at once
-    (:class:`LLMTeacherError`); another 4xx fails that thought only.
-
-Cache
-    A JSONL file of validated replies keyed by the SHA-256 of the request body (model, messages,
-    temperature, max_tokens: not the key or the URL), read at start and appended with a flush
-    per reply, so a rerun sends no request for a thought it already has. Cached replies are
-    re-checked (a stricter ``max_thought_chars`` asks again).
-
-Secrets
-    The key is read from the environment variable ``api_key_env`` at request time and sent as a
-    ``Bearer`` header; it is never logged, cached or put in an error message (server replies are
-    redacted before they are shown). Without the variable, requests go without a key (local
-    servers need none) and a warning names the variable.
-
-Usage
-    Token counts come from each reply's ``usage`` (every reply the server answered, including
-    rejected ones: they are billed); :meth:`LLMUsage.describe` prints them with the estimated
-    cost when prices are configured.
+Robustness: ``concurrency`` in-flight requests; exponential backoff with jitter on 429, 5xx,
+timeouts and connection errors (honouring ``Retry-After``), and on malformed or truncated replies;
+after ``max_retries`` the thought fails and its record is dropped. 401/403/404 stop the run
+(:class:`LLMTeacherError`). Cache: JSONL keyed by the SHA-256 of the request body (not key or URL),
+re-checked on read. The key comes from ``api_key_env`` at request time and is never logged, cached
+or shown. :class:`LLMUsage` counts billed tokens and cost.
 """
 
 from __future__ import annotations

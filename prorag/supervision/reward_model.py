@@ -1,47 +1,18 @@
-"""The process reward model R_phi: a scalar score of one reasoning step in its context.
+"""The process reward model R_phi: a scalar score of one reasoning step in its context (docs/METHOD.md §2).
 
-R_phi (METHOD.md section 2, stage 2) is the policy's own backbone with a scalar head: a
-transformers ``*ForSequenceClassification`` model with ``num_labels=1``, whose backbone is
-copied from the policy checkpoint (``pi_sft``) and whose head (a bias-free ``hidden -> 1``
-linear, ``score``) is new. Its input is ``context + step``: the question's prompt and the whole
-history before the step (retrieval text included), then the step's own tokens; its output is
-one logit, read on the **last real token** of the input (the step's closing tag), where a
-causal model has seen the whole context and the whole step.
+Default kind: the policy backbone (copied from ``pi_sft``) with a new bias-free ``hidden -> 1`` head
+(``*ForSequenceClassification``, ``num_labels=1``); input ``context + step``, one logit read on the
+step's last real token. Choices: the read-out position comes from the attention mask, not the pad
+id (pad is EOS in SmolLM2; :func:`last_token_rewards` scores a row alike however padded); long
+inputs are cut from the left (:func:`truncate_left`) so the step survives; ``append_eos`` (off)
+reproduces the reference code's EOS read-out and is saved with the model.
 
-Three choices a reader should know:
-
-* **The read-out position comes from the attention mask, not from the pad id.**
-  transformers' own head takes the rightmost token that is not the pad id; when the pad token
-  is the EOS token (SmolLM2, most chat models) a step that ends in EOS (a rollout cut by its
-  end-of-sequence) would be read one token early. :func:`last_token_rewards` takes the last
-  position whose mask is 1 and gives position ids counted over real tokens only, so a row
-  scores the same padded on the right, padded on the left, or alone (tested).
-* **Long inputs are cut from the left** (:func:`truncate_left`): the step must survive whole,
-  and what is lost first is the oldest history, then the prompt. A step longer than the budget
-  keeps its last tokens, so the read-out token is always the step's end.
-* **Optional read-out token.** The reference code appends EOS after the step and reads the
-  score there; ``append_eos=True`` does the same (the saved model remembers it, so scoring
-  always matches training). Off by default: the step's closing tag is already a fixed,
-  well-trained token at the step's end.
-
-A second kind, ``kind="likelihood"`` (an option; the paper's head is the default), keeps the
-policy's causal LM head instead of adding a scalar one: the step's score is
-``beta * (mean_t log p(step_t | context, step_<t) - offset)``, the length-normalised likelihood
-that SimPO (Meng et al., 2024) uses as an implicit reward, trained with the same pairwise loss.
-Why: MCTS siblings are the policy's own samples, and its likelihood alone already ranks the
-demo's held-out oracle pairs at 0.86 where a scalar head trained on 3.5k pairs reached 0.63; this
-kind starts from that ranking, and Eq. 4 training goes on from there (whether it helps is for a
-validation split to say: on those pairs it did not, and the initial weights were kept; see
-``PRMConfig.validation_fraction``). The pairwise loss cannot set a zero point,
-so ``offset`` is fitted after training (the threshold that best separates chosen from rejected
-training steps), and a logit above 0 means what it means for the head (RFT's filter).
-
-Saved models (:meth:`ProcessRewardModel.save`) are ordinary transformers folders (safetensors,
-config with ``num_labels=1`` or a causal LM's, tokenizer) plus ``reward_model.json``
-(``max_length``, ``append_eos``, ``kind``, ``beta``, ``offset``);
-:meth:`ProcessRewardModel.load` reads them back for the later stages (RFT's filter, RL's step
-rewards), which call :meth:`~ProcessRewardModel.score_trajectories` or any object with that
-method (:class:`StepScorer`).
+``kind="likelihood"`` (option) keeps the LM head: ``beta * (mean log p(step) - offset)``, SimPO's
+length-normalised implicit reward, trained with the same Eq. 4 loss. MCTS siblings are the policy's
+own samples, so its likelihood already ranks them well (measured in docs/LOG.md); ``offset`` is
+fitted after training so that RFT's ``logit > 0`` keeps its meaning. Saved as a transformers folder
+plus ``reward_model.json``; :meth:`ProcessRewardModel.load` serves RFT and RL through
+:meth:`~ProcessRewardModel.score_trajectories` (:class:`StepScorer`).
 """
 
 from __future__ import annotations

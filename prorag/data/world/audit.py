@@ -1,21 +1,14 @@
 """How much of the test split could be answered without reading? (the memorisation audit)
 
-A retrieval benchmark whose answers can be memorised measures nothing. This module scores,
-on the test questions, the strongest *no-retrieval* predictors that can be built from the
-training records alone, next to chance:
+A retrieval benchmark whose answers can be memorised measures nothing. On the test questions this
+module scores the strongest *no-retrieval* predictors built from the training records alone, next
+to chance: ``question_lookup`` (same question text; splits share none, so it must stay 0),
+``template_prior`` (most frequent training answer, or answer position, of the template) and
+``fact_recall`` (every training sub-answer fact remembered by majority over worlds and chained hop by
+hop; near chance only because each world re-draws its facts).
 
-* ``question_lookup``: the training answer of the same question text (splits share none, so
-  this is a guard that must stay at 0);
-* ``template_prior``: the most frequent training answer of the same question template (for
-  which-one questions, the most frequent answer position), i.e. what a model that ignores
-  the entities learns;
-* ``fact_recall``: every (subject, relation) -> object that was a training target (a gold
-  sub-answer) is remembered, by majority over training worlds; a test question is answered by
-  chaining remembered facts. This is what a model that memorised every training fact could
-  do, and stays near chance only because each world re-draws its facts.
-
-The per-category maximum of the three is the no-retrieval ceiling reported by ``prorag world``;
-a trained naive (no-retrieval) policy cannot beat it except by luck.
+The per-category maximum is the no-retrieval ceiling ``prorag world`` reports; a trained naive
+policy cannot beat it except by luck.
 """
 
 from __future__ import annotations

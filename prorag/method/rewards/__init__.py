@@ -1,12 +1,9 @@
-"""Rewards of the RL stage, computed from token ids and action spans (METHOD.md section 2, stage 4).
+"""Rewards of the RL stage, computed from token ids and action spans (docs/METHOD.md §2, stage 4).
 
-* :mod:`prorag.method.rewards.outcome`: the outcome reward of Eq. 6, one number per trajectory
-  (answer F1 plus a trajectory-format term);
-* :mod:`prorag.method.rewards.process`: the step reward of Eq. 5, one number per action (the PRM's
-  score plus a step-format term).
-
-Each comes in the paper's form (the default) and in the public reference code's form, picked
-by a small config (:class:`OutcomeRewardConfig`, :class:`StepRewardConfig`).
+:mod:`~prorag.method.rewards.outcome` gives Eq. 6 per trajectory, :mod:`~prorag.method.rewards.process`
+Eq. 5 per action; each in the paper's form (default) or the reference code's
+(:class:`OutcomeRewardConfig`, :class:`StepRewardConfig`). Part of the method layer: imports only
+core .. models.
 """
 
 from prorag.method.rewards.outcome import (

@@ -1,30 +1,17 @@
-"""The outcome reward of ProRAG's RL stage (paper Eq. 6, METHOD.md section 2, stage 4).
-
-One number per trajectory, from the correctness of its final answer and the format of the
-whole trajectory::
+"""The outcome reward of ProRAG's RL stage (docs/METHOD.md §2, Eq. 6): one number per trajectory.
 
     paper (Eq. 6):   r_out = F1(answer, gold) + nu2 * I_traj(y)
     reference code:  r_out = (2 * F1 if F1 >= 0.2 else 0) + (+1 if I_traj(y) else -1)
 
-The paper's form is the default; the reference code's form is selected with
-``OutcomeRewardConfig(form="reference")``. The two differ in more than scale: the reference
-code gives nothing for a weak partial answer (F1 below 0.2, where token overlap is mostly
-luck) and *penalises* a malformed trajectory rather than merely withholding a bonus.
+The paper's form is the default (``OutcomeRewardConfig(form="reference")`` for the other). The
+reference form ignores weak partial answers and *penalises* bad format. The paper gives no value
+for ``nu2``; 1.0 is the reference code's bonus, so format and correctness trade one for one.
 
-``nu2``: the paper calls it "a coefficient for this format bonus" (Sec. 3.4.2, below Eq. 6)
-and gives no value (nor for ``nu1`` of Eq. 5), neither in the text nor in the implementation
-details (Sec. 4.3). The default 1.0 is the reference code's bonus for a well-formed
-trajectory (+1); it makes a well-formed wrong answer (1.0) worth as much as a malformed exact
-answer (1.0), so format and correctness are traded one for one.
-
-Everything is read from the trajectory's **token ids** (:class:`~prorag.agent.rollout.Trajectory`
-``completion_ids``), decoded with every tag kept, never from a completion whose special
-tokens were stripped: the tags are special tokens, and a text without them has neither an
-``<answer>`` to extract nor a format to judge (TRL hands its reward functions exactly such
-text). The answer is read as :func:`prorag.agent.schema.extract_answer` reads it and the format is
-judged by :func:`prorag.agent.schema.i_traj`, so the reward agrees with what ``prorag eval`` scores.
-A malformed trajectory (cut by a cap, no answer, stray text) is never an error: it gets
-F1 = 0 when it has no answer and the format penalty.
+Everything is read from the trajectory's token ids with tags kept, never from TRL's decoded
+completions (special tokens stripped: no ``<answer>``, no format). The answer is read by
+:func:`prorag.agent.schema.extract_answer` and the format judged by :func:`~prorag.agent.schema.i_traj`,
+so the reward agrees with ``prorag eval``. A malformed trajectory is never an error: F1 0 without
+an answer, plus the format penalty.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
-"""The step (process) reward of ProRAG's RL stage (paper Eq. 5, METHOD.md section 2, stage 4).
-
-One number per action of a trajectory, from the frozen PRM's score of the action in its
-context and the action's own format::
+"""The step reward of ProRAG's RL stage (docs/METHOD.md §2, Eq. 5): one number per action.
 
     paper (Eq. 5):   r_step = R_phi(c, s) + nu1 * I_step(s)          (R_phi: the PRM's logit)
     reference code:  r_step = sigmoid(R_phi(c, s)) + (+1 if I_step(s) else -2)
 
-The paper's form is the default; ``StepRewardConfig(form="reference")`` gives the reference
-code's. In the reference form the PRM term is a probability in (0, 1) and the format term
-dominates it: a malformed step (-2 + at most 1) always scores below a well-formed one (at
-least 1), whatever the PRM says. In the paper's form the raw logit is unbounded, so a PRM
-that is very sure can outweigh the format bonus.
+The paper's form is the default (``StepRewardConfig(form="reference")`` for the other). In the
+reference form a malformed step always scores below a well-formed one; in the paper's the raw
+logit is unbounded and a confident PRM can outweigh the format bonus. The paper gives no value for
+``nu1``; 1.0 is the reference code's bonus.
 
-``nu1``: the paper calls it "a coefficient for this format bonus" (Sec. 3.4.2, below Eq. 5)
-and gives no value anywhere (Sec. 4.3 lists none). The default 1.0 is the reference code's
-bonus for a well-formed step (+1).
-
-I_step comes from the trajectory's token-level actions
-(:attr:`~prorag.agent.rollout.Trajectory.actions`, found in the token ids by
-:func:`~prorag.agent.schema.parse_token_actions`: tag order and non-empty contents judged on the
-ids themselves), never from text with its special tokens stripped. Every action gets a
-reward, a malformed one (``kind`` ``None``, a missing tag, a step cut by a cap) included: it
-is exactly the step the format term must punish.
+``I_step`` comes from the token-level actions (:func:`~prorag.agent.schema.parse_token_actions`),
+never from text with special tokens stripped. Every action is rewarded, malformed ones included:
+they are the steps the format term must punish.
 """
 
 from __future__ import annotations

@@ -5,5 +5,5 @@
 
 Every stage reads and writes plain files in one run directory (a resolved config, JSONL
 metrics, safetensors checkpoints), resumes from its last checkpoint after a crash, and ends
-with a policy folder that :func:`prorag.models.load_policy` loads.
+with a policy folder that :func:`prorag.models.checkpoints.load_policy` loads.
 """

@@ -143,7 +143,9 @@ class RolloutEngine:
         vocab = tokenizer.get_vocab()
         missing = [t for t in TAGS if t not in vocab]
         if missing:
-            raise ValueError(f"the tokenizer lacks the trajectory tags {missing}; register them (prorag.models.tags.add_tag_tokens)")
+            raise ValueError(
+                f"the tokenizer lacks the trajectory tags {missing}; register them (prorag.models.tags.add_tag_tokens)"
+            )
         self.tag_ids = {t: vocab[t] for t in TAGS}
         eos = _eos_ids(model, tokenizer)
         self.stop_ids = torch.tensor(sorted(eos | {self.tag_ids[t] for t in (SUBQUERY_CLOSE, SUBANSWER_CLOSE, ANSWER_CLOSE)}))
@@ -152,7 +154,7 @@ class RolloutEngine:
         self.pad_id = int(pad)
         self.blank_ids = _blank_token_ids(tokenizer)
         self.static_cache = supports_slot_cache(model)
-        """Whether batches run on the engine's :class:`SlotCache` (set False to use the model's own cache)."""
+        """Whether batches run on the engine's :class:`~prorag.agent.kv_cache.SlotCache` (set False to use the model's own cache)."""
 
     @property
     def device(self) -> torch.device:
@@ -191,7 +193,7 @@ class RolloutEngine:
 
         Randomness: by default one generator, seeded with ``seed`` (else ``config.seed``), samples
         every row of a batch, so a row's trajectory depends on the rows it is batched with.
-        ``row_seeds`` gives each row its own stream instead (:class:`RowStreams`): a row's
+        ``row_seeds`` gives each row its own stream instead (:class:`~prorag.agent.sampling.RowStreams`): a row's
         trajectory then depends only on its prompt, the model and its seed (up to the float noise
         of batched forward passes), whatever batch it is in; ``seed`` is then unused. The RL
         stage uses it so that a distributed run samples what a single process would.

@@ -37,7 +37,9 @@ import torch
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.method.search_tree import iter_paths
-from prorag.models import load_policy, make_tiny_model, train_world_tokenizer, world_tokenizer_texts
+from prorag.models.checkpoints import load_policy
+from prorag.models.tiny import make_tiny_model
+from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.mcts import MCTSConfig, TreeSearch
 

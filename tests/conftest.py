@@ -64,6 +64,6 @@ def tiny_retriever(tiny_world: Path):  # noqa: ANN201 - BM25Retriever, imported 
 @pytest.fixture(scope="session")
 def world_tokenizer(tiny_world: Path):  # noqa: ANN201 - a transformers tokenizer
     """The world tokenizer trained on the tiny world (tags special, names single tokens)."""
-    from prorag.models import train_world_tokenizer, world_tokenizer_texts
+    from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 
     return train_world_tokenizer(world_tokenizer_texts(tiny_world))

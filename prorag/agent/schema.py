@@ -36,7 +36,7 @@ SUBANSWER_CLOSE = "</subanswer>"
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 
-#: The ten tags, in this order; each is one special token of the tokenizer (prorag.models).
+#: The ten tags, in this order; each is one special token of the tokenizer (prorag.models.tags).
 TAGS: tuple[str, ...] = (
     STEP_OPEN,
     STEP_CLOSE,

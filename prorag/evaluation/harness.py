@@ -191,7 +191,7 @@ def evaluate_files(
     policy: str, data: str | Path, index: str, out_dir: str | Path, config: EvalConfig | None = None, *, device: str | None = None
 ) -> dict[str, Any]:
     """``prorag eval``: load a policy (checkpoint folder or hub id), the records and the index, evaluate."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
     model, tokenizer = load_policy(policy, device=device)

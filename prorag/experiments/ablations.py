@@ -147,7 +147,7 @@ def run_ablation(
     path = Path(run_dir) / "results.json"
     write_json(path, results)
     if config.report:
-        from prorag.experiments.report import write_report
+        from prorag.experiments.report.build import write_report
 
         write_report(Path(run_dir))
     return text

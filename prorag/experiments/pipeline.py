@@ -568,12 +568,12 @@ def collect_results(run: Run) -> dict[str, Any]:
 
 
 def results_table(results: dict[str, Any]) -> str:
-    """The report's results table (:func:`prorag.experiments.report.results_table`) as fixed-width text for
+    """The report's results table (:func:`prorag.experiments.report.table.results_table`) as fixed-width text for
     the terminal: EM and F1 in percent (normalised exact match and token F1, SQuAD
     normalisation), the format-valid rate in percent, mean retrieval steps; mean ± std over
     seeds where a system ran with several."""
-    from prorag.experiments.report import TABLE_METRICS, format_cell
-    from prorag.experiments.report import results_table as table_rows
+    from prorag.experiments.report.table import TABLE_METRICS, format_cell
+    from prorag.experiments.report.table import results_table as table_rows
 
     header = f"{'system':<38}" + "".join(f"{col:>17}" for col, _, _ in TABLE_METRICS)
     lines = [header, "-" * len(header)]
@@ -600,7 +600,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
     stage_rl(run)
     stage_eval(run)
     if "prorag" in config.systems and config.report:
-        from prorag.experiments.report import score_eval_trajectories
+        from prorag.experiments.report.step_scores import score_eval_trajectories
         from prorag.supervision.reward_model import ProcessRewardModel
 
         def score() -> None:
@@ -616,7 +616,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
         results.update({k: before[k] for k in ("beta_sweep", "topk") if k in before})
     write_json(run.path("results.json"), results)
     if config.report:
-        from prorag.experiments.report import write_report
+        from prorag.experiments.report.build import write_report
 
         write_report(run.dir)
     return results

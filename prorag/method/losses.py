@@ -52,7 +52,7 @@ def tag_weight_table(
       if given, overrides single tags here too.
 
     ``tag_ids`` maps each of the ten :data:`~prorag.agent.schema.TAGS` to its token id
-    (:func:`prorag.models.tag_token_ids`). Tokens absent from the table weigh the ``default`` of
+    (:func:`prorag.models.tags.tag_token_ids`). Tokens absent from the table weigh the ``default`` of
     :func:`format_token_weights` (1). Raises ``ValueError`` for an unknown scheme, a missing tag,
     an unknown tag in ``weights``, a negative weight or ``lam <= 1`` with the paper scheme.
     """

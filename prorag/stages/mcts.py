@@ -405,7 +405,7 @@ def run_mcts_files(
     device: str | None = None,
 ) -> MCTSSummary:
     """``prorag mcts``: load the policy, the records and the index, and search."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
     model, tokenizer = load_policy(policy, device=device)

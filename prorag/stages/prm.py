@@ -581,7 +581,7 @@ def fresh_sample_audit(
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``)."""
     from prorag.agent.rollout import RolloutConfig, RolloutEngine
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     model, tokenizer = load_policy(str(policy), device=device)
     engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
@@ -613,7 +613,7 @@ def likelihood_baseline_metrics(
 ) -> dict[str, float]:
     """``eval_policy_likelihood_accuracy`` / ``_auc``: ``pairs`` ranked by the init policy's
     :func:`policy_step_likelihoods`, with the PRM's input length."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     policy, _ = load_policy(str(init), dtype=config.dtype, device=str(next(scorer.model.parameters()).device))
     policy.eval()

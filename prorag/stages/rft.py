@@ -361,7 +361,7 @@ def finetune_rft(
 ) -> Path:
     """Fine-tune ``model`` on the kept samples with stage 1's trainer (the second half of the
     stage); resumes from the last checkpoint in ``run_dir/checkpoints``. Returns ``run_dir/policy``."""
-    from prorag.models import tag_token_ids
+    from prorag.models.tags import tag_token_ids
 
     run = Path(run_dir)
     train = replace(config.train, seed=config.seed)
@@ -373,7 +373,8 @@ def finetune_rft(
         if config.if_nothing_kept == "error":
             raise ValueError(f"no kept (context, action) pair to train on ({stats}); see {run / 'rft_counts.json'}")
         log.warning("RFT kept no (context, action) pair (%s): pi_rft is pi_sft unchanged", stats)
-        from prorag.models import configure_generation, save_policy
+        from prorag.models.checkpoints import save_policy
+        from prorag.models.tags import configure_generation
 
         configure_generation(model, tokenizer)
         save_policy(model, tokenizer, out)
@@ -456,7 +457,7 @@ def run_rft_files(
     device: str | None = None,
 ) -> Path:
     """``prorag rft``: load pi_sft, the PRM, the records and the index, then :func:`run_rft`."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
     from prorag.supervision.reward_model import ProcessRewardModel
 

@@ -64,7 +64,7 @@ class RLConfig:
     policy: str | None = None
     """The policy to train (``pi_rft``, or ``pi_sft`` for the "w/o refinement" ablation): a
     checkpoint folder or a training run folder (its ``policy/``), loaded with
-    :func:`~prorag.models.load_policy`."""
+    :func:`~prorag.models.checkpoints.load_policy`."""
     prm: str | None = None
     """The frozen PRM (``prorag prm`` output), loaded with :meth:`ProcessRewardModel.load`;
     unused with ``process_reward="none"``."""
@@ -419,7 +419,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
         super().__init__(*args, **kwargs)
         # A trajectory ending in </answer> has finished: TRL must not count it as truncated.
-        from prorag.models import answer_eos_ids
+        from prorag.models.tags import answer_eos_ids
 
         for eos in answer_eos_ids(self.processing_class):
             if eos not in self.eos_token_ids:
@@ -633,7 +633,7 @@ def train_rl(
     if model is None:
         if not config.policy:
             raise ValueError("no policy: pass `model` and `tokenizer` or set `policy`")
-        from prorag.models import load_policy
+        from prorag.models.checkpoints import load_policy
 
         model, tokenizer = load_policy(config.policy, dtype=config.dtype)
     elif tokenizer is None:

@@ -54,7 +54,7 @@ from prorag.stages.training import MetricsFile, TimeBudget, resume_training, sav
 
 log = logging.getLogger(__name__)
 
-#: Values of ``SFTConfig.model`` that build a randomly initialised model (:func:`~prorag.models.make_tiny_model`).
+#: Values of ``SFTConfig.model`` that build a randomly initialised model (:func:`~prorag.models.tiny.make_tiny_model`).
 BUILTIN_MODELS = ("tiny", "small")
 
 
@@ -70,7 +70,7 @@ class SFTConfig:
 
     # --- model
     model: str = "tiny"
-    """A local checkpoint folder or hub id (loaded with :func:`~prorag.models.load_policy`), or
+    """A local checkpoint folder or hub id (loaded with :func:`~prorag.models.checkpoints.load_policy`), or
     ``"tiny"`` / ``"small"`` for a randomly initialised built-in model on the given tokenizer."""
     tokenizer: str | None = None
     """Tokenizer folder for a built-in model (e.g. a saved world tokenizer); ``train_sft``'s
@@ -78,7 +78,7 @@ class SFTConfig:
     world_dir: str | None = None
     """A built-in world folder (``prorag world``): a built-in model with neither a ``tokenizer``
     argument nor a ``tokenizer`` folder trains the world tokenizer on its texts
-    (:func:`~prorag.models.world_tokenizer_texts`). Deterministic, so a resumed run gets the
+    (:func:`~prorag.models.world_tokenizer.world_tokenizer_texts`). Deterministic, so a resumed run gets the
     identical tokenizer; the saved policy carries it."""
     arch: Literal["llama", "qwen3"] = "llama"
     """Architecture of a built-in model."""
@@ -403,7 +403,9 @@ class WeightedSFTTrainer(SFTTrainer):
 
 
 def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
-    from prorag.models import as_dtype, load_policy, make_tiny_model, prepare_policy, tag_token_ids
+    from prorag.models.checkpoints import as_dtype, load_policy, prepare_policy
+    from prorag.models.tags import tag_token_ids
+    from prorag.models.tiny import make_tiny_model
 
     if config.model in BUILTIN_MODELS:
         if tokenizer is None and config.tokenizer is not None:
@@ -411,7 +413,7 @@ def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
 
             tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
         elif tokenizer is None and config.world_dir is not None:
-            from prorag.models import train_world_tokenizer, world_tokenizer_texts
+            from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 
             tokenizer = train_world_tokenizer(world_tokenizer_texts(config.world_dir))
         elif tokenizer is None:
@@ -483,7 +485,7 @@ def make_sft_trainer(
     if config.lora:
         from peft import LoraConfig
 
-        from prorag.models import tag_token_ids
+        from prorag.models.tags import tag_token_ids
 
         ids = sorted(tag_weights) if tag_weights else sorted(tag_token_ids(tokenizer).values())
         peft_config = LoraConfig(
@@ -564,7 +566,7 @@ def train_sft(
         log.info("dropped %d of %d training trajectories whose retrieval missed a gold page", before - len(train_trajs), before)
 
     model, tokenizer = _load_model(config, tokenizer)
-    from prorag.models import tag_token_ids
+    from prorag.models.tags import tag_token_ids
 
     if config.target != "prorag":
         train_trajs, held_out = (_as_baseline(config, t, by_id, retriever, tokenizer) for t in (train_trajs, held_out))

@@ -107,7 +107,8 @@ def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
 def save_trained_policy(trainer: Any, tokenizer: Any, out: Path, *, merge_lora: bool) -> Any | None:
     """Write the trained policy to ``out`` (LoRA merged, generation settings for the tags) from
     the main process; return it there, ``None`` on the other processes."""
-    from prorag.models import configure_generation, save_policy
+    from prorag.models.checkpoints import save_policy
+    from prorag.models.tags import configure_generation
 
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():

@@ -208,7 +208,7 @@ def reward_model_from_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A fresh reward model on the backbone of a policy checkpoint (or a training run folder).
 
-    The policy is loaded with :func:`~prorag.models.load_policy` (so the tags are registered and
+    The policy is loaded with :func:`~prorag.models.checkpoints.load_policy` (so the tags are registered and
     the pad token set exactly as for the policy), then its backbone weights are copied into a
     ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``; the causal
     LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in a forked RNG
@@ -218,7 +218,7 @@ def reward_model_from_policy(
     """
     from transformers import AutoModelForSequenceClassification
 
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     if kind not in REWARD_KINDS:
         raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
@@ -422,10 +422,10 @@ class ProcessRewardModel:
     # ---- files
 
     def save(self, out_dir: str | os.PathLike[str]) -> Path:
-        """Write the model folder atomically (as :func:`~prorag.models.save_policy` does a policy):
+        """Write the model folder atomically (as :func:`~prorag.models.checkpoints.save_policy` does a policy):
         safetensors weights, config, tokenizer and :data:`SETTINGS_FILE`, built in a temporary
         folder beside ``out_dir`` and renamed into place; an existing ``out_dir`` is replaced."""
-        from prorag.models import save_checkpoint
+        from prorag.models.checkpoints import save_checkpoint
 
         settings = {
             "max_length": self.max_length,
@@ -467,7 +467,7 @@ class ProcessRewardModel:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
         from prorag.core.errors import DataError
-        from prorag.models import as_dtype
+        from prorag.models.checkpoints import as_dtype
 
         folder = model_folder(path)
         settings_path = folder / SETTINGS_FILE

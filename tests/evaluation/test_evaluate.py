@@ -17,7 +17,8 @@ from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import baseline_answer, naive_prompt, standard_rag_prompt
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate, steps_distribution, summarise
-from prorag.models import make_tiny_model, save_policy
+from prorag.models.checkpoints import save_policy
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
 from tests.fakes import ReplayLM

@@ -186,7 +186,7 @@ def test_command_line_searches_shows_and_pairs(
     from prorag.retrieval.index import build_index
 
     model = _tiny_llama(world_tokenizer)
-    monkeypatch.setattr("prorag.models.load_policy", lambda *a, **k: (model, world_tokenizer))
+    monkeypatch.setattr("prorag.models.checkpoints.load_policy", lambda *a, **k: (model, world_tokenizer))
     build_index(tiny_world / "corpus.jsonl", tmp_path / "index")
     (tmp_path / "mcts.yaml").write_text(
         "simulations: 2\nnum_candidates: 3\nmax_depth: 3\nmax_actions: 4\nmax_action_tokens: 12\n"

@@ -18,7 +18,8 @@ from prorag.agent.prompts import prompt_token_ids
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.models import make_tiny_model, save_policy
+from prorag.models.checkpoints import save_policy
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.prm import (
     PRMConfig,
@@ -351,7 +352,7 @@ def test_likelihood_kind_starts_at_the_policy_likelihood_and_trains(
     """kind="likelihood": before training its logits are the policy's mean step log-probabilities
     (beta 1, offset 0); the trainer's loss is Eq. 4 on them; a few steps move the weights, fit a
     zero point on the training pairs and save a scorer that reloads as the same kind."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     model, tok = reward_model_from_policy(policy_dir, kind="likelihood")
     scorer = ProcessRewardModel(model, tok, max_length=512, kind="likelihood", beta=2.0)

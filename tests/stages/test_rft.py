@@ -18,7 +18,9 @@ from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Tra
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import format_token_weights, tag_weight_table
-from prorag.models import load_policy, make_tiny_model, tag_token_ids
+from prorag.models.checkpoints import load_policy
+from prorag.models.tags import tag_token_ids
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.rft import (
     RFTConfig,
@@ -301,7 +303,7 @@ def test_rft_command_loads_everything_and_reports_counts(tmp_path: Path, tiny_wo
     from typer.testing import CliRunner
 
     from prorag.cli import app
-    from prorag.models import save_policy
+    from prorag.models.checkpoints import save_policy
     from prorag.retrieval.index import build_index
     from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
 

@@ -19,7 +19,8 @@ from prorag.agent.rollout import RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import ppo_clip_loss
-from prorag.models import load_policy, make_tiny_model
+from prorag.models.checkpoints import load_policy
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import rl
 from prorag.stages.rl import RLConfig, excluded_ids, make_rl_trainer, rl_records, train_rl

@@ -16,7 +16,9 @@ from prorag.agent.schema import ANSWER_CLOSE, RETRIEVAL_OPEN, STEP_OPEN
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import format_token_weights, tag_weight_table, weighted_lm_loss
-from prorag.models import load_policy, make_tiny_model, tag_token_ids
+from prorag.models.checkpoints import load_policy
+from prorag.models.tags import tag_token_ids
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.sft import (
     SFTConfig,

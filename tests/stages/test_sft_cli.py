@@ -24,7 +24,8 @@ from prorag.agent.schema import i_traj, parse_trajectory
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import read_records
-from prorag.models import load_policy, make_tiny_model
+from prorag.models.checkpoints import load_policy
+from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
 from prorag.stages.sft import load_trajectories

@@ -13,7 +13,8 @@ import torch
 
 from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.core.errors import DataError
-from prorag.models import make_tiny_model, save_policy
+from prorag.models.checkpoints import save_policy
+from prorag.models.tiny import make_tiny_model
 from prorag.supervision.reward_model import (
     SETTINGS_FILE,
     ProcessRewardModel,
@@ -200,7 +201,7 @@ def test_span_means_hand_computed() -> None:
 def test_likelihood_kind_scores_beta_times_mean_logprob_minus_offset(lik: ProcessRewardModel, policy_dir: Path) -> None:
     """The likelihood kind's logit is beta * (mean log p(step | context) - offset), the mean
     taken by hand from the policy's own logits, whatever the batch and padding."""
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     policy, _ = load_policy(str(policy_dir))
     contexts, steps = [_ids(9), _ids(4, start=90), _ids(70)], [_ids(3, start=500), _ids(6, start=300), _ids(5, start=700)]
@@ -247,7 +248,7 @@ def test_step_scorer_protocol(prm: ProcessRewardModel) -> None:
 
 
 def test_backbone_is_copied_from_the_policy(policy_dir: Path) -> None:
-    from prorag.models import load_policy
+    from prorag.models.checkpoints import load_policy
 
     policy, _ = load_policy(str(policy_dir))
     model, tok = reward_model_from_policy(policy_dir, seed=3)

@@ -12,7 +12,7 @@ import pytest
 from prorag.agent.gold import tokenize_segments
 from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.agent.schema import parse_token_actions, render_env_turn
-from prorag.models import tag_token_ids
+from prorag.models.tags import tag_token_ids
 
 #: A well-formed trajectory: search, retrieval, conclusion, answer; (text, written by the model).
 SEARCH = ("<step> I need the capital </step><subquery> capital of France </subquery>", True)

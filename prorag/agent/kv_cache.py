@@ -1,0 +1,265 @@
+"""The rollout engine's two KV-cache backends: a static slot cache, or the model's own cache.
+
+* :class:`SlotState` on :class:`SlotCache`, for full-attention transformers models (Llama,
+  Qwen2/3, Mistral without sliding window; SDPA or eager, :func:`supports_slot_cache`): per
+  layer, buffers ``(rows, heads, capacity, head_dim)`` allocated when a batch starts (at least
+  256 slots, doubled when full), written in place. A row's token ``t`` sits at slot ``t``, so a
+  row's cache holds exactly its prompt and completion, without holes; a waiting row writes at
+  its next slot without advancing. The mask ``slot <= query position`` is built on the device
+  against the used length rounded up to 32 slots (static shapes for 32 steps); the step copies
+  nothing from the host, and finished rows leave the batch (:meth:`SlotState.select`).
+* :class:`BatchState`, for every other model (sliding windows, flash attention, custom caches,
+  test doubles): rows feed the same number of positions per forward; a waiting row or a shorter
+  chunk leaves padding "holes" that the mask hides and position ids skip.
+Both expose ``feed`` (a right-aligned chunk per row), ``feed_step`` (one token per row) and ``can_drop``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+#: Model types whose every layer is plain full attention over a standard key/value cache.
+_SLOT_CACHE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+#: The attention width (used slots) is rounded up to a multiple of this, so shapes change once per bucket.
+_SLOT_BUCKET = 32
+#: Slots allocated at least, per row, when a batch starts (then doubled when full).
+_SLOT_MIN_CAPACITY = 256
+
+
+def supports_slot_cache(model: Any) -> bool:
+    """Whether ``model`` can run on the engine's :class:`SlotCache`: a full-attention decoder
+    (Llama, Qwen2/3, Mistral without sliding window) with SDPA or eager attention, which takes a
+    ready 4D attention mask. Other models run on their own cache."""
+    cfg = getattr(model, "config", None)
+    if not isinstance(cfg, PretrainedConfig) or cfg.model_type not in _SLOT_CACHE_MODEL_TYPES:
+        return False
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+        return False
+    return not (getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True))
+
+
+class _SlotLayer(CacheLayerMixin):
+    """One layer of a :class:`SlotCache`: preallocated buffers written in place at given slots."""
+
+    is_sliding = False
+
+    def __init__(self, owner: SlotCache) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        B, H, _, Dk = key_states.shape
+        cap = self.owner.capacity
+        self.keys = key_states.new_zeros((B, H, cap, Dk))
+        self.values = value_states.new_zeros((B, H, cap, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        slots = self.owner.slots[:, None, :, None]
+        self.keys.scatter_(2, slots.expand_as(key_states), key_states)
+        self.values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
+        width = self.owner.width
+        return self.keys[:, :, :width], self.values[:, :, :width]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.width, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.seen
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+    def resize(self, capacity: int) -> None:
+        if self.is_initialized:
+            keys, values = self.keys, self.values
+            self.keys = keys.new_zeros((*keys.shape[:2], capacity, keys.shape[-1]))
+            self.values = values.new_zeros((*values.shape[:2], capacity, values.shape[-1]))
+            n = min(capacity, keys.shape[2])
+            self.keys[:, :, :n] = keys[:, :, :n]
+            self.values[:, :, :n] = values[:, :, :n]
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys = self.keys.index_select(0, rows)
+            self.values = self.values.index_select(0, rows)
+
+
+class SlotCache(Cache):
+    """The engine's static KV cache (a ``transformers`` ``Cache``): per layer, buffers
+    ``(rows, kv_heads, capacity, head_dim)`` written in place at the slots the engine sets
+    before each forward (``slots``, ``(rows, q)``: a row's slot is the position of its token),
+    read back over the first ``width`` slots.
+
+    ``rows`` holds, for each row, its index in the batch the cache was made for; dropping
+    finished rows (:meth:`select`) keeps it in step, so a model that keeps per-row state can
+    follow its rows.
+    """
+
+    def __init__(self, batch: int, device: torch.device, expected: int = 0) -> None:
+        super().__init__(layer_class_to_replicate=lambda: _SlotLayer(self))
+        self.expected = expected
+        """Slots a row is expected to need at most: growth by doubling stops there (unless more is needed)."""
+        self.capacity = 0
+        self.width = 0
+        self.seen = 0
+        self.slots = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.rows = torch.arange(batch, device=device)
+
+    def reserve(self, capacity: int) -> None:
+        """Make room for ``capacity`` slots (doubling, so that growth is rare, up to :attr:`expected`)."""
+        if capacity > self.capacity:
+            self.capacity = max(capacity, min(max(2 * self.capacity, _SLOT_MIN_CAPACITY), self.expected))
+            for layer in self.layers:
+                layer.resize(self.capacity)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the current rows), in that order."""
+        for layer in self.layers:
+            layer.select(rows)
+        self.rows = self.rows.index_select(0, rows)
+
+
+class SlotState:
+    """A batch on a :class:`SlotCache`: each row's length (its next slot and position) and the mask.
+
+    A row's token ``t`` is at slot ``t``: a fed chunk is right-aligned, its real tokens go to the
+    row's next slots and its left padding past them; a decode step writes every row at its next
+    slot and advances only the rows that decode. Query ``i`` of row ``b`` attends to the slots
+    up to its own, ``slot <= slots[b, i]``; padding and waiting rows only ever see their own row's
+    real tokens and stale values past its end, never anything a real token attends to.
+    """
+
+    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = device
+        self.cache = SlotCache(batch, device, expected)
+        self.length = torch.zeros(batch, dtype=torch.long, device=device)
+        self.longest = 0
+        """An upper bound of ``length.max()`` kept on the host (exact after each chunk)."""
+        self.slot_ids = torch.arange(0, device=device)
+        dtype = next(model.parameters()).dtype
+        # SDPA takes a boolean mask; eager attention adds the mask to its scores.
+        self.additive = model.config._attn_implementation != "sdpa"
+        self.mask_dtype = dtype if dtype.is_floating_point else torch.float32
+
+    can_drop = True
+
+    def feed(self, chunks: Sequence[list[int] | None]) -> torch.Tensor:
+        """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``."""
+        n = [len(c) if c else 0 for c in chunks]
+        width = max(n)
+        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
+        for r, c in enumerate(chunks):
+            if c:
+                ids[r, width - len(c) :] = torch.tensor(c)
+        count = torch.tensor(n)[:, None]
+        col = torch.arange(width)[None, :]
+        # Real tokens (the last n columns) go to the next n slots, the padding after them.
+        offset = torch.where(col >= width - count, col - (width - count), count + col)
+        before = self.length.tolist()
+        slots = self.length[:, None] + offset.to(self.device)
+        logits = self._forward(ids.to(self.device), slots, max(before) + width)
+        after = [a + b for a, b in zip(before, n, strict=True)]
+        self.length = torch.tensor(after, dtype=torch.long, device=self.device)
+        self.longest = max(after)
+        return logits
+
+    def feed_step(self, tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (``live`` False: written at the row's next slot, not kept); the decode step."""
+        logits = self._forward(tokens[:, None], self.length[:, None], self.longest + 1)
+        self.length = self.length + live.long()
+        self.longest += 1
+        return logits
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows``, in that order (finished rows leave the batch and the cache)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.select(index)
+        self.length = self.length.index_select(0, index)
+
+    def _forward(self, ids: torch.Tensor, slots: torch.Tensor, used: int) -> torch.Tensor:
+        width = -(-used // _SLOT_BUCKET) * _SLOT_BUCKET
+        self.cache.reserve(width)
+        if self.slot_ids.numel() < width:
+            self.slot_ids = torch.arange(self.cache.capacity, device=self.device)
+        self.cache.slots, self.cache.width, self.cache.seen = slots, width, used
+        allowed = self.slot_ids[:width] <= slots[:, None, :, None]
+        mask = (
+            allowed
+            if not self.additive
+            else torch.zeros(allowed.shape, dtype=self.mask_dtype, device=self.device).masked_fill_(
+                ~allowed, torch.finfo(self.mask_dtype).min
+            )
+        )
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=slots, past_key_values=self.cache, use_cache=True, logits_to_keep=1
+        )
+        return out.logits[:, -1, :]
+
+
+class BatchState:
+    """The model's own KV cache, its attention mask (with holes) and each row's next position
+    (``expected`` is unused: the model sizes its own cache)."""
+
+    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = device
+        self.cache: Any = None
+        self.mask = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    can_drop = False
+    """The model's cache cannot drop rows: finished rows stay (and decode nothing)."""
+
+    def feed(self, chunks: Sequence[list[int] | None]) -> torch.Tensor:
+        """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``."""
+        width = max(len(c) for c in chunks if c is not None)
+        B = len(chunks)
+        ids = torch.full((B, width), self.pad_id, dtype=torch.long)
+        live = torch.zeros((B, width), dtype=torch.long)
+        for r, c in enumerate(chunks):
+            if c:
+                ids[r, width - len(c) :] = torch.tensor(c)
+                live[r, width - len(c) :] = 1
+        return self._forward(ids.to(self.device), live.to(self.device))
+
+    def feed_step(self, tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (``live`` False: a hole); the static-shape decode step."""
+        ids = torch.where(live, tokens, torch.full_like(tokens, self.pad_id))
+        return self._forward(ids[:, None], live.long()[:, None])
+
+    def _forward(self, ids: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        positions = self.next_pos[:, None] + live.cumsum(1) - 1
+        positions = positions.clamp(min=0)
+        self.mask = torch.cat([self.mask, live], dim=1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            **self.extra,
+        )
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + live.sum(1)
+        return out.logits[:, -1, :]

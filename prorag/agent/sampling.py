@@ -1,0 +1,122 @@
+"""Sampling one token per row: top-p, greedy, and per-row random streams.
+
+By default one generator samples a whole batch (``torch.multinomial``). With per-row seeds
+every row has its own stream (:class:`RowStreams`: uniforms drawn in blocks, one gather per
+step, inverse-CDF sampling), so a row samples the same trajectory whatever rows share its
+batch: what makes a distributed RL run sample what one process would. The log-probability
+returned is that of the temperature-scaled distribution before top-p filtering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def sample_next(
+    logits: torch.Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    greedy: bool,
+    generator: torch.Generator | None,
+    uniforms: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return ``(tokens, logprobs)``, both ``(B,)``.
+
+    The log-probability is taken under ``softmax(logits / temperature)`` before top-p
+    filtering (greedy: ``softmax(logits)``), the distribution a trainer recomputes.
+
+    The randomness comes from ``generator`` (``torch.multinomial`` over the whole batch), or,
+    when ``uniforms`` (``(B,)``, in ``[0, 1)``) is given, from one number per row
+    (:func:`inverse_cdf_sample`): then a row's token depends on its own logits and uniform only,
+    which is what per-row random streams (:class:`RowStreams`) need.
+    """
+    logits = logits.float()
+    if greedy:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always survives).
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    if uniforms is None:
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:
+        tokens = inverse_cdf_sample(probs, uniforms)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` (``(B, V)``, unnormalised weights >= 0) from one uniform
+    per row (``(B,)``, in ``[0, 1)``): the token whose interval of the cumulative distribution
+    holds ``u * total``. Batched (a cumulative sum and a binary search per row), and a row's
+    token is a function of its own weights and its own uniform only.
+
+    The point is cut just below the total, so rounding can never select past the last token;
+    a token of weight 0 (cut by top-p) has an empty interval and is never selected.
+    """
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    below_total = torch.nextafter(total, torch.zeros_like(total))
+    point = torch.minimum(uniforms.to(cdf.dtype)[:, None] * total, below_total)
+    return torch.searchsorted(cdf, point, right=True).squeeze(-1)
+
+
+class RowStreams:
+    """One random stream per row of a batch: row ``i``'s ``k``-th sampled token uses the
+    ``k``-th uniform of ``torch.Generator().manual_seed(seeds[i])``, whichever rows share its
+    batch, in which order, and however long they take.
+
+    Why not one generator per batch: then a row's samples depend on which rows come before it
+    and on how many tokens they draw, so the same question with the same seed is written
+    differently in another batch (e.g. when a distributed run splits a batch over processes).
+
+    How it stays batched: each row draws uniforms from its generator in blocks of ``block``
+    (at least the draws of one action) into a ``(rows, width)`` buffer on the device; a decode
+    step reads each row's next uniform with one gather and advances only the rows that kept
+    their token (:meth:`draw`), so no Python loop runs per token. :meth:`reserve`, called at
+    turn boundaries, tops up the rows about to decode; a row draws a new block exactly when its
+    *own* stream runs short, so the blocks a row draws never depend on the other rows.
+    """
+
+    def __init__(self, seeds: Sequence[int], device: torch.device, block: int) -> None:
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+        self.device = device
+        self.block = max(1, int(block))
+        self.buffer = torch.zeros((len(seeds), 0), device=device)
+        self.next = torch.zeros(len(seeds), dtype=torch.long, device=device)
+        """Index in :attr:`buffer` of each row's next uniform."""
+        self.filled = [0] * len(seeds)
+        """Uniforms held in each row of :attr:`buffer` (host side)."""
+
+    def reserve(self, rows: Sequence[int], n: int) -> None:
+        """Make sure each of ``rows`` has at least ``n`` unused uniforms (one host sync)."""
+        used = self.next.tolist()
+        short = [r for r in rows if self.filled[r] - used[r] < n]
+        if not short:
+            return
+        left = [self.buffer[r, used[r] : self.filled[r]] for r in range(len(used))]
+        for r in short:
+            while left[r].numel() < n:
+                fresh = torch.rand(self.block, generator=self.generators[r], device=self.device)
+                left[r] = torch.cat([left[r], fresh])
+        self.filled = [x.numel() for x in left]
+        self.buffer = torch.zeros((len(left), max(self.filled)), device=self.device)
+        for r, x in enumerate(left):
+            self.buffer[r, : x.numel()] = x
+        self.next.zero_()
+
+    def draw(self, rows: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """The next uniform of each stream in ``rows`` (``(B,)`` stream indices, distinct);
+        only the streams where ``live`` is True advance (the others' draws are discarded, and a
+        stream that is not live may be spent: it reads its last uniform)."""
+        uniforms = self.buffer[rows, self.next[rows].clamp(max=self.buffer.shape[1] - 1)]
+        self.next.index_add_(0, rows, live.long())
+        return uniforms

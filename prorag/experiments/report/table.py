@@ -1,0 +1,161 @@
+"""The results table and the sweep tables as cells and text rows, shared by the Markdown and HTML
+renderers.
+
+**Every number is named by its metric.** EM is normalised exact match (SQuAD normalisation,
+:func:`prorag.core.metrics.exact_match`), never a containment metric; rates and scores are shown
+in percent (as in the paper), retrieval steps as a mean count. With several seeds a cell is
+mean ± std over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prorag.core.metrics import mean_and_spread
+
+#: What each number of the results table means (shown in both reports, next to the table).
+METRIC_DESCRIPTIONS: Mapping[str, str] = {
+    "EM": "normalised exact match (%): the prediction equals a gold answer after lower-casing and removing "
+    "punctuation, articles and extra spaces",
+    "F1": "token F1 (%) between the normalised prediction and the best-matching gold answer",
+    "Format-valid": "share of trajectories (%) that follow the ProRAG grammar and end in exactly one answer (I_traj)",
+    "Retrieval steps": "mean number of searches per question",
+    "p": "two-sided paired t-test p-value of the per-question scores against full ProRAG (metric named in the cell)",
+}
+
+#: Metrics of the results table: (column name, key in metrics.json, shown in percent).
+TABLE_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("EM", "em", True),
+    ("F1", "f1", True),
+    ("Format-valid", "format_valid_rate", True),
+    ("Retrieval steps", "mean_retrieval_steps", False),
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One number of the table: a mean, its spread over seeds (``None`` without seeds)."""
+
+    mean: float | None
+    spread: float | None = None
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One system of the results table (the paper's Table 2 on this run)."""
+
+    name: str
+    label: str
+    cells: dict[str, Cell]
+    """Keyed by the column names of :data:`TABLE_METRICS`."""
+    seeds: int
+    """How many seeds the cells average (1: a single run, no spread)."""
+    n: int | None
+    """Test questions per run."""
+    significance: dict[str, Any] | None
+    """``{"metric", "t", "p_value", "n"}`` of the paired t-test against full ProRAG, if run."""
+
+
+def table_cell(metrics: Mapping[str, Any], per_seed: Sequence[Mapping[str, Any]], key: str) -> Cell:
+    """A metric's mean and spread over seeds when per-seed results exist, else the run's value.
+
+    The spread is the sample standard deviation over seeds (:func:`prorag.core.metrics.mean_and_spread`),
+    so a table with seeds reads "mean ± std"; a missing metric gives an empty cell.
+    """
+    values = [float(m[key]) for m in per_seed if m.get(key) is not None]
+    if values:
+        mean, spread = mean_and_spread(values)
+        return Cell(mean, spread if len(values) > 1 else None)
+    value = metrics.get(key)
+    return Cell(None if value is None else float(value))
+
+
+def results_table(results: Mapping[str, Any]) -> list[TableRow]:
+    """The rows of the results table, in ``results["order"]``."""
+    rows = []
+    significance = results.get("significance") or {}
+    for name in results["order"]:
+        system = results["systems"][name]
+        per_seed = list((system.get("seeds") or {}).values())
+        metrics = system["metrics"]
+        rows.append(
+            TableRow(
+                name=name,
+                label=str(system.get("label") or name),
+                cells={col: table_cell(metrics, per_seed, key) for col, key, _ in TABLE_METRICS},
+                seeds=max(len(per_seed), 1),
+                n=metrics.get("n"),
+                significance=significance.get(name),
+            )
+        )
+    return rows
+
+
+def format_cell(cell: Cell, percent: bool) -> str:
+    """``47.2`` or ``47.2 ± 1.3`` (percent metrics scaled by 100, counts with two decimals)."""
+    if cell.mean is None:
+        return "–"
+    scale, digits = (100.0, 1) if percent else (1.0, 2)
+    text = f"{cell.mean * scale:.{digits}f}"
+    return text if cell.spread is None else f"{text} ± {cell.spread * scale:.{digits}f}"
+
+
+def format_significance(test: Mapping[str, Any] | None, is_reference: bool) -> str:
+    """``p=0.031 (EM, n=200)``: the p-value with the metric it tested; ``reference`` for full ProRAG."""
+    if is_reference:
+        return "reference"
+    if not test or test.get("p_value") is None:
+        return "–"
+    p = float(test["p_value"])
+    p_text = "<0.001" if p < 0.001 else f"{p:.3f}"
+    metric = str(test.get("metric", "?")).upper()
+    n = f", n={test['n']}" if test.get("n") is not None else ""
+    return f"p={p_text} ({metric}{n})"
+
+
+def table_header() -> list[str]:
+    return ["System", *(col for col, _, _ in TABLE_METRICS), "Seeds", "Questions", "p vs ProRAG"]
+
+
+def table_cells(row: TableRow, reference: str | None) -> list[str]:
+    """The text of one table row, shared by the markdown and the HTML report."""
+    return [
+        row.label,
+        *(format_cell(row.cells[col], percent) for col, _, percent in TABLE_METRICS),
+        str(row.seeds),
+        "–" if row.n is None else str(row.n),
+        format_significance(row.significance, row.name == reference),
+    ]
+
+
+def sweep_rows(sweep: Mapping[str, Mapping[str, Any]]) -> list[tuple[float, Cell, Cell]]:
+    """``(x, EM, F1)`` of a beta or top-k sweep, sorted by x (keys are numbers written as strings)."""
+    out = []
+    for key, m in sweep.items():
+        em = Cell(m.get("em"), m.get("em_std")) if m.get("em") is not None else Cell(None)
+        f1 = Cell(m.get("f1"), m.get("f1_std")) if m.get("f1") is not None else Cell(None)
+        out.append((float(key), em, f1))
+    return sorted(out, key=lambda r: r[0])
+
+
+def sweep_table(rows: Sequence[tuple[float, Cell, Cell]], name: str) -> tuple[list[str], list[list[str]]]:
+    return [name, "EM", "F1"], [[f"{x:g}", format_cell(em, True), format_cell(f1, True)] for x, em, f1 in rows]
+
+
+def info_rows(results: Mapping[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """(wall time per stage, world counts) as text rows."""
+    walls = [
+        [str(k), format_duration(float(v))] for k, v in (results.get("wall_seconds") or {}).items() if isinstance(v, int | float)
+    ]
+    world = [[str(k), v if isinstance(v, str) else json.dumps(v)] for k, v in (results.get("world") or {}).items()]
+    return walls, world
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(seconds, 60)
+    return f"{int(minutes)} min {sec:.0f} s" if minutes < 60 else f"{int(minutes // 60)} h {int(minutes % 60)} min"

@@ -1,0 +1,180 @@
+"""Loading a causal LM as a policy (by hub id, local folder or a stage's run folder) and writing
+checkpoints: safetensors only (never pickle), atomically.
+
+:func:`prepare_policy` is what every loaded model goes through: tags registered and embeddings
+grown, a pad token, left padding, generation stopping at EOS or ``</answer>``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from prorag.data.jsonl import PathLike
+from prorag.models.tags import add_tag_tokens, configure_generation, resize_for_tags, tag_token_ids, unregistered_tags
+
+if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+_PICKLE_SUFFIXES = (".bin", ".pkl", ".pt", ".pth", ".ckpt", ".pickle")
+
+
+def as_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; expected 'auto', a torch dtype or its name ('bfloat16', ...)")
+    return value
+
+
+def prepare_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0) -> None:
+    """What :func:`load_policy` does to any loaded model and tokenizer, in place:
+
+    * the tags are registered if missing (:func:`~prorag.models.tags.add_tag_tokens`) and the embeddings grown
+      with rows initialised from each tag's spelling (:func:`~prorag.models.tags.resize_for_tags`), with an INFO log;
+    * a missing pad token is set to the EOS token (``ValueError`` if there is no EOS);
+    * padding is on the left, as batched generation needs (the prompt ends where
+      generation starts);
+    * generation stops at EOS or ``</answer>`` (:func:`~prorag.models.tags.configure_generation`).
+    """
+    vocab_before = tokenizer.get_vocab()
+    missing = unregistered_tags(tokenizer)
+    if missing:
+        added = add_tag_tokens(tokenizer)
+        ids = tag_token_ids(tokenizer)
+        new_ids = [ids[t] for t in missing if t not in vocab_before]
+        grown = resize_for_tags(model, tokenizer, seed=seed, new_ids=new_ids)
+        log.info(
+            "registered %d trajectory tags as special tokens (%d new ids); embeddings grown by %d rows, "
+            "new rows set to the mean embedding of each tag's spelling",
+            len(missing),
+            added,
+            grown,
+        )
+    elif model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        resize_for_tags(model, tokenizer, seed=seed)
+        log.info("embeddings grown to the tokenizer's %d tokens (rows initialised from their spelling)", len(tokenizer))
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+        log.info("pad token set to the eos token %r", tokenizer.eos_token)
+    tokenizer.padding_side = "left"
+    configure_generation(model, tokenizer)
+
+
+def resolve_policy_path(name_or_path: str | Path) -> str:
+    """A training stage's run folder (``prorag sft --run-dir``) stands for its final ``policy/``;
+    any other value (a checkpoint folder, a hub id) is returned as it is. ``ValueError`` for a
+    run folder with checkpoints but no final policy (an unfinished run)."""
+    path = Path(name_or_path)
+    if path.is_dir() and not (path / "config.json").exists():
+        if (path / "policy" / "config.json").exists():
+            return str(path / "policy")
+        if (path / "checkpoints").is_dir():
+            raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
+    return str(name_or_path)
+
+
+def load_policy(
+    name_or_path: str, *, dtype: str | torch.dtype = "auto", device: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer by hub id or local folder, ready to be a policy.
+
+    ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained`` (the hub is
+    contacted only for a hub id that is not cached). ``dtype`` is ``"auto"`` (the
+    checkpoint's own dtype), a torch dtype or its name; ``device`` moves the model (e.g.
+    ``"cuda"``), default stays on the CPU. Then :func:`prepare_policy`: tags registered
+    (rows initialised from the tags' spelling), pad token set, left padding, generation stopping at EOS or
+    ``</answer>``. Works for checkpoints written by :func:`save_policy` and
+    :func:`~prorag.models.offline.setup_offline` as for any hub model, and for a training stage's run folder
+    (:func:`resolve_policy_path`).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name_or_path = resolve_policy_path(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=as_dtype(dtype))
+    prepare_policy(model, tokenizer)
+    if device is not None:
+        model.to(device)
+    return model, tokenizer
+
+
+def fresh_dir(beside: Path, kind: str) -> Path:
+    """A new empty folder ``.NAME.KIND-…`` next to ``beside`` (created with the umask's
+    permissions, unlike ``tempfile.mkdtemp``'s 0700, so a checkpoint is as readable as any
+    other file the user writes)."""
+    for _ in range(100):
+        path = beside.parent / f".{beside.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"cannot create a temporary folder beside {beside}")
+
+
+def save_checkpoint(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: PathLike,
+    *,
+    extra_files: Mapping[str, str] | None = None,
+) -> Path:
+    """Write ``model`` (safetensors, config, generation config when it has one) and
+    ``tokenizer`` to ``out_dir``, plus ``extra_files`` (name -> text). Never pickle: a
+    ``.bin``/``.pkl``/``.pt`` file in the result is an error.
+
+    Atomic: everything goes to a temporary folder beside ``out_dir`` which is then renamed
+    to ``out_dir``, so a crash never leaves a half-written checkpoint under that name. An
+    existing ``out_dir`` is replaced (moved aside, then deleted once the new one is in
+    place). Returns ``out_dir`` as a ``Path``.
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = fresh_dir(out, "tmp")
+    try:
+        kwargs: dict[str, Any] = {}
+        if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
+            kwargs["safe_serialization"] = True  # transformers 4; transformers 5 always writes safetensors
+        model.save_pretrained(tmp, **kwargs)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        pickled = sorted(p.name for p in tmp.rglob("*") if p.suffix in _PICKLE_SUFFIXES)
+        if pickled:
+            raise RuntimeError(f"pickle files were written to {out} ({pickled}); refusing to keep them")
+        if not any(tmp.glob("*.safetensors")):
+            raise RuntimeError(f"no safetensors file was written to {out}")
+        old = None
+        if out.exists():
+            old = fresh_dir(out, "old")
+            os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: PathLike) -> Path:
+    """Write a checkpoint folder that :func:`load_policy` (or any transformers code) loads:
+    weights as safetensors, config, generation config and tokenizer files, atomically
+    (:func:`save_checkpoint`). Returns ``out_dir`` as a ``Path``."""
+    return save_checkpoint(model, tokenizer, out_dir)

@@ -1,0 +1,40 @@
+"""Sampling one token per row: top-p and greedy, per-row random streams and inverse-CDF sampling."""
+
+from __future__ import annotations
+
+import torch
+
+from prorag.agent.sampling import RowStreams, inverse_cdf_sample, sample_next
+
+
+def test_row_streams_advance_only_live_rows_and_inverse_cdf_respects_zeros() -> None:
+    streams = RowStreams([5, 6], torch.device("cpu"), block=4)
+    streams.reserve([0, 1], 3)
+    first = streams.draw(torch.tensor([0, 1]), torch.tensor([True, False]))
+    second = streams.draw(torch.tensor([0, 1]), torch.tensor([True, True]))
+    assert second[1] == first[1] and second[0] != first[0], "a row that was not live draws its uniform again"
+    streams.reserve([0], 3)  # row 0 has 2 of its 4 left: it draws its next block, row 1 keeps its own
+    expected = torch.rand(8, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(torch.cat([first[:1], second[:1], streams.buffer[0, :6]]), expected)
+    assert (
+        streams.draw(torch.tensor([1]), torch.tensor([True]))[0] == torch.rand(2, generator=torch.Generator().manual_seed(6))[1]
+    )
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.2, 0.0, 0.8, 0.0]])
+    u = torch.rand(4000, generator=torch.Generator().manual_seed(0))
+    tokens = inverse_cdf_sample(probs.repeat(2000, 1), u)
+    assert set(tokens[0::2].tolist()) == {1, 3} and set(tokens[1::2].tolist()) == {0, 2}
+    assert abs((tokens[1::2] == 2).float().mean().item() - 0.8) < 0.05
+    edge = inverse_cdf_sample(probs, torch.tensor([1.0 - 2**-24, 0.0]))  # the largest uniform below 1, and 0
+    assert edge.tolist() == [3, 0]
+
+
+def test_sample_next_top_p_and_greedy() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    g = torch.Generator().manual_seed(0)
+    seen = {int(sample_next(logits, temperature=1.0, top_p=0.7, greedy=False, generator=g)[0]) for _ in range(200)}
+    assert seen == {0, 1}, "top-p 0.7 keeps exactly the two most likely tokens (0.5 + 0.3 >= 0.7)"
+    tok, lp = sample_next(logits, temperature=1.0, top_p=1.0, greedy=True, generator=None)
+    assert tok.tolist() == [0] and abs(lp.item() - torch.log(torch.tensor(0.5)).item()) < 1e-6
+    # Log-probabilities are those of the temperature-scaled distribution.
+    _, lp2 = sample_next(logits, temperature=2.0, top_p=1.0, greedy=False, generator=torch.Generator().manual_seed(1))
+    assert lp2.item() > torch.log(torch.tensor(0.05)).item()

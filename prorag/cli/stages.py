@@ -71,7 +71,7 @@ def sft_data(
     index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to append to (ids already in it are skipped).")],
     teacher: Annotated[TeacherKind | None, typer.Option(help="Thoughts by: template (offline, the default) or llm.")] = None,
-    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval [default: 3].")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N records of the file.")] = None,
 ) -> None:
     """Write a gold ProRAG trajectory for every record with a gold decomposition (stage 1's data).
@@ -139,15 +139,15 @@ def eval_cmd(
         str | None, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
-    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval [default: 3].")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
     baseline: Annotated[BaselineKind | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch [default: 32].")] = None,
-    max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory [default: 13, as at inference].")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch (default 32).")] = None,
+    max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory (default 13, as at inference).")] = None,
     prompt_style: Annotated[
         PromptStyle | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed (greedy decoding by default) [default: 0].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (greedy decoding by default) (default 0).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
     compare: Annotated[
         tuple[Path, Path] | None, typer.Option(help="Compare two predictions.jsonl files with a paired t-test per metric.")
@@ -249,7 +249,7 @@ def pairs(
     out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
     judge: Annotated[JudgeKind | None, typer.Option(help="oracle (gold decompositions, offline; the default) or llm.")] = None,
     min_visits: Annotated[
-        int | None, typer.Option(help="Siblings take part with at least this many visits [default: 2].")
+        int | None, typer.Option(help="Siblings take part with at least this many visits (default 2).")
     ] = None,
     pairs_per_set: Annotated[
         PairsPerSet | None,

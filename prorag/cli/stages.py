@@ -248,9 +248,7 @@ def pairs(
     trees: Annotated[Path, typer.Option(help="MCTS run folder or trees.jsonl.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
     judge: Annotated[JudgeKind | None, typer.Option(help="oracle (gold decompositions, offline; the default) or llm.")] = None,
-    min_visits: Annotated[
-        int | None, typer.Option(help="Siblings take part with at least this many visits (default 2).")
-    ] = None,
+    min_visits: Annotated[int | None, typer.Option(help="Siblings take part with at least this many visits (default 2).")] = None,
     pairs_per_set: Annotated[
         PairsPerSet | None,
         typer.Option(help="one: the judge's pair (the paper, the default); all: every valid x invalid sibling (oracle)."),

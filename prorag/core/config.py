@@ -12,6 +12,10 @@ mappings) rather than trusted, because YAML typing has traps: PyYAML follows YAM
 ``3e-3`` (no dot) is a **string**, not a float, and ``learning_rate: 3e-3`` would otherwise reach
 the optimiser as text. A float field therefore accepts an int or a numeric string (converted);
 every other mismatch is an error.
+
+:func:`apply_overrides` sets fields from dotted ``key.sub=value`` assignments (the command line's
+``--set``), each value read as YAML and checked the same way, so ``--set`` accepts exactly what
+the file would.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import difflib
 import os
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -52,6 +57,11 @@ def _describe(tp: Any) -> str:
     if origin is not None:
         return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", str(tp))
+
+
+def describe_type(tp: Any) -> str:
+    """A type annotation as the error messages and ``--help`` write it (``int or null``)."""
+    return _describe(tp)
 
 
 def _coerce(value: Any, tp: Any) -> Any:
@@ -108,6 +118,8 @@ def _coerce(value: Any, tp: Any) -> Any:
             return value
         raise _Mismatch("a string")
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):  # already built (a command-line option's config)
+            return value
         if isinstance(value, dict):  # a nested config (e.g. an LLM teacher's settings)
             try:
                 return config_from_dict(tp, value, where=f"{tp.__name__} block")
@@ -150,9 +162,7 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
     for key, value in data.items():
         key = str(key)
         if key not in fields:
-            close = difflib.get_close_matches(key, sorted(fields), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise DataError(at(key), f"unknown key '{key}' for {cls.__name__}{hint}")
+            raise DataError(at(key), _unknown_key(key, cls, fields))
         try:
             kwargs[key] = _coerce(value, hints[key])
         except _Mismatch as e:
@@ -186,4 +196,79 @@ def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
     return config_from_dict(cls, data, str(p), _key_lines(text))
 
 
-__all__ = ["config_from_dict", "load_config"]
+def _unknown_key(key: str, cls: type, fields: set[str]) -> str:
+    """The "unknown key" message, with the closest known field suggested (files and ``--set`` alike)."""
+    close = difflib.get_close_matches(key, sorted(fields), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown key '{key}' for {cls.__name__}{hint}"
+
+
+def parse_assignment(text: str, where: str = "--set") -> tuple[str, Any]:
+    """``"a.b=value"`` split into the dotted key and the value read as a YAML scalar or flow
+    collection (``3e-3``, ``null``, ``[1, 2]``, ``{a: 1}``); an empty value is ``null`` as in YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise DataError(f"{where} {text}", "expected KEY=VALUE with a dotted field name, e.g. rl.beta=0.5")
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise DataError(f"{where} {text}", f"invalid YAML value ({getattr(e, 'problem', None) or e})") from None
+
+
+def replace_field(config: C, key: str, value: Any, where: str) -> C:
+    """``config`` with the (dotted, possibly nested) field ``key`` set to ``value``.
+
+    The value is checked and converted like a YAML value; the config and every nested config on
+    the path are rebuilt with :func:`dataclasses.replace`, so their ``__post_init__`` checks run.
+    A nested config that is ``None`` must be set whole (``llm={base_url: ..., model: ...}``).
+    """
+    head, _, rest = key.partition(".")
+    cls = type(config)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    if head not in fields:
+        raise DataError(where, _unknown_key(head, cls, fields))
+    if rest:
+        inner = getattr(config, head)
+        if not dataclasses.is_dataclass(inner):
+            raise DataError(where, f"field '{head}' of {cls.__name__} has no sub-fields (it is {inner!r})")
+        new = replace_field(inner, rest, value, where)
+    else:
+        try:
+            new = _coerce(value, typing.get_type_hints(cls)[head])
+        except _Mismatch as e:
+            raise DataError(where, f"field '{head}': expected {e}, got {type(value).__name__} {value!r}") from None
+    try:
+        return dataclasses.replace(config, **{head: new})  # type: ignore[type-var]
+    except (TypeError, ValueError) as e:
+        raise DataError(where, str(e)) from None
+
+
+def apply_overrides(config: C, assignments: Sequence[str], where: str = "--set") -> C:
+    """A new ``config`` with the dotted ``key.sub=value`` assignments applied in order (later wins).
+
+    Errors are :class:`~prorag.core.errors.DataError` naming the assignment (``--set rl.btea=1``):
+    an unknown key with the closest field suggested, a value of the wrong type, a value the
+    config's own checks reject.
+    """
+    for text in assignments:
+        key, value = parse_assignment(text, where)
+        config = replace_field(config, key, value, f"{where} {text}")
+    return config
+
+
+def load_config_with_overrides(path: str | os.PathLike[str] | None, cls: type[C], assignments: Sequence[str] = ()) -> C:
+    """``cls`` from the YAML file ``path`` (its defaults when ``path`` is None), then ``assignments``."""
+    config = load_config(path, cls) if path is not None else cls()
+    return apply_overrides(config, assignments)
+
+
+__all__ = [
+    "apply_overrides",
+    "config_from_dict",
+    "describe_type",
+    "load_config",
+    "load_config_with_overrides",
+    "parse_assignment",
+    "replace_field",
+]

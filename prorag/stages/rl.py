@@ -659,11 +659,6 @@ def train_rl(
     return out
 
 
-def with_overrides(config: RLConfig, **overrides: Any) -> RLConfig:
-    """``config`` with the non-``None`` overrides applied (the command line's options)."""
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
-
-
 __all__ = [
     "TRL_LOSS_TYPES",
     "EngineRollout",
@@ -682,6 +677,5 @@ __all__ = [
     "row_seed",
     "score_batch",
     "train_rl",
-    "with_overrides",
     "write_learning_curve",
 ]

@@ -121,3 +121,18 @@ def test_nested_config_blocks(tmp_path: Path) -> None:
     bad = write(tmp_path, "teacher: llm\nllm:\n  base_url: http://127.0.0.1:8000/v1\n  model: m\n  concurrencyy: 2\n")
     with pytest.raises(DataError, match=r":2: field 'llm': expected a valid LLMTeacherConfig .*unknown key 'concurrencyy'"):
         load_config(bad, SFTDataConfig)
+
+
+def test_apply_overrides_reads_yaml_values_and_checks_them() -> None:
+    from prorag.core.config import apply_overrides, load_config_with_overrides
+    from prorag.stages.rl import RLConfig
+
+    cfg = apply_overrides(RLConfig(), ["beta=0.5", "learning_rate=3e-3", "exclude_ids_from=[a, b]", "limit=null", "beta=0.7"])
+    assert (cfg.beta, cfg.learning_rate, cfg.exclude_ids_from, cfg.limit) == (0.7, 0.003, ["a", "b"], None)
+    assert load_config_with_overrides(None, RLConfig, ["seed=3"]).seed == 3
+    with pytest.raises(DataError, match=r"^--set btea=1: unknown key 'btea' for RLConfig; did you mean 'beta'\?$"):
+        apply_overrides(RLConfig(), ["btea=1"])
+    with pytest.raises(DataError, match=r"--set beta=x: field 'beta': expected a number"):
+        apply_overrides(RLConfig(), ["beta=x"])
+    with pytest.raises(DataError, match="KEY=VALUE"):
+        apply_overrides(RLConfig(), ["beta"])

@@ -1,0 +1,112 @@
+"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``) and report.
+
+``pipeline`` and ``ablate`` take ``--config FILE`` and ``--set KEY=VALUE`` over any field of the
+pipeline's config, stage sections included (``--set rl.beta=0.5``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from prorag.cli.options import ConfigSource, app, config_command, friendly_errors
+
+PIPELINE_CONFIG = "prorag.experiments.pipeline:PipelineConfig"
+
+
+@config_command(app, "pipeline", PIPELINE_CONFIG, "pipeline", {}, expand=False)
+def pipeline_cmd(
+    source: ConfigSource,
+    run_dir: Annotated[Path, typer.Option(help="Run folder (resumes: finished stages are skipped).")],
+) -> None:
+    """Every stage in one run folder: data, index, SFT (+ baselines), MCTS, pairs, PRM, RFT, RL,
+    evaluation of every system on test, results.json and the report. Resumes after a kill.
+
+    Configs: configs/demo.yaml, configs/paper.yaml; each stage section's fields are listed by that
+    stage command's --help (e.g. `prorag rl --help` for rl.*).
+    """
+    from prorag.experiments.pipeline import results_table, run_pipeline
+
+    results = run_pipeline(source.load(), run_dir, progress=typer.echo)
+    typer.echo(results_table(results))
+    typer.echo(f"-> {run_dir}/results.json, report.md, report.html")
+
+
+@app.command("demo")
+@friendly_errors
+def demo_cmd(
+    quick: Annotated[
+        bool, typer.Option(help="Small budgets: about 10 minutes on 2 CPU cores (the full demo: about an hour).")
+    ] = False,
+    run_dir: Annotated[Path | None, typer.Option(help="Run folder (default: runs/demo or runs/demo-quick).")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,
+) -> None:
+    """ProRAG's four stages on the built-in world with the tiny model, on the CPU, no network:
+    prints the paper's Table 2 for this world and writes the report."""
+    import torch
+
+    from prorag.experiments.pipeline import demo_config, results_table, run_pipeline
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = run_dir or Path("runs/demo-quick" if quick else "runs/demo")
+    started = time.perf_counter()
+    results = run_pipeline(demo_config(quick=quick), out, progress=typer.echo)
+    typer.echo("")
+    typer.echo(f"Built-in world, test split ({results['systems'][results['order'][0]]['metrics']['n']} questions):")
+    typer.echo(results_table(results))
+    typer.echo(
+        "EM: normalised exact match, F1: token F1 (SQuAD normalisation), Format-valid: trajectories that\n"
+        "follow the step grammar (all in percent; not applicable to the one-shot baselines); Retrieval\n"
+        f"steps: searches per question. RL rows: mean ± std over seeds {results['seeds']}."
+    )
+    typer.echo(f"wall time {time.perf_counter() - started:.0f}s; report: {out}/report.html")
+
+
+@config_command(app, "ablate", PIPELINE_CONFIG, "pipeline", {}, expand=False)
+def ablate_cmd(
+    source: ConfigSource,
+    run_dir: Annotated[Path, typer.Option(help="The pipeline's run folder (its SFT, PRM and RFT are reused).")],
+    what: Annotated[str, typer.Option(help="table2 (all systems over the config's seeds), beta (Table 3) or topk (Figure 5).")],
+) -> None:
+    """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG."""
+    from prorag.experiments.ablations import run_ablation
+
+    if what not in ("table2", "beta", "topk"):
+        raise ValueError(f"--what must be table2, beta or topk, got {what!r}")
+    typer.echo(run_ablation(source.load(), run_dir, what, progress=typer.echo))
+
+
+@app.command("report")
+@friendly_errors
+def report_cmd(
+    run_dir: Annotated[Path, typer.Option(help="Pipeline run folder (holds results.json and eval/NAME/).")],
+    prm: Annotated[
+        Path | None,
+        typer.Option(help="Process reward model folder: first write each system's step_scores.jsonl (PRM score of every step)."),
+    ] = None,
+    viewer_limit: Annotated[int, typer.Option(help="Questions per system in the trajectory viewer.")] = 100,
+    device: Annotated[str | None, typer.Option(help="Device of the PRM (default: cuda if available).")] = None,
+) -> None:
+    """Write report.md, a self-contained report.html and plots/*.png from a pipeline run folder."""
+    from prorag.experiments.report.build import ReportConfig, write_report
+    from prorag.experiments.report.results import eval_dir_of, load_results
+    from prorag.experiments.report.step_scores import score_eval_trajectories
+
+    if prm is not None:
+        from prorag.supervision.reward_model import ProcessRewardModel
+
+        scorer = ProcessRewardModel.load(prm, device=device)
+        results = load_results(run_dir)
+        for name in results["order"]:
+            where = eval_dir_of(run_dir, results["systems"][name])
+            if where is not None and (where / "trajectories.jsonl").is_file():
+                typer.echo(f"scored {name}: {score_eval_trajectories(scorer, where)}")
+    md, page = write_report(run_dir, ReportConfig(viewer_limit=viewer_limit))
+    typer.echo(f"wrote {md} and {page}")
+
+
+__all__: list[str] = []

@@ -1,0 +1,296 @@
+"""What every command shares: the Typer apps, the error handler, ``--config``/``--set`` and the LLM endpoint.
+
+A stage command is declared with :func:`config_command`: it gets ``--config FILE`` and repeatable
+``--set KEY=VALUE`` over its config dataclass, and a :class:`ConfigSource` that builds the config
+with the precedence defaults < file < shortcut options < ``--set``. Its ``--help`` lists every
+settable field (type, default, help), read from the dataclass only when help is asked for, so
+``prorag --help`` imports no stage. The LLM endpoint options are declared once
+(:func:`llm_endpoint_options`) and completed into an ``LLMTeacherConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from typer.core import TyperCommand
+
+from prorag.core.errors import DataError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The ``--index`` option of every command that retrieves.
+IndexOption = Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")]
+
+app = typer.Typer(
+    name="prorag",
+    help="Train retrieval-augmented reasoning agents with process supervision (ProRAG).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Convert benchmark files to prorag records.", no_args_is_help=True)
+corpus_app = typer.Typer(help="Build retrieval corpora.", no_args_is_help=True)
+models_app = typer.Typer(help="Models: offline checkpoints.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(corpus_app, name="corpus")
+app.add_typer(models_app, name="models")
+
+PRECEDENCE = "defaults < --config file < shortcut options < --set"
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn input errors (DataError, ValueError, FileNotFoundError) into one line and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (DataError, FileNotFoundError, ValueError) as e:
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _inject(
+    fn: Callable[..., Any], target: str, added: Sequence[inspect.Parameter], make: Callable[[dict[str, Any]], Any]
+) -> Any:
+    """``fn`` whose parameter ``target`` is replaced, for Typer, by the options ``added``; the wrapper
+    calls ``make`` on their values and passes the result as ``target``. Typer reads the signature."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
+        return fn(*args, **{target: make(values)}, **kwargs)
+
+    sig = inspect.signature(fn, eval_str=True)
+    kept = [p for p in sig.parameters.values() if p.name != target]
+    plain = [p for p in kept if p.default is inspect.Parameter.empty]
+    defaulted = [p for p in kept if p.default is not inspect.Parameter.empty]
+    wrapper.__signature__ = sig.replace(parameters=[*plain, *defaulted, *added])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*kept, *added]}
+    del wrapper.__wrapped__  # Typer must see the new signature, not fn's
+    return wrapper
+
+
+# ----------------------------------------------------------------------------- --config / --set
+
+
+def _load_class(target: str) -> type:
+    """``"module:Class"`` imported (stage modules are heavy, so only when a command runs or shows help)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _plain(value: Any) -> Any:
+    """A typer option's value as the config field takes it: paths and enums as strings."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSource:
+    """Where a command's config comes from: its dataclass, a YAML file, ``--set`` assignments.
+
+    ``section`` is the command's config name; a ``--set`` key may start with it (``rl.beta`` for
+    ``prorag rl``), unless the config has a field of that name.
+    """
+
+    target: str
+    section: str
+    file: Path | None
+    assignments: tuple[str, ...]
+    shortcuts: Mapping[str, str]
+
+    def load(self, options: Mapping[str, Any] | None = None) -> Any:
+        """The config: defaults < file < ``options`` (shortcut flag -> value; None = not given; a
+        callable gets the config so far) < ``--set``. Each shortcut flag names its field in
+        :attr:`shortcuts`."""
+        from prorag.core.config import apply_overrides, load_config, replace_field
+
+        cls = _load_class(self.target)
+        config = load_config(self.file, cls) if self.file is not None else cls()
+        for flag, value in (options or {}).items():
+            if callable(value):
+                value = value(config)
+            if value is not None:
+                config = replace_field(config, self.shortcuts[flag], _plain(value), flag)
+        return apply_overrides(config, [self._strip_section(a, cls) for a in self.assignments])
+
+    def _strip_section(self, assignment: str, cls: type) -> str:
+        head, dot, rest = assignment.partition(".")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return rest if dot and head == self.section and head not in names and "=" in rest else assignment
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "required"
+
+
+def field_lines(cls: type, prefix: str = "", expand: bool = True) -> list[str]:
+    """One line per settable field of ``cls``: ``name (type, default D): help``; nested config
+    dataclasses with a default are listed field by field (``rollout.top_k``) when ``expand``."""
+    from prorag.core.config import describe_type
+
+    hints = typing.get_type_hints(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp, default = hints[f.name], _default_of(f)
+        if expand and dataclasses.is_dataclass(default) and not isinstance(default, type):
+            lines += field_lines(type(default), f"{prefix}{f.name}.", expand)
+            continue
+        shown = type(default).__name__ if dataclasses.is_dataclass(default) else repr(default)
+        text = f.metadata.get("help", "")
+        lines.append(f"{prefix}{f.name} ({describe_type(tp)}, default {shown})" + (f": {text}" if text else ""))
+    return lines
+
+
+def _escape(text: str) -> str:
+    """Rich reads ``[...]`` in help as markup; shown literally instead (plain text without rich)."""
+    try:
+        from rich.markup import escape
+    except ImportError:  # pragma: no cover - typer without rich prints help as plain text
+        return text
+    return escape(text)
+
+
+def _config_command_class(target: str, section: str, expand: bool) -> type[TyperCommand]:
+    """A Typer command class whose epilog lists the config's fields, built when help is shown."""
+
+    class ConfigCommand(TyperCommand):
+        @property  # type: ignore[override]
+        def epilog(self) -> str:
+            head = f"Settable with --set KEY=VALUE (KEY may start with '{section}.'); precedence: {PRECEDENCE}."
+            return _escape(head + "\n\n" + "\n".join(field_lines(_load_class(target), "", expand)))
+
+        @epilog.setter
+        def epilog(self, value: str | None) -> None:
+            pass
+
+    return ConfigCommand
+
+
+def config_command(
+    typer_app: typer.Typer, name: str, target: str, section: str, shortcuts: Mapping[str, str], expand: bool = True
+) -> Callable[[F], F]:
+    """Register ``fn`` as the command ``name`` configured by the dataclass ``target`` (``"module:Class"``).
+
+    ``fn`` takes a ``source: ConfigSource`` (and its own options); the command gains ``--config``
+    and ``--set``. ``shortcuts`` maps each shortcut flag to the field it sets (one table per command).
+    """
+    added = [
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[Path | None, typer.Option("--config", help=f"YAML file of {target.partition(':')[2]} fields.")],
+        ),
+        inspect.Parameter(
+            "assignments",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                list[str] | None,
+                typer.Option("--set", metavar="KEY=VALUE", help="Set a config field (YAML value), e.g. a.b=1; repeatable."),
+            ],
+        ),
+    ]
+
+    def make(values: dict[str, Any]) -> ConfigSource:
+        return ConfigSource(target, section, values.get("config"), tuple(values.get("assignments") or ()), shortcuts)
+
+    def register(fn: F) -> F:
+        wrapped = _inject(friendly_errors(fn), "source", added, make)
+        typer_app.command(name, cls=_config_command_class(target, section, expand))(wrapped)
+        return fn
+
+    return register
+
+
+# ----------------------------------------------------------------------------- the LLM endpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMEndpoint:
+    """The LLM endpoint options as given (None: not given), completed into an ``LLMTeacherConfig``."""
+
+    given: Mapping[str, Any]
+
+    def teacher_config(self, existing: Any, used_by: str, **fresh: Any) -> Any:
+        """``existing`` (the file's ``llm`` block, or None) updated with the given options; ``fresh``
+        are the command's own defaults for a block built from scratch. None when nothing is given."""
+        from prorag.supervision.llm_teacher import LLMTeacherConfig
+
+        if not self.given:
+            return existing
+        merged = {**(dataclasses.asdict(existing) if existing is not None else fresh), **self.given}
+        missing = [flag for flag, key in (("--base-url", "base_url"), ("--model", "model")) if not merged.get(key)]
+        if missing:
+            raise ValueError(f"{used_by} needs {' and '.join(missing)}")
+        return LLMTeacherConfig(**merged)
+
+
+#: LLM option -> (LLMTeacherConfig field, type, help); every option defaults to the config's value.
+_LLM_OPTIONS: dict[str, tuple[str, Any, str]] = {
+    "base_url": ("base_url", str, "LLM: API root of an OpenAI-compatible server (…/v1)."),
+    "model": ("model", str, "LLM: model name."),
+    "api_key_env": ("api_key_env", str, "LLM: environment variable holding the API key (default OPENAI_API_KEY)."),
+    "concurrency": ("concurrency", int, "LLM: requests in flight at once (default 8)."),
+    "max_retries": ("max_retries", int, "LLM: retries of one request (default 5)."),
+    "timeout": ("timeout_s", float, "LLM: seconds per request (default 60)."),
+    "cache": ("cache_path", Path, "LLM: reply cache (default OUT.llm_cache.jsonl)."),
+    "price_input": ("price_input_per_1k", float, "LLM: price of 1k prompt tokens (cost estimate)."),
+    "price_output": ("price_output_per_1k", float, "LLM: price of 1k completion tokens (cost estimate)."),
+}
+
+
+def llm_endpoint_options(fn: F) -> F:
+    """Give the command the LLM endpoint options (``--base-url --model --api-key-env ...``), passed
+    to ``fn`` as one ``endpoint: LLMEndpoint``."""
+    added = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[tp | None, typer.Option(help=text)]
+        )
+        for name, (_, tp, text) in _LLM_OPTIONS.items()
+    ]
+
+    def make(values: dict[str, Any]) -> LLMEndpoint:
+        return LLMEndpoint({_LLM_OPTIONS[k][0]: _plain(v) for k, v in values.items() if v is not None})
+
+    return _inject(fn, "endpoint", added, make)  # type: ignore[no-any-return]
+
+
+__all__ = [
+    "PRECEDENCE",
+    "ConfigSource",
+    "IndexOption",
+    "LLMEndpoint",
+    "app",
+    "config_command",
+    "corpus_app",
+    "data_app",
+    "field_lines",
+    "friendly_errors",
+    "llm_endpoint_options",
+    "models_app",
+]

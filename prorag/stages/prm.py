@@ -60,7 +60,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,7 +74,7 @@ from prorag.core.errors import DataError
 from prorag.core.metrics import ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.data.records import Record
-from prorag.stages.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
+from prorag.stages.training import MetricsFile, TrainingConfig, resume_training
 from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
     REWARD_KINDS,
@@ -96,7 +96,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PRMConfig:
+class PRMConfig(TrainingConfig):
     """Settings of the PRM stage. The paper gives the epochs (3, from the SFT checkpoint); the
     reference code gives the rest (lr 2e-5, batch 8 x 4 accumulation, 4096 tokens); else TRL's.
 
@@ -111,9 +111,6 @@ class PRMConfig:
     (its ``policy/``) or a hub id. ``train_prm``'s ``init`` argument replaces it."""
     pairs_file: str | None = None
     """The step-pairs JSONL (``prorag pairs``); ``train_prm``'s ``pairs`` argument replaces it."""
-    dtype: str = "float32"
-    """Dtype the weights are loaded and trained in (``"auto"``: the checkpoint's own); use
-    ``bf16`` mixed precision on top of float32 weights on GPUs."""
     max_length: int = DEFAULT_MAX_LENGTH
     """Longest input (context + step) in tokens; longer ones are cut from the left. Capped by
     the model's ``max_position_embeddings``."""
@@ -130,36 +127,23 @@ class PRMConfig:
     the ones saved, the initial weights included (earliest on ties): a run that only overfits
     keeps what it started from. The held-out pairs are never used to choose anything."""
 
-    # --- optimisation
+    # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
     epochs: float = 3.0
     """Paper: three epochs."""
-    max_steps: int = -1
-    """Optimiser steps; > 0 overrides ``epochs``."""
-    max_minutes: float | None = None
-    """Wall-clock budget of the training loop; training stops (and saves) once it is spent."""
     per_device_batch_size: int = 8
     """Pairs per device and micro-batch (each is two sequences)."""
     gradient_accumulation_steps: int = 4
-    learning_rate: float = 2e-5
-    lr_scheduler_type: str = "linear"
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    """Micro-batches per optimiser step (the reference code's 4)."""
+    save_steps: int = 200
+    """Checkpoint every this many optimiser steps."""
     train_backbone: bool = True
     """Fine-tune the whole model (default). ``False`` trains only the scalar head on frozen
     features; the paper's "train the scalar regression head from the SFT checkpoint" can be
     read either way."""
     center_rewards_coefficient: float | None = None
     """TRL's auxiliary ``coef * mean(r^2)`` that keeps rewards near 0 (off, as in the paper)."""
-    gradient_checkpointing: bool = False
 
     # --- run
-    bf16: bool | Literal["auto"] = "auto"
-    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it."""
-    seed: int = 0
-    save_steps: int = 200
-    save_total_limit: int | None = 2
-    logging_steps: int = 10
     eval_steps: int | None = None
     """Held-out evaluation every this many steps (default: ``save_steps``); always once at the end."""
     eval_batch_size: int = 16
@@ -184,7 +168,6 @@ class PRMConfig:
     already prefers (MCTS siblings are policy samples, and invalid ones are often its unlikely
     draws). Costs one policy forward per held-out step; off for a policy too large to load
     beside the PRM."""
-    report_to: str | list[str] = field(default="none")
 
     def __post_init__(self) -> None:
         if not 0 <= self.held_out_fraction < 1:
@@ -443,7 +426,7 @@ def prm_training_args(config: PRMConfig, run_dir: str | Path, *, has_eval: bool)
     """TRL's ``RewardConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, the
     hardware's precision, and no length filter (the examples are already cut from the left)."""
     return RewardConfig(
-        **trainer_arguments(config, run_dir),
+        **config.training_arguments(run_dir),
         per_device_eval_batch_size=config.eval_batch_size,
         center_rewards_coefficient=config.center_rewards_coefficient,
         eval_strategy="steps" if has_eval else "no",
@@ -471,10 +454,7 @@ def make_prm_trainer(
             raise ValueError("train_backbone=False trains a head alone; the likelihood kind has none")
         backbone = getattr(scorer.model, scorer.model.base_model_prefix)
         backbone.requires_grad_(False)
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
-    if config.max_minutes is not None:
-        callbacks.append(TimeBudget(config.max_minutes))
-    callbacks.extend(extra_callbacks)
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget(), *extra_callbacks]
     return PairwiseRewardTrainer(
         model=scorer.model,
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),

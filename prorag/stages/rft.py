@@ -60,7 +60,7 @@ from prorag.method.losses import format_token_weights, tag_weight_table
 from prorag.method.rewards.outcome import trajectory_answer
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, prm_judged_actions
 from prorag.retrieval.base import Retriever
-from prorag.stages.sft import SFTConfig, make_sft_trainer
+from prorag.stages.sft import SFTTrainingConfig, make_sft_trainer
 from prorag.stages.training import resume_training, save_trained_policy
 
 if TYPE_CHECKING:
@@ -108,11 +108,9 @@ class RFTConfig:
     """Use only the first ``limit`` questions of the record file."""
     seed: int = 0
     """Seeds the sampling (per chunk) and the fine-tuning (replaces ``train.seed``)."""
-    train: SFTConfig = field(default_factory=SFTConfig)
-    """The fine-tuning: stage 1's settings (one epoch, lr 2e-5, reference loss weights by default;
-    ``weight_scheme``, ``reduction``, ``tag_weights``, LoRA, batch size, checkpoints, ``max_length``
-    and ``overlong``). Its data, model and held-out fields are not used: the data are the kept
-    samples and the model is the policy that sampled them."""
+    train: SFTTrainingConfig = field(default_factory=SFTTrainingConfig)
+    """The fine-tuning: stage 1's trainer settings (one epoch, lr 2e-5, reference loss weights by
+    default); its ``seed`` is replaced by :attr:`seed`."""
 
     def __post_init__(self) -> None:
         if self.samples_per_question < 1:
@@ -407,7 +405,7 @@ def finetune_rft(
         return out
     trainer = make_sft_trainer(train, run, model, tokenizer, examples, None, table)
     resume_training(trainer, run, "RFT fine-tuning")
-    save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora)
+    save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora.enabled)
     return out
 
 

@@ -94,7 +94,6 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from prorag.agent.prompts import PromptStyle
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
@@ -104,7 +103,7 @@ from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.retrieval.base import Retriever
-from prorag.stages.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ TRL_LOSS_TYPES: dict[str, str] = {"token_mean": "dapo", "sequence_mean": "grpo",
 
 
 @dataclass
-class RLConfig:
+class RLConfig(TrainingConfig):
     """Settings of the RL stage. Defaults are the paper's (G = 8, beta = 0.3, 1 epoch) and its
     reference code's (PPO-clip 0.2, no KL, lr 1e-5, temperature 1.0, LoRA r 16 alpha 32,
     11 actions per trajectory); the rest follow TRL.
@@ -130,8 +129,6 @@ class RLConfig:
     prm: str | None = None
     """The frozen PRM (``prorag prm`` output), loaded with :meth:`ProcessRewardModel.load`;
     unused with ``process_reward="none"``."""
-    dtype: str = "float32"
-    """Dtype the policy is loaded and trained in (``"auto"``: the checkpoint's own)."""
 
     # --- data
     train_file: str | None = None
@@ -148,18 +145,8 @@ class RLConfig:
     # --- rollouts
     group_size: int = 8
     """G, trajectories sampled per question (the paper's 8)."""
-    top_k: int = 3
-    """Documents per retrieval."""
-    max_actions: int = 11
-    """Actions per trajectory during RL (METHOD.md: 11; 13 at inference)."""
-    max_action_tokens: int = 128
-    max_completion_tokens: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
-    prompt_style: PromptStyle | None = None
-    """``plain`` or ``chat``; default: chat when the tokenizer has a chat template (as the engine)."""
-    rollout_batch_size: int = 64
-    """Trajectories the engine decodes together."""
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(max_actions=11, batch_size=64))
+    """The engine's sampling settings (METHOD.md: 11 actions during RL); its ``seed`` and ``greedy`` are not used: ``seed`` drives the sampling."""
 
     # --- rewards and advantages
     process_reward: Literal["prm", "none"] = "prm"
@@ -200,43 +187,22 @@ class RLConfig:
     mask_truncated_completions: bool = False
     """Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."""
 
-    # --- optimisation
-    epochs: float = 1.0
-    """Passes over the questions (the paper's 1)."""
-    max_steps: int = -1
-    """Optimiser steps; > 0 overrides ``epochs``."""
-    max_minutes: float | None = None
-    """Wall-clock budget of the training loop (stops with a checkpoint once spent)."""
+    # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
     per_device_batch_size: int = 8
     """Trajectories per process per micro-step. Questions per optimiser step =
     ``per_device_batch_size * processes * gradient_accumulation_steps / group_size``."""
-    gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-5
+    """Peak learning rate (the reference code's, for LoRA on a real pretrained model)."""
     lr_scheduler_type: str = "constant"
     """Constant, as RL libraries (verl, OpenRLHF) run it by default."""
     warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    gradient_checkpointing: bool = False
-
-    # --- LoRA
-    lora: bool = False
-    """Train a LoRA adapter (the paper's setting for Qwen3-8B), merged into the saved policy."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: str | list[str] = "all-linear"
-    """All projections (the reference code's choice)."""
-
-    # --- run
-    bf16: bool | Literal["auto"] = "auto"
-    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it (never on CPU)."""
-    seed: int = 0
+    """No warm-up."""
     save_steps: int = 50
-    save_total_limit: int | None = 2
+    """Checkpoint every this many optimiser steps."""
     logging_steps: int = 1
     """Log every step: the learning curve is per step."""
-    report_to: str | list[str] = "none"
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy."""
 
     def __post_init__(self) -> None:
         choices = {
@@ -267,19 +233,8 @@ class RLConfig:
         return self.beta if self.uses_prm else 0.0
 
     def rollout_config(self) -> RolloutConfig:
-        """The engine's settings during RL (sampling at ``temperature``, 11 actions)."""
-        return RolloutConfig(
-            max_actions=self.max_actions,
-            max_action_tokens=self.max_action_tokens,
-            max_completion_tokens=self.max_completion_tokens,
-            top_k=self.top_k,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            greedy=False,
-            batch_size=self.rollout_batch_size,
-            seed=self.seed,
-            prompt_style=self.prompt_style,
-        )
+        """The engine's settings during RL: :attr:`rollout`, sampling, seeded by :attr:`seed`."""
+        return replace(self.rollout, greedy=False, seed=self.seed)
 
 
 # ----------------------------------------------------------------------------- data
@@ -574,12 +529,12 @@ def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
     """TRL's ``GRPOConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU and bf16
     chosen from the hardware, the loss and sampling settings of the stage."""
     return GRPOConfig(
-        **trainer_arguments(config, run_dir),
+        **config.training_arguments(run_dir),
         # --- GRPO
         num_generations=config.group_size,
-        max_completion_length=config.max_completion_tokens + config.max_action_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
+        max_completion_length=config.rollout.max_completion_tokens + config.rollout.max_action_tokens,
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
         beta=config.beta_kl,
         epsilon=config.epsilon,
         epsilon_high=config.epsilon_high,
@@ -608,20 +563,8 @@ def make_rl_trainer(
     import warnings
 
     run = Path(run_dir)
-    peft_config = None
-    if config.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-            task_type="CAUSAL_LM",
-        )
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
-    if config.max_minutes is not None:
-        callbacks.append(TimeBudget(config.max_minutes))
+    peft_config = config.lora.peft_config()
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
     reward = functools.partial(outcome, tokenizer=tokenizer, config=config.outcome_reward)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API, pinned here
     with warnings.catch_warnings():
@@ -716,7 +659,7 @@ def train_rl(
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")
     out = run / "policy"
-    if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora) is not None:
+    if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora.enabled) is not None:
         write_learning_curve(trainer.state.log_history, run / "learning_curve.csv")
     return out
 

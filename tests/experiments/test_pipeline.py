@@ -96,7 +96,7 @@ def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
     assert cfg.sft.model == "Qwen/Qwen3-8B" and cfg.sft.learning_rate == pytest.approx(2e-5)
     assert (cfg.mcts.simulations, cfg.mcts.num_candidates, cfg.mcts.max_depth) == (200, 5, 10)
     assert (cfg.mcts.c_puct, cfg.mcts.gamma) == (2.5, 0.99)
-    assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora, cfg.rl.lora_r, cfg.rl.lora_alpha) == (8, 0.3, True, 16, 32)
+    assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora.enabled, cfg.rl.lora.r, cfg.rl.lora.alpha) == (8, 0.3, True, 16, 32)
     assert cfg.index.kind == "dense" and cfg.index.query_prefix == "query: " and cfg.top_k == 3
 
 

@@ -33,7 +33,7 @@ from prorag.stages.rft import (
     rft_loss_mask,
     run_rft,
 )
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft import SFTTrainingConfig
 from tests.fakes import ReplayLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -152,7 +152,7 @@ def replay_engine(world_tokenizer: Any, tiny_retriever: BM25Retriever, world_rec
 
 
 def rft_config(**kw: Any) -> RFTConfig:
-    train = SFTConfig(
+    train = SFTTrainingConfig(
         per_device_batch_size=2, learning_rate=3e-3, logging_steps=1, save_steps=2, max_steps=2, warmup_ratio=0.0, max_length=512
     )
     return RFTConfig(**({"samples_per_question": 2, "rollout": RolloutConfig(batch_size=4), "train": train} | kw))

@@ -88,33 +88,42 @@ RL_SYSTEMS: dict[str, tuple[str, bool]] = {
 class DataConfig:
     """Where the questions and the corpus come from, and how the questions are split."""
 
-    world: str | None = "demo"
-    """Build the built-in world of this size (``tiny``, ``demo``, ``large``) into ``RUN/world``;
-    ``None``: use the files below."""
-    world_seed: int = 0
-    """Seed of the built-in world."""
-    passages: Granularity = "fact"
-    """Built-in world passages: ``fact`` (one sentence each) or ``page``. Sentences let a tiny
-    model learn to read within minutes on a CPU (see :mod:`prorag.data.world.documents`)."""
-    train_file: str | None = None
-    """Training records (FlashRAG JSONL) when ``world`` is None."""
-    dev_file: str | None = None
-    test_file: str | None = None
-    corpus_file: str | None = None
-    """Corpus JSONL (``{id, contents}``) when ``world`` is None."""
-    sft_fraction: float = 0.5
-    """Share of the training questions used for SFT (and its baselines); the rest is the pool
-    of the later stages, which SFT never sees."""
-    mcts_questions: int = 64
-    """Pool questions searched with MCTS (the paper: 728)."""
-    rft_questions: int | None = None
-    """Pool questions sampled for RFT (None: all of the pool)."""
-    rl_questions: int | None = None
-    """Pool questions of the RL stage (None: all of the pool)."""
-    dev_questions: int = 200
-    """Dev questions of SFT's held-out rollouts."""
-    test_questions: int | None = None
-    """Test questions evaluated (None: all)."""
+    world: str | None = field(
+        default="demo",
+        metadata={
+            "help": (
+                "Build the built-in world of this size (`tiny`, `demo`, `large`) into `RUN/world`; `None`: use the files below."
+            )
+        },
+    )
+    world_seed: int = field(default=0, metadata={"help": "Seed of the built-in world."})
+    passages: Granularity = field(
+        default="fact",
+        metadata={
+            "help": (
+                "Built-in world passages: `fact` (one sentence each) or `page`. Sentences let a tiny model learn to "
+                "read within minutes on a CPU (see prorag.data.world.documents)."
+            )
+        },
+    )
+    train_file: str | None = field(default=None, metadata={"help": "Training records (FlashRAG JSONL) when `world` is None."})
+    dev_file: str | None = field(default=None, metadata={"help": "Dev records (FlashRAG JSONL) when `world` is None."})
+    test_file: str | None = field(default=None, metadata={"help": "Test records (FlashRAG JSONL) when `world` is None."})
+    corpus_file: str | None = field(default=None, metadata={"help": "Corpus JSONL (`{id, contents}`) when `world` is None."})
+    sft_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": (
+                "Share of the training questions used for SFT (and its baselines); the rest is the pool of the later "
+                "stages, which SFT never sees."
+            )
+        },
+    )
+    mcts_questions: int = field(default=64, metadata={"help": "Pool questions searched with MCTS (the paper: 728)."})
+    rft_questions: int | None = field(default=None, metadata={"help": "Pool questions sampled for RFT (None: all of the pool)."})
+    rl_questions: int | None = field(default=None, metadata={"help": "Pool questions of the RL stage (None: all of the pool)."})
+    dev_questions: int = field(default=200, metadata={"help": "Dev questions of SFT's held-out rollouts."})
+    test_questions: int | None = field(default=None, metadata={"help": "Test questions evaluated (None: all)."})
 
     def __post_init__(self) -> None:
         if not 0.0 < self.sft_fraction < 1.0:
@@ -127,11 +136,15 @@ class DataConfig:
 class IndexConfig:
     """The retrieval index every stage searches."""
 
-    kind: Literal["bm25", "dense"] = "bm25"
-    model: str | None = None
-    """Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."""
-    query_prefix: str = ""
-    passage_prefix: str = ""
+    kind: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "`bm25` or `dense` retrieval."})
+    model: str | None = field(
+        default=None,
+        metadata={"help": "Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."},
+    )
+    query_prefix: str = field(
+        default="", metadata={"help": "Text put before every query (dense models such as E5 want `query: `)."}
+    )
+    passage_prefix: str = field(default="", metadata={"help": "Text put before every passage (E5: `passage: `)."})
 
 
 @dataclass
@@ -139,25 +152,30 @@ class PipelineConfig:
     """Every stage's settings in one file. ``top_k`` (documents per retrieval) is applied to
     every stage so that training, search and evaluation read the same number of documents."""
 
-    data: DataConfig = field(default_factory=DataConfig)
-    index: IndexConfig = field(default_factory=IndexConfig)
-    top_k: int = 3
-    sft_data: SFTDataConfig = field(default_factory=SFTDataConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    mcts: MCTSConfig = field(default_factory=MCTSConfig)
-    pairs: PairsConfig = field(default_factory=PairsConfig)
-    prm: PRMConfig = field(default_factory=PRMConfig)
-    rft: RFTConfig = field(default_factory=RFTConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
-    """Systems to train and evaluate (rows of the results table), in table order."""
-    seeds: list[int] = field(default_factory=lambda: [0])
-    """Seeds of the RL systems (each is trained and evaluated once per seed)."""
-    seed: int = 0
-    """Seed of the question splits and of every stage but the RL seeds."""
-    report: bool = True
-    """Write ``report.md`` / ``report.html`` at the end."""
+    data: DataConfig = field(
+        default_factory=DataConfig, metadata={"help": "Where the questions and the corpus come from, and how they are split."}
+    )
+    index: IndexConfig = field(default_factory=IndexConfig, metadata={"help": "The retrieval index every stage searches."})
+    top_k: int = field(default=3, metadata={"help": "Documents per retrieval, applied to every stage."})
+    sft_data: SFTDataConfig = field(
+        default_factory=SFTDataConfig, metadata={"help": "Stage 1's gold trajectories (`prorag sft-data`)."}
+    )
+    sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "Stage 1: supervised fine-tuning."})
+    mcts: MCTSConfig = field(default_factory=MCTSConfig, metadata={"help": "Stage 2: the tree search."})
+    pairs: PairsConfig = field(default_factory=PairsConfig, metadata={"help": "Stage 2: the judged sibling-step pairs."})
+    prm: PRMConfig = field(default_factory=PRMConfig, metadata={"help": "Stage 2: the process reward model."})
+    rft: RFTConfig = field(default_factory=RFTConfig, metadata={"help": "Stage 3: rejection-sampling fine-tuning."})
+    rl: RLConfig = field(default_factory=RLConfig, metadata={"help": "Stage 4: RL with dual-granularity advantages."})
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "The evaluation of every system."})
+    systems: list[str] = field(
+        default_factory=lambda: list(SYSTEMS),
+        metadata={"help": "Systems to train and evaluate (rows of the results table), in table order."},
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0], metadata={"help": "Seeds of the RL systems (each is trained and evaluated once per seed)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the question splits and of every stage but the RL seeds."})
+    report: bool = field(default=True, metadata={"help": "Write `report.md` / `report.html` at the end."})
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.systems if s not in SYSTEMS]

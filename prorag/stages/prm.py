@@ -60,7 +60,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,75 +99,118 @@ log = logging.getLogger(__name__)
 class PRMConfig(TrainingConfig):
     """Settings of the PRM stage. The paper gives the epochs (3, from the SFT checkpoint); the
     reference code gives the rest (lr 2e-5, batch 8 x 4 accumulation, 4096 tokens); else TRL's.
-
-    ``learning_rate`` 2e-5 is for real pretrained models; a tiny built-in model needs a higher
-    one (1e-3 at batch 8 trained a 1.2M model to 78% held-out pairwise accuracy on synthetic
-    world pairs in 86 steps).
+    ``learning_rate`` 2e-5 is for real pretrained models; a tiny built-in model needs a higher one.
+    The shared training fields are :class:`~prorag.stages.training.TrainingConfig`'s.
     """
 
     # --- model and data
-    init: str | None = None
-    """The policy the PRM starts from (``pi_sft``): a checkpoint folder, a training run folder
-    (its ``policy/``) or a hub id. ``train_prm``'s ``init`` argument replaces it."""
-    pairs_file: str | None = None
-    """The step-pairs JSONL (``prorag pairs``); ``train_prm``'s ``pairs`` argument replaces it."""
-    max_length: int = DEFAULT_MAX_LENGTH
-    """Longest input (context + step) in tokens; longer ones are cut from the left. Capped by
-    the model's ``max_position_embeddings``."""
-    append_eos: bool = False
-    """Append EOS after the step and read the score there (the reference code); default: read
-    it on the step's closing tag."""
-    held_out_fraction: float = 0.05
-    """Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least
-    one question when > 0; the reference code held out 2% of pairs at random)."""
-    validation_fraction: float = 0.0
-    """Fraction of the *training* questions set aside as a validation set (0: none, the paper).
-    With one, the model is scored on the validation pairs before training and every
-    ``eval_steps``, and the weights with the best validation pairwise accuracy (then AUC) are
-    the ones saved, the initial weights included (earliest on ties): a run that only overfits
-    keeps what it started from. The held-out pairs are never used to choose anything."""
+    init: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "The policy the PRM starts from (`pi_sft`): a checkpoint folder, a training run folder (its "
+                "`policy/`) or a hub id. `train_prm`'s `init` argument replaces it."
+            )
+        },
+    )
+    pairs_file: str | None = field(
+        default=None, metadata={"help": "The step-pairs JSONL (`prorag pairs`); `train_prm`'s `pairs` argument replaces it."}
+    )
+    max_length: int = field(
+        default=DEFAULT_MAX_LENGTH,
+        metadata={
+            "help": (
+                "Longest input (context + step) in tokens; longer ones are cut from the left. Capped by the model's "
+                "`max_position_embeddings`."
+            )
+        },
+    )
+    append_eos: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Append EOS after the step and read the score there (the reference code); default: read it on the "
+                "step's closing tag."
+            )
+        },
+    )
+    held_out_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": (
+                "Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least one "
+                "question when > 0; the reference code held out 2% of pairs at random)."
+            )
+        },
+    )
+    # With one, the model is scored on the validation pairs before training and every `eval_steps`, and the weights with the
+    # best validation pairwise accuracy (then AUC) are the ones saved, the initial weights included (earliest on ties): a run
+    # that only overfits keeps what it started from. The held-out pairs are never used to choose anything.
+    validation_fraction: float = field(
+        default=0.0, metadata={"help": "Fraction of the *training* questions set aside as a validation set (0: none, the paper)."}
+    )
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
-    epochs: float = 3.0
-    """Paper: three epochs."""
-    per_device_batch_size: int = 8
-    """Pairs per device and micro-batch (each is two sequences)."""
-    gradient_accumulation_steps: int = 4
-    """Micro-batches per optimiser step (the reference code's 4)."""
-    save_steps: int = 200
-    """Checkpoint every this many optimiser steps."""
-    train_backbone: bool = True
-    """Fine-tune the whole model (default). ``False`` trains only the scalar head on frozen
-    features; the paper's "train the scalar regression head from the SFT checkpoint" can be
-    read either way."""
-    center_rewards_coefficient: float | None = None
-    """TRL's auxiliary ``coef * mean(r^2)`` that keeps rewards near 0 (off, as in the paper)."""
+    epochs: float = field(default=3.0, metadata={"help": "Paper: three epochs."})
+    per_device_batch_size: int = field(default=8, metadata={"help": "Pairs per device and micro-batch (each is two sequences)."})
+    gradient_accumulation_steps: int = field(
+        default=4, metadata={"help": "Micro-batches per optimiser step (the reference code's 4)."}
+    )
+    save_steps: int = field(default=200, metadata={"help": "Checkpoint every this many optimiser steps."})
+    # `False` trains only the scalar head on frozen features; the paper's "train the scalar regression head from the SFT
+    # checkpoint" can be read either way.
+    train_backbone: bool = field(default=True, metadata={"help": "Fine-tune the whole model (default)."})
+    center_rewards_coefficient: float | None = field(
+        default=None, metadata={"help": "TRL's auxiliary `coef * mean(r^2)` that keeps rewards near 0 (off, as in the paper)."}
+    )
 
     # --- run
-    eval_steps: int | None = None
-    """Held-out evaluation every this many steps (default: ``save_steps``); always once at the end."""
-    eval_batch_size: int = 16
-    if_no_pairs: Literal["error", "untrained"] = "error"
-    """When the judge found no pair (a policy too weak for any valid sibling step, as in a quick
-    demo): ``"error"`` stops; ``"untrained"`` logs a warning and saves the reward model as built
-    from the policy (a random head: its scores carry no process signal), so a pipeline with
-    small budgets goes on, as RFT's ``if_nothing_kept: copy_policy`` does."""
-    kind: RewardKind = "head"
-    """``"head"`` (the paper): the policy's backbone with a new scalar head read on the step's last
-    token. ``"likelihood"``: the policy's causal LM itself, scoring a step by ``likelihood_beta``
-    times its mean token log-probability (SimPO's length-normalised implicit reward), trained
-    with the same Eq. 4; its zero point is fitted on the training pairs after training
-    (:func:`separating_threshold`). See :mod:`prorag.supervision.reward_model` for why it exists."""
-    likelihood_beta: float = 1.0
-    """The likelihood kind's scale: the logit of a step is ``beta * (mean log p - offset)``, so the
-    sigmoid of a pair's margin is ``sigmoid(beta * difference in mean log-probability)``."""
-    likelihood_baseline: bool = True
-    """Also rank the held-out pairs by the init policy's own mean log-probability of each step
-    (:func:`policy_step_likelihoods`) and log it as ``eval_policy_likelihood_accuracy`` /
-    ``_auc``: the reference a trained PRM must beat to have learned more than the policy
-    already prefers (MCTS siblings are policy samples, and invalid ones are often its unlikely
-    draws). Costs one policy forward per held-out step; off for a policy too large to load
-    beside the PRM."""
+    eval_steps: int | None = field(
+        default=None,
+        metadata={"help": "Held-out evaluation every this many steps (default: `save_steps`); always once at the end."},
+    )
+    eval_batch_size: int = field(default=16, metadata={"help": "Pairs per batch of the held-out and validation scoring."})
+    if_no_pairs: Literal["error", "untrained"] = field(
+        default="error",
+        metadata={
+            "help": (
+                "When the judge found no pair (a policy too weak for any valid sibling step, as in a quick demo): "
+                '`"error"` stops; `"untrained"` logs a warning and saves the reward model as built from the policy (a'
+                " random head: its scores carry no process signal), so a pipeline with small budgets goes on, as "
+                "RFT's `if_nothing_kept: copy_policy` does."
+            )
+        },
+    )
+    # `"likelihood"`: the policy's causal LM itself, scoring a step by `likelihood_beta` times its mean token log-probability
+    # (SimPO's length-normalised implicit reward), trained with the same Eq. 4; its zero point is fitted on the training pairs
+    # after training (separating_threshold). See prorag.supervision.reward_model for why it exists.
+    kind: RewardKind = field(
+        default="head",
+        metadata={
+            "help": ("`\"head\"` (the paper): the policy's backbone with a new scalar head read on the step's last token.")
+        },
+    )
+    likelihood_beta: float = field(
+        default=1.0,
+        metadata={
+            "help": (
+                "The likelihood kind's scale: the logit of a step is `beta * (mean log p - offset)`, so the sigmoid "
+                "of a pair's margin is `sigmoid(beta * difference in mean log-probability)`."
+            )
+        },
+    )
+    # Costs one policy forward per held-out step; off for a policy too large to load beside the PRM.
+    likelihood_baseline: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Also rank the held-out pairs by the init policy's own mean log-probability of each step "
+                "(policy_step_likelihoods) and log it as `eval_policy_likelihood_accuracy` / `_auc`: the reference a "
+                "trained PRM must beat to have learned more than the policy already prefers (MCTS siblings are policy"
+                " samples, and invalid ones are often its unlikely draws)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.held_out_fraction < 1:

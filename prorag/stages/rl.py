@@ -122,87 +122,160 @@ class RLConfig(TrainingConfig):
     """
 
     # --- models
-    policy: str | None = None
-    """The policy to train (``pi_rft``, or ``pi_sft`` for the "w/o refinement" ablation): a
-    checkpoint folder or a training run folder (its ``policy/``), loaded with
-    :func:`~prorag.models.load_policy`."""
-    prm: str | None = None
-    """The frozen PRM (``prorag prm`` output), loaded with :meth:`ProcessRewardModel.load`;
-    unused with ``process_reward="none"``."""
+    policy: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                'The policy to train (`pi_rft`, or `pi_sft` for the "w/o refinement" ablation): a checkpoint folder '
+                "or a training run folder (its `policy/`), loaded with load_policy."
+            )
+        },
+    )
+    prm: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                'The frozen PRM (`prorag prm` output), loaded with ProcessRewardModel.load; unused with `process_reward="none"`.'
+            )
+        },
+    )
 
     # --- data
-    train_file: str | None = None
-    """Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see
-    ``exclude_ids_from`` and the module docstring)."""
-    exclude_ids_from: list[str] = field(default_factory=list)
-    """JSONL files whose questions are dropped from ``train_file``: each row's ``question_id``,
-    else its ``id`` (record files, SFT trajectory files, step-pair files)."""
-    limit: int | None = None
-    """Only the first N questions (after the exclusion)."""
-    index: str | None = None
-    """Retrieval index folder or ``http(s)://`` URL (:func:`~prorag.retrieval.index.open_retriever`)."""
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see "
+                "`exclude_ids_from` and the module docstring)."
+            )
+        },
+    )
+    exclude_ids_from: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": (
+                "JSONL files whose questions are dropped from `train_file`: each row's `question_id`, else its `id` "
+                "(record files, SFT trajectory files, step-pair files)."
+            )
+        },
+    )
+    limit: int | None = field(default=None, metadata={"help": "Only the first N questions (after the exclusion)."})
+    index: str | None = field(default=None, metadata={"help": "Retrieval index folder or `http(s)://` URL (open_retriever)."})
 
     # --- rollouts
-    group_size: int = 8
-    """G, trajectories sampled per question (the paper's 8)."""
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(max_actions=11, batch_size=64))
-    """The engine's sampling settings (METHOD.md: 11 actions during RL); its ``seed`` and ``greedy`` are not used: ``seed`` drives the sampling."""
+    group_size: int = field(default=8, metadata={"help": "G, trajectories sampled per question (the paper's 8)."})
+    rollout: RolloutConfig = field(
+        default_factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
+        metadata={
+            "help": (
+                "The engine's sampling settings (METHOD.md: 11 actions during RL); its `seed` and `greedy` are not "
+                "used: `seed` drives the sampling."
+            )
+        },
+    )
 
     # --- rewards and advantages
-    process_reward: Literal["prm", "none"] = "prm"
-    """``"prm"``: ProRAG's step rewards from the PRM; ``"none"``: outcome only (the GRPO baseline;
-    ``beta`` is then ignored and the PRM never called)."""
-    beta: float = 0.3
-    """Weight of the process advantage, ``A = A_out + beta * A_proc`` (Eq. 8; the paper's 0.3)."""
-    prm_scope: PRMScope = "all"
-    """Which actions get a process term: ``"all"`` (the paper: every step, the answer included)
-    or ``"reasoning"`` (a well-formed answer is left to the outcome term: its tokens get
-    ``A_out`` alone and its step reward is not in the group's step statistics). See
-    :func:`~prorag.method.rewards.process.prm_judged_actions`."""
-    process_norm: ProcessNorm = "step"
-    """``"step"``: step rewards standardised over the group's steps (the paper's Eq. 7);
-    ``"token"``: over the group's generated tokens (the reference code; long steps weigh more)."""
-    scale_advantages: bool = True
-    """Divide by the group's standard deviation (``False``: only subtract the mean, Dr. GRPO)."""
-    outcome_reward: OutcomeRewardConfig = field(default_factory=OutcomeRewardConfig)
-    """Eq. 6's form (``paper``: F1 + nu2 I_traj; ``reference``: the code's thresholded form)."""
-    step_reward: StepRewardConfig = field(default_factory=StepRewardConfig)
-    """Eq. 5's form (``paper``: logit + nu1 I_step; ``reference``: sigmoid(logit) + 1 / -2)."""
-    prm_batch_size: int = 32
+    process_reward: Literal["prm", "none"] = field(
+        default="prm",
+        metadata={
+            "help": (
+                '`"prm"`: ProRAG\'s step rewards from the PRM; `"none"`: outcome only (the GRPO baseline; `beta` is '
+                "then ignored and the PRM never called)."
+            )
+        },
+    )
+    beta: float = field(
+        default=0.3, metadata={"help": "Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3)."}
+    )
+    # See prm_judged_actions.
+    prm_scope: PRMScope = field(
+        default="all",
+        metadata={
+            "help": (
+                'Which actions get a process term: `"all"` (the paper: every step, the answer included) or '
+                '`"reasoning"` (a well-formed answer is left to the outcome term: its tokens get `A_out` alone and '
+                "its step reward is not in the group's step statistics)."
+            )
+        },
+    )
+    process_norm: ProcessNorm = field(
+        default="step",
+        metadata={
+            "help": (
+                '`"step"`: step rewards standardised over the group\'s steps (the paper\'s Eq. 7); `"token"`: over the '
+                "group's generated tokens (the reference code; long steps weigh more)."
+            )
+        },
+    )
+    scale_advantages: bool = field(
+        default=True, metadata={"help": "Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."}
+    )
+    outcome_reward: OutcomeRewardConfig = field(
+        default_factory=OutcomeRewardConfig,
+        metadata={"help": "Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."},
+    )
+    step_reward: StepRewardConfig = field(
+        default_factory=StepRewardConfig,
+        metadata={"help": "Eq. 5's form (`paper`: logit + nu1 I_step; `reference`: sigmoid(logit) + 1 / -2)."},
+    )
+    prm_batch_size: int = field(default=32, metadata={"help": "Trajectories per batch the PRM scores."})
 
     # --- loss (Eq. 9)
-    epsilon: float = 0.2
-    """PPO clip: ratios outside ``[1 - epsilon, 1 + epsilon_high]`` stop pushing."""
-    epsilon_high: float | None = None
-    """Upper clip (DAPO's clip-higher); default ``epsilon`` (symmetric, as in Eq. 9)."""
-    beta_kl: float = 0.0
-    """KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."""
-    loss_aggregation: PPOAggregation = "token_mean"
-    """How per-token losses are reduced (:func:`~prorag.method.losses.ppo_clip_loss`): ``token_mean``
-    weighs every token alike, as Eq. 9's sum over tokens does, at a length-free scale;
-    ``sequence_mean`` is TRL's ``grpo``; ``sum`` is Eq. 9 up to a constant (TRL's ``dr_grpo``)."""
-    num_iterations: int = 1
-    """PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and
-    clipping never binds (on-policy GRPO); more make ``pi_old`` differ from ``pi_theta``."""
-    mask_truncated_completions: bool = False
-    """Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."""
+    epsilon: float = field(
+        default=0.2, metadata={"help": "PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing."}
+    )
+    epsilon_high: float | None = field(
+        default=None, metadata={"help": "Upper clip (DAPO's clip-higher); default `epsilon` (symmetric, as in Eq. 9)."}
+    )
+    beta_kl: float = field(
+        default=0.0, metadata={"help": "KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."}
+    )
+    loss_aggregation: PPOAggregation = field(
+        default="token_mean",
+        metadata={
+            "help": (
+                "How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
+                "sum over tokens does, at a length-free scale; `sequence_mean` is TRL's `grpo`; `sum` is Eq. 9 up to "
+                "a constant (TRL's `dr_grpo`)."
+            )
+        },
+    )
+    num_iterations: int = field(
+        default=1,
+        metadata={
+            "help": (
+                "PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and clipping never "
+                "binds (on-policy GRPO); more make `pi_old` differ from `pi_theta`."
+            )
+        },
+    )
+    mask_truncated_completions: bool = field(
+        default=False, metadata={"help": "Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."}
+    )
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
-    per_device_batch_size: int = 8
-    """Trajectories per process per micro-step. Questions per optimiser step =
-    ``per_device_batch_size * processes * gradient_accumulation_steps / group_size``."""
-    learning_rate: float = 1e-5
-    """Peak learning rate (the reference code's, for LoRA on a real pretrained model)."""
-    lr_scheduler_type: str = "constant"
-    """Constant, as RL libraries (verl, OpenRLHF) run it by default."""
-    warmup_ratio: float = 0.0
-    """No warm-up."""
-    save_steps: int = 50
-    """Checkpoint every this many optimiser steps."""
-    logging_steps: int = 1
-    """Log every step: the learning curve is per step."""
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    """A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy."""
+    per_device_batch_size: int = field(
+        default=8,
+        metadata={
+            "help": (
+                "Trajectories per process per micro-step. Questions per optimiser step = `per_device_batch_size * "
+                "processes * gradient_accumulation_steps / group_size`."
+            )
+        },
+    )
+    learning_rate: float = field(
+        default=1e-5, metadata={"help": "Peak learning rate (the reference code's, for LoRA on a real pretrained model)."}
+    )
+    lr_scheduler_type: str = field(
+        default="constant", metadata={"help": "Constant, as RL libraries (verl, OpenRLHF) run it by default."}
+    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "No warm-up."})
+    save_steps: int = field(default=50, metadata={"help": "Checkpoint every this many optimiser steps."})
+    logging_steps: int = field(default=1, metadata={"help": "Log every step: the learning curve is per step."})
+    lora: LoRAConfig = field(
+        default_factory=LoRAConfig,
+        metadata={"help": ("A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy.")},
+    )
 
     def __post_init__(self) -> None:
         choices = {

@@ -54,16 +54,20 @@ TeacherKind = Literal["template", "llm"]
 class SFTDataConfig:
     """Settings of ``prorag sft-data``."""
 
-    teacher: TeacherKind = "template"
-    """Who writes the thoughts: ``template`` (offline) or ``llm`` (needs ``llm``)."""
-    top_k: int = 3
-    """Documents per retrieval; use the ``top_k`` the policy will search with."""
-    limit: int | None = None
-    """Only the first ``limit`` records of the file."""
-    chunk_size: int = 256
-    """Records rendered (and sent to the LLM) together before their rows are appended."""
-    llm: LLMTeacherConfig | None = None
-    """The LLM teacher's settings (``teacher="llm"``); a ``cache_path`` of None becomes ``OUT.llm_cache.jsonl``."""
+    teacher: TeacherKind = field(
+        default="template", metadata={"help": "Who writes the thoughts: `template` (offline) or `llm` (needs `llm`)."}
+    )
+    top_k: int = field(default=3, metadata={"help": "Documents per retrieval; use the `top_k` the policy will search with."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first `limit` records of the file."})
+    chunk_size: int = field(
+        default=256, metadata={"help": "Records rendered (and sent to the LLM) together before their rows are appended."}
+    )
+    llm: LLMTeacherConfig | None = field(
+        default=None,
+        metadata={
+            "help": ('The LLM teacher\'s settings (`teacher="llm"`); a `cache_path` of None becomes `OUT.llm_cache.jsonl`.')
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.teacher not in ("template", "llm"):

@@ -123,3 +123,50 @@ def test_nested_config_blocks(tmp_path: Path) -> None:
     bad = write(tmp_path, "teacher: llm\nllm:\n  base_url: http://127.0.0.1:8000/v1\n  model: m\n  concurrencyy: 2\n")
     with pytest.raises(DataError, match=r":2: field 'llm': expected a valid LLMTeacherConfig .*unknown key 'concurrencyy'"):
         load_config(bad, SFTDataConfig)
+
+
+def stage_configs() -> list[type]:
+    from prorag.agent.rollout import RolloutConfig
+    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
+    from prorag.experiments.pipeline import DataConfig, IndexConfig, PipelineConfig
+    from prorag.method.rewards.outcome import OutcomeRewardConfig
+    from prorag.method.rewards.process import StepRewardConfig
+    from prorag.stages.mcts import MCTSConfig
+    from prorag.stages.pairs import PairsConfig
+    from prorag.stages.prm import PRMConfig
+    from prorag.stages.rft import RFTConfig
+    from prorag.stages.rl import RLConfig
+    from prorag.stages.sft import SFTTrainingConfig
+    from prorag.stages.sft_data import SFTDataConfig
+    from prorag.stages.training import TrainingConfig
+
+    return [
+        SFTConfig, SFTTrainingConfig, SFTDataConfig, MCTSConfig, PairsConfig, PRMConfig, RFTConfig, RLConfig, EvalConfig,
+        EvalRolloutConfig, RolloutConfig, OutcomeRewardConfig, StepRewardConfig, DataConfig, IndexConfig, PipelineConfig,
+        LoRAConfig, TrainingConfig,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", stage_configs(), ids=lambda c: c.__name__)
+def test_every_config_field_has_help(cls: type) -> None:
+    missing = [f.name for f in dataclasses.fields(cls) if not str(f.metadata.get("help", "")).strip()]
+    assert missing == []
+
+
+def test_field_help_walks_nested_configs_with_the_parents_defaults() -> None:
+    from prorag.core.config import field_help
+    from prorag.stages.mcts import MCTSConfig
+
+    rows = {name: (tp, default, text) for name, tp, default, text in field_help(MCTSConfig)}
+    assert rows["simulations"][:2] == ("int", "200") and rows["simulations"][2]
+    assert rows["rollout"][0] == "RolloutConfig" and rows["rollout.temperature"][:2] == ("float", "0.9")
+    assert rows["rollout.batch_size"][1] == "160" and rows["rollout.prompt_style"][1] == "None"
+
+
+def test_a_partial_nested_block_keeps_the_stages_defaults(tmp_path: Path) -> None:
+    """``rollout: {temperature: 1.1}`` in MCTS changes the temperature only: top-p 0.95 and batch
+    160 stay MCTS's, not RolloutConfig's 1.0 and 32."""
+    from prorag.stages.mcts import MCTSConfig
+
+    cfg = load_config(write(tmp_path, "rollout:\n  temperature: 1.1\n"), MCTSConfig)
+    assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.batch_size, cfg.rollout.max_actions) == (1.1, 0.95, 160, 13)

@@ -191,6 +191,38 @@ def test_run_folder_resumes_and_refuses_other_settings(
         run_mcts(records, tmp_path, other, provenance={"policy": "tiny"}, progress=False)
 
 
+def test_run_folder_of_the_flat_layout_resumes_or_is_refused(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """A ``config.json`` written before the engine's settings were nested in ``rollout``: the same
+    search resumes, another one is refused with the usual message (not a crash)."""
+    from dataclasses import asdict
+
+    cfg = MCTSConfig(
+        simulations=1, num_candidates=2, max_depth=3, trees_per_batch=2, rollout=engine(max_actions=4, max_action_tokens=12)
+    )
+    flat = {k: v for k, v in asdict(cfg).items() if k != "rollout"}
+    flat |= {
+        k: getattr(cfg.rollout, k)
+        for k in (
+            "temperature",
+            "top_p",
+            "max_actions",
+            "max_action_tokens",
+            "max_completion_tokens",
+            "top_k",
+            "batch_size",
+            "prompt_style",
+        )
+    }
+    (tmp_path / "config.json").write_text(json.dumps({"policy": "tiny", "mcts": flat}))
+    search = TreeSearch(_tiny_llama(world_tokenizer), world_tokenizer, tiny_retriever, cfg)
+    assert run_mcts(records, tmp_path, search, provenance={"policy": "tiny"}, limit=1, progress=False).trees == 1
+    (tmp_path / "config.json").write_text(json.dumps({"policy": "tiny", "mcts": flat | {"temperature": 0.5}}))
+    with pytest.raises(ValueError, match=r"config.json was written by another search \(mcts differ\)"):
+        run_mcts(records, tmp_path, search, provenance={"policy": "tiny"}, limit=1, progress=False)
+
+
 @pytest.mark.slow
 def test_command_line_searches_shows_and_pairs(
     tmp_path: Path, tiny_world: Path, world_tokenizer: Any, monkeypatch: pytest.MonkeyPatch

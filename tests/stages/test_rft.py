@@ -286,6 +286,11 @@ def test_run_rft_end_to_end_and_refuses_changed_settings(
     del stored["prm_scope"]
     (tmp_path / "rft_config.json").write_text(json.dumps(stored))
     run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)
+    # A run of the earlier config layout (train: a whole flat SFTConfig) resumes: its sampling settings are the same.
+    stored = json.loads((tmp_path / "rft_config.json").read_text())
+    stored["train"] = {"model": "tiny", "k": 3, "lora": False, "lora_r": 16, "learning_rate": 3e-3}
+    (tmp_path / "rft_config.json").write_text(json.dumps(stored))
+    run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)
     with pytest.raises(ValueError, match="exactly one"):
         run_rft(rft_config(), tmp_path, **common)
 

@@ -111,7 +111,7 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert torch.allclose(adv[0], adv[2]) and torch.allclose(adv[1], adv[3])
 
     with torch.no_grad():
-        logp = reference_logprobs(model, batch, cfg.temperature)
+        logp = reference_logprobs(model, batch, cfg.rollout.temperature)
     # pi_old differs from pi_theta, so some ratios leave [0.8, 1.2] and the clip binds.
     old = logp + 0.4 * torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
     batch["old_per_token_logps"] = old

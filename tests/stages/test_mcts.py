@@ -234,7 +234,7 @@ def test_command_line_searches_shows_and_pairs(
     monkeypatch.setattr("prorag.models.load_policy", lambda *a, **k: (model, world_tokenizer))
     build_index(tiny_world / "corpus.jsonl", tmp_path / "index")
     (tmp_path / "mcts.yaml").write_text(
-        "simulations: 2\nnum_candidates: 3\nmax_depth: 3\nmax_actions: 4\nmax_action_tokens: 12\n"
+        "simulations: 2\nnum_candidates: 3\nmax_depth: 3\nrollout:\n  max_actions: 4\n  max_action_tokens: 12\n"
     )
     runner = CliRunner()
     args = ["mcts", "--policy", "tiny", "--data", str(tiny_world / "test.jsonl"), "--index", str(tmp_path / "index")]

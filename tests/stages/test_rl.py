@@ -294,7 +294,7 @@ def test_one_and_two_processes_train_alike(
     ProcessRewardModel(*reward_model_from_policy(policy)).save(tmp_path / "prm")
     build_index(tiny_world / "corpus.jsonl", tmp_path / "bm25")
     fields = (
-        "group_size: 4\nmax_action_tokens: 16\nmax_actions: 3\nmax_completion_tokens: 160\n"
+        "group_size: 4\nrollout:\n  max_action_tokens: 16\n  max_actions: 3\n  max_completion_tokens: 160\n"
         "learning_rate: 3.0e-3\nsave_steps: 1\nlimit: 8\n"
     )
     runs = {}

@@ -63,7 +63,10 @@ class PairsConfig:
     # `all`: also every other (valid, invalid) combination of the siblings, when the judge labels each sibling (the oracle; an
     # LLM judge names one pair, so it still gives one).
     pairs_per_set: Literal["one", "all"] = field(
-        default="one", metadata={"help": "`one`: the judge's chosen and rejected step (the paper)."}
+        default="one",
+        metadata={
+            "help": "`one`: the judge's chosen and rejected step (the paper); `all`: every (valid, invalid) sibling combination."
+        },
     )
     min_visits: int = field(default=2, metadata={"help": "A sibling takes part only with at least this many visits (N)."})
     llm: LLMTeacherConfig | None = field(

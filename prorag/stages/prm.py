@@ -187,7 +187,10 @@ class PRMConfig(TrainingConfig):
     kind: RewardKind = field(
         default="head",
         metadata={
-            "help": ("`\"head\"` (the paper): the policy's backbone with a new scalar head read on the step's last token.")
+            "help": (
+                "`head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
+                "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4."
+            )
         },
     )
     likelihood_beta: float = field(

@@ -72,7 +72,10 @@ class OutcomeRewardConfig:
     strict_grammar: bool | None = field(
         default=None,
         metadata={
-            "help": ("Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate).")
+            "help": (
+                "Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate); "
+                "`None`: strict for the reference form only."
+            )
         },
     )
 

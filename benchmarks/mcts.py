@@ -29,11 +29,13 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from prorag.agent.rollout import RolloutConfig
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.method.search_tree import iter_paths
@@ -107,17 +109,34 @@ def main() -> None:
                 model.to(args.device)
         retriever = BM25Retriever(read_passages(world / "corpus.jsonl"))
         records = read_records(world / "test.jsonl")[: args.trees]
-    common = dict(
-        simulations=args.simulations, num_candidates=args.k, max_depth=args.max_depth, max_actions=max(args.max_depth, 6),
-        max_action_tokens=args.max_action_tokens,
-    )  # fmt: skip
+
+    def engine(batch_size: int) -> RolloutConfig:
+        """MCTSConfig's engine defaults with this benchmark's caps and batch size."""
+        return replace(
+            MCTSConfig().rollout,
+            max_actions=max(args.max_depth, 6),
+            max_action_tokens=args.max_action_tokens,
+            batch_size=batch_size,
+        )
+
+    common = dict(simulations=args.simulations, num_candidates=args.k, max_depth=args.max_depth)
     # Warm-up (allocations, first-call overheads) on a few trees, then the two sides.
-    run_side(model, tokenizer, retriever, records[:2], MCTSConfig(**(common | {"simulations": 1}), trees_per_batch=2))
+    run_side(
+        model,
+        tokenizer,
+        retriever,
+        records[:2],
+        MCTSConfig(**(common | {"simulations": 1}), trees_per_batch=2, rollout=engine(160)),
+    )
     batched = run_side(
-        model, tokenizer, retriever, records, MCTSConfig(**common, trees_per_batch=args.trees, batch_size=args.trees * args.k)
+        model,
+        tokenizer,
+        retriever,
+        records,
+        MCTSConfig(**common, trees_per_batch=args.trees, rollout=engine(args.trees * args.k)),
     )
     single = run_side(
-        model, tokenizer, retriever, records[: args.sequential_trees], MCTSConfig(**common, trees_per_batch=1, batch_size=1)
+        model, tokenizer, retriever, records[: args.sequential_trees], MCTSConfig(**common, trees_per_batch=1, rollout=engine(1))
     )
     ratio = batched["sim_per_s"] / single["sim_per_s"]
     device = next(model.parameters()).device

@@ -45,7 +45,7 @@ import torch
 from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside this file
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import save_policy
@@ -125,10 +125,9 @@ def main() -> None:
         base = RLConfig(
             group_size=args.group,
             per_device_batch_size=args.group * args.questions,
-            max_action_tokens=64,
+            rollout=RolloutConfig(max_actions=11, max_action_tokens=64, batch_size=args.group * args.questions),
             learning_rate=1e-5,
             max_steps=1,
-            rollout_batch_size=args.group * args.questions,
         )
         sides = {
             "process": make_rl_trainer(base, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),

@@ -97,7 +97,7 @@ def main() -> None:
         config = SFTConfig(
             model=args.size,
             target=target,
-            k=args.k,
+            top_k=args.k,
             max_steps=args.steps,
             per_device_batch_size=args.batch,
             learning_rate=args.lr,

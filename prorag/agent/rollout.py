@@ -50,22 +50,20 @@ log = logging.getLogger(__name__)
 class RolloutConfig:
     """Settings of the rollout engine (defaults: inference, METHOD.md section 1)."""
 
-    max_actions: int = 13
-    """Actions per trajectory: 13 at inference, 11 during RL."""
-    max_action_tokens: int = 128
-    """Tokens the model may write in one action before it is cut."""
-    max_completion_tokens: int = 2048
-    """Completion tokens (model and environment) per trajectory."""
-    top_k: int = 3
-    """Documents retrieved per sub-query."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    greedy: bool = False
-    """Greedy decoding (temperature and top_p are then ignored)."""
-    batch_size: int = 32
-    seed: int = 0
-    prompt_style: PromptStyle | None = None
-    """``plain`` or ``chat``; by default chat when the tokenizer has a chat template."""
+    max_actions: int = field(default=13, metadata={"help": "Actions per trajectory: 13 at inference, 11 during RL."})
+    max_action_tokens: int = field(default=128, metadata={"help": "Tokens the model may write in one action before it is cut."})
+    max_completion_tokens: int = field(
+        default=2048, metadata={"help": "Completion tokens (model and environment) per trajectory."}
+    )
+    top_k: int = field(default=3, metadata={"help": "Documents retrieved per sub-query."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0: off)."})
+    greedy: bool = field(default=False, metadata={"help": "Greedy decoding (temperature and top_p are then ignored)."})
+    batch_size: int = field(default=32, metadata={"help": "Trajectories the engine decodes together."})
+    seed: int = field(default=0, metadata={"help": "Seed of the sampling."})
+    prompt_style: PromptStyle | None = field(
+        default=None, metadata={"help": "`plain` or `chat`; by default chat when the tokenizer has a chat template."}
+    )
 
 
 @dataclass

@@ -144,6 +144,18 @@ def _key_lines(text: str) -> dict[str, int]:
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
 
 
+def _onto_default(f: dataclasses.Field[Any], value: Any) -> Any:
+    """A mapping for a field whose default is a config dataclass, completed with that default's
+    values: a YAML block that sets some fields keeps the stage's own defaults for the rest
+    (``mcts: {rollout: {temperature: 1.1}}`` keeps MCTS's top-p 0.95), not the nested class's."""
+    if not isinstance(value, dict) or f.default_factory is dataclasses.MISSING:
+        return value
+    base = f.default_factory()
+    if not (dataclasses.is_dataclass(base) and not isinstance(base, type)):
+        return value
+    return {**{g.name: getattr(base, g.name) for g in dataclasses.fields(base) if g.init}, **value}
+
+
 def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", lines: dict[str, int] | None = None) -> C:
     """Build the dataclass ``cls`` from a mapping, checking every key and value (see the module doc).
 
@@ -153,7 +165,8 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
         raise TypeError(f"{cls!r} is not a dataclass")
     lines = lines or {}
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    by_name = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = set(by_name)
 
     def at(key: str) -> str:
         return f"{where}:{lines[key]}" if key in lines else where
@@ -164,7 +177,7 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
         if key not in fields:
             raise DataError(at(key), _unknown_key(key, cls, fields))
         try:
-            kwargs[key] = _coerce(value, hints[key])
+            kwargs[key] = _coerce(_onto_default(by_name[key], value), hints[key])
         except _Mismatch as e:
             raise DataError(at(key), f"field '{key}': expected {e}, got {type(value).__name__} {value!r}") from None
     try:
@@ -263,10 +276,44 @@ def load_config_with_overrides(path: str | os.PathLike[str] | None, cls: type[C]
     return apply_overrides(config, assignments)
 
 
+def field_help(cls: type) -> list[tuple[str, str, str, str]]:
+    """``(dotted name, type, default, help)`` of every field of the config dataclass ``cls``,
+    nested config dataclasses walked into (``rollout.temperature``), for ``--help`` listings.
+    A nested field's default is the one its parent's default gives it (MCTS's rollout
+    temperature 0.9, not RolloutConfig's 1.0)."""
+    return _field_rows(cls, _default_instance(cls), "")
+
+
+def _default_instance(cls: type) -> Any:
+    """``cls()`` when every field has a default, else ``None`` (defaults then read per field)."""
+    try:
+        return cls()
+    except TypeError:
+        return None
+
+
+def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, str, str]]:
+    hints = typing.get_type_hints(cls)
+    rows: list[tuple[str, str, str, str]] = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        name, tp = prefix + f.name, hints[f.name]
+        value = getattr(default, f.name) if default is not None else f.default
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type) and dataclasses.is_dataclass(value):
+            rows.append((name, tp.__name__, "", f.metadata.get("help", "")))
+            rows.extend(_field_rows(tp, value, name + "."))
+            continue
+        shown = "" if value is dataclasses.MISSING else repr(value)
+        rows.append((name, _describe(tp), shown, f.metadata.get("help", "")))
+    return rows
+
+
 __all__ = [
     "apply_overrides",
     "config_from_dict",
     "describe_type",
+    "field_help",
     "load_config",
     "load_config_with_overrides",
     "parse_assignment",

@@ -42,20 +42,23 @@ class EvalRolloutConfig(RolloutConfig):
     eval``, SFT's held-out rollouts) starts from these defaults, also when a YAML ``rollout:``
     block sets only some fields."""
 
-    greedy: bool = True
+    greedy: bool = field(default=True, metadata={"help": "Greedy decoding (the paper's inference setting)."})
 
 
 @dataclass
 class EvalConfig:
     """Settings of an evaluation run: which records, which loop, and the rollout settings."""
 
-    limit: int | None = None
-    """Evaluate only the first ``limit`` records."""
-    baseline: Baseline | None = None
-    """Evaluate a simple baseline (naive, standard-rag) instead of the ProRAG loop."""
-    rollout: EvalRolloutConfig = field(default_factory=EvalRolloutConfig)
-    """The engine's settings: documents per retrieval (``top_k``), caps, decoding, batch size,
-    seed, prompt style."""
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first `limit` records."})
+    baseline: Baseline | None = field(
+        default=None, metadata={"help": "Evaluate a simple baseline (naive, standard-rag) instead of the ProRAG loop."}
+    )
+    rollout: EvalRolloutConfig = field(
+        default_factory=EvalRolloutConfig,
+        metadata={
+            "help": ("The engine's settings: documents per retrieval (`top_k`), caps, decoding, batch size, seed, prompt style.")
+        },
+    )
 
     def rollout_config(self) -> RolloutConfig:
         """What the engine runs: :attr:`rollout`, with a single action for a baseline."""

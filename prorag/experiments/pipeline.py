@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import yaml
 
+from prorag.agent.rollout import RolloutConfig
 from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -39,7 +40,7 @@ from prorag.stages.pairs import PairsConfig
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rft import RFTConfig
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft import SFTConfig, SFTTrainingConfig
 from prorag.stages.sft_data import SFTDataConfig
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ LABELS: dict[str, str] = {
     "grpo": "GRPO baseline (outcome reward only)",
     "prorag": "ProRAG (full)",
 }
+#: Version of the stage configs' layout in the stage markers: 2 since the shared training fields,
+#: LoRA and the engine's settings became nested configs (a fingerprint of layout 1 cannot match).
+CONFIG_SCHEMA = 2
 RL_SYSTEMS: dict[str, tuple[str, bool]] = {
     # system -> (initial policy, process supervision on)
     "rl-from-sft": ("sft", True),
@@ -67,33 +71,42 @@ RL_SYSTEMS: dict[str, tuple[str, bool]] = {
 class DataConfig:
     """Where the questions and the corpus come from, and how the questions are split."""
 
-    world: str | None = "demo"
-    """Build the built-in world of this size (``tiny``, ``demo``, ``large``) into ``RUN/world``;
-    ``None``: use the files below."""
-    world_seed: int = 0
-    """Seed of the built-in world."""
-    passages: Granularity = "fact"
-    """Built-in world passages: ``fact`` (one sentence each) or ``page``. Sentences let a tiny
-    model learn to read within minutes on a CPU (see :mod:`prorag.data.world.documents`)."""
-    train_file: str | None = None
-    """Training records (FlashRAG JSONL) when ``world`` is None."""
-    dev_file: str | None = None
-    test_file: str | None = None
-    corpus_file: str | None = None
-    """Corpus JSONL (``{id, contents}``) when ``world`` is None."""
-    sft_fraction: float = 0.5
-    """Share of the training questions used for SFT (and its baselines); the rest is the pool
-    of the later stages, which SFT never sees."""
-    mcts_questions: int = 64
-    """Pool questions searched with MCTS (the paper: 728)."""
-    rft_questions: int | None = None
-    """Pool questions sampled for RFT (None: all of the pool)."""
-    rl_questions: int | None = None
-    """Pool questions of the RL stage (None: all of the pool)."""
-    dev_questions: int = 200
-    """Dev questions of SFT's held-out rollouts."""
-    test_questions: int | None = None
-    """Test questions evaluated (None: all)."""
+    world: str | None = field(
+        default="demo",
+        metadata={
+            "help": (
+                "Build the built-in world of this size (`tiny`, `demo`, `large`) into `RUN/world`; `None`: use the files below."
+            )
+        },
+    )
+    world_seed: int = field(default=0, metadata={"help": "Seed of the built-in world."})
+    passages: Granularity = field(
+        default="fact",
+        metadata={
+            "help": (
+                "Built-in world passages: `fact` (one sentence each) or `page`. Sentences let a tiny model learn to "
+                "read within minutes on a CPU (see prorag.data.world.documents)."
+            )
+        },
+    )
+    train_file: str | None = field(default=None, metadata={"help": "Training records (FlashRAG JSONL) when `world` is None."})
+    dev_file: str | None = field(default=None, metadata={"help": "Dev records (FlashRAG JSONL) when `world` is None."})
+    test_file: str | None = field(default=None, metadata={"help": "Test records (FlashRAG JSONL) when `world` is None."})
+    corpus_file: str | None = field(default=None, metadata={"help": "Corpus JSONL (`{id, contents}`) when `world` is None."})
+    sft_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": (
+                "Share of the training questions used for SFT (and its baselines); the rest is the pool of the later "
+                "stages, which SFT never sees."
+            )
+        },
+    )
+    mcts_questions: int = field(default=64, metadata={"help": "Pool questions searched with MCTS (the paper: 728)."})
+    rft_questions: int | None = field(default=None, metadata={"help": "Pool questions sampled for RFT (None: all of the pool)."})
+    rl_questions: int | None = field(default=None, metadata={"help": "Pool questions of the RL stage (None: all of the pool)."})
+    dev_questions: int = field(default=200, metadata={"help": "Dev questions of SFT's held-out rollouts."})
+    test_questions: int | None = field(default=None, metadata={"help": "Test questions evaluated (None: all)."})
 
     def __post_init__(self) -> None:
         if not 0.0 < self.sft_fraction < 1.0:
@@ -106,11 +119,15 @@ class DataConfig:
 class IndexConfig:
     """The retrieval index every stage searches."""
 
-    kind: Literal["bm25", "dense"] = "bm25"
-    model: str | None = None
-    """Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."""
-    query_prefix: str = ""
-    passage_prefix: str = ""
+    kind: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "`bm25` or `dense` retrieval."})
+    model: str | None = field(
+        default=None,
+        metadata={"help": "Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."},
+    )
+    query_prefix: str = field(
+        default="", metadata={"help": "Text put before every query (dense models such as E5 want `query: `)."}
+    )
+    passage_prefix: str = field(default="", metadata={"help": "Text put before every passage (E5: `passage: `)."})
 
 
 @dataclass
@@ -118,25 +135,30 @@ class PipelineConfig:
     """Every stage's settings in one file. ``top_k`` (documents per retrieval) is applied to
     every stage so that training, search and evaluation read the same number of documents."""
 
-    data: DataConfig = field(default_factory=DataConfig)
-    index: IndexConfig = field(default_factory=IndexConfig)
-    top_k: int = 3
-    sft_data: SFTDataConfig = field(default_factory=SFTDataConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    mcts: MCTSConfig = field(default_factory=MCTSConfig)
-    pairs: PairsConfig = field(default_factory=PairsConfig)
-    prm: PRMConfig = field(default_factory=PRMConfig)
-    rft: RFTConfig = field(default_factory=RFTConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
-    """Systems to train and evaluate (rows of the results table), in table order."""
-    seeds: list[int] = field(default_factory=lambda: [0])
-    """Seeds of the RL systems (each is trained and evaluated once per seed)."""
-    seed: int = 0
-    """Seed of the question splits and of every stage but the RL seeds."""
-    report: bool = True
-    """Write ``report.md`` / ``report.html`` at the end."""
+    data: DataConfig = field(
+        default_factory=DataConfig, metadata={"help": "Where the questions and the corpus come from, and how they are split."}
+    )
+    index: IndexConfig = field(default_factory=IndexConfig, metadata={"help": "The retrieval index every stage searches."})
+    top_k: int = field(default=3, metadata={"help": "Documents per retrieval, applied to every stage."})
+    sft_data: SFTDataConfig = field(
+        default_factory=SFTDataConfig, metadata={"help": "Stage 1's gold trajectories (`prorag sft-data`)."}
+    )
+    sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "Stage 1: supervised fine-tuning."})
+    mcts: MCTSConfig = field(default_factory=MCTSConfig, metadata={"help": "Stage 2: the tree search."})
+    pairs: PairsConfig = field(default_factory=PairsConfig, metadata={"help": "Stage 2: the judged sibling-step pairs."})
+    prm: PRMConfig = field(default_factory=PRMConfig, metadata={"help": "Stage 2: the process reward model."})
+    rft: RFTConfig = field(default_factory=RFTConfig, metadata={"help": "Stage 3: rejection-sampling fine-tuning."})
+    rl: RLConfig = field(default_factory=RLConfig, metadata={"help": "Stage 4: RL with dual-granularity advantages."})
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "The evaluation of every system."})
+    systems: list[str] = field(
+        default_factory=lambda: list(SYSTEMS),
+        metadata={"help": "Systems to train and evaluate (rows of the results table), in table order."},
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0], metadata={"help": "Seeds of the RL systems (each is trained and evaluated once per seed)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the question splits and of every stage but the RL seeds."})
+    report: bool = field(default=True, metadata={"help": "Write `report.md` / `report.html` at the end."})
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.systems if s not in SYSTEMS]
@@ -157,12 +179,12 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
     k = config.top_k
     return replace(
         config,
-        sft_data=replace(config.sft_data, k=k),
-        sft=replace(config.sft, k=k, seed=config.seed),
-        mcts=replace(config.mcts, top_k=k, seed=config.seed),
+        sft_data=replace(config.sft_data, top_k=k),
+        sft=replace(config.sft, top_k=k, seed=config.seed),
+        mcts=replace(config.mcts, seed=config.seed, rollout=replace(config.mcts.rollout, top_k=k)),
         prm=replace(config.prm, seed=config.seed),
         rft=replace(config.rft, seed=config.seed, rollout=replace(config.rft.rollout, top_k=k)),
-        rl=replace(config.rl, top_k=k),
+        rl=replace(config.rl, rollout=replace(config.rl.rollout, top_k=k)),
         eval=replace(config.eval, rollout=replace(config.eval.rollout, top_k=k)),
     )
 
@@ -247,6 +269,12 @@ class Run:
         key = fingerprint(settings)
         if marker.exists():
             done = read_json(marker)
+            if done.get("config_schema", 1) < CONFIG_SCHEMA:
+                raise ValueError(
+                    f"stage {name!r} of {self.dir} was made by an earlier config layout ({marker} has config_schema "
+                    f"{done.get('config_schema', 1)}, this version writes {CONFIG_SCHEMA}); use a new run folder, "
+                    f"or delete {marker} and the stage's outputs to redo it"
+                )
             if done.get("fingerprint") != key:
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
@@ -260,7 +288,7 @@ class Run:
         fn()
         seconds = time.perf_counter() - t0
         self.wall[name] = seconds
-        write_json(marker, {"stage": name, "fingerprint": key, "seconds": round(seconds, 2)})
+        write_json(marker, {"stage": name, "config_schema": CONFIG_SCHEMA, "fingerprint": key, "seconds": round(seconds, 2)})
         self.progress(f"[done] {name} in {seconds:.0f}s")
 
 
@@ -660,7 +688,13 @@ def demo_config(quick: bool = False) -> PipelineConfig:
         ),
         # K = 5 (the paper's) at temperature 1.1: twice the oracle pairs per question of K = 4 at
         # 0.9 (2,282 against 1,026 over a 1,182-question pool, 24 simulations each).
-        mcts=MCTSConfig(simulations=8 if quick else 24, num_candidates=5, temperature=1.1, max_depth=10, trees_per_batch=32),
+        mcts=MCTSConfig(
+            simulations=8 if quick else 24,
+            num_candidates=5,
+            rollout=RolloutConfig(max_actions=13, temperature=1.1, top_p=0.95, batch_size=160),
+            max_depth=10,
+            trees_per_batch=32,
+        ),
         pairs=PairsConfig(judge="oracle", min_visits=1, pairs_per_set="all"),
         prm=PRMConfig(
             # The policy's own LM as the PRM (a step's mean log-probability, trained with Eq. 4):
@@ -685,8 +719,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             # filter. Judged by the PRM, 1 of the 201 correct yes/no answers passed, and pi_rft
             # forgot how to answer comparisons (dev EM 0.342 -> 0.317 at lr 3e-4; 0.362 with it).
             prm_scope="reasoning",
-            train=SFTConfig(
-                model="tiny",
+            train=SFTTrainingConfig(
                 epochs=1,
                 per_device_batch_size=16,
                 # 3e-4: dev EM 0.362 against 0.342 at 1e-3 (a fresh Adam at 1e-3 moves every
@@ -702,7 +735,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
             prm_scope="reasoning",
             max_steps=6 if quick else 40,
             per_device_batch_size=64,
-            rollout_batch_size=64,
+            rollout=RolloutConfig(max_actions=11, batch_size=64),
             learning_rate=2e-4,
             logging_steps=1,
             save_steps=10,
@@ -713,6 +746,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
 
 
 __all__ = [
+    "CONFIG_SCHEMA",
     "LABELS",
     "RL_SYSTEMS",
     "SYSTEMS",

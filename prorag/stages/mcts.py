@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
-from prorag.agent.prompts import PromptStyle
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.schema import parse_token_actions
 from prorag.core.metrics import exact_match, f1_score
@@ -53,65 +52,73 @@ TerminalValue = Literal["binary", "f1"]
 class MCTSConfig:
     """Settings of the tree search (defaults: the paper's, METHOD.md section 2)."""
 
-    simulations: int = 200
-    """Selection rounds per tree."""
-    num_candidates: int = 5
-    """K: actions sampled per expansion (before duplicates are removed)."""
-    max_depth: int = 10
-    """Nodes at this depth (actions from the root) are not expanded."""
-    c_puct: float = 2.5
-    """Exploration weight of Eq. 2."""
-    gamma: float = 0.99
-    """Discount of Eq. 3 per step between a node and the end of the evaluated trajectory."""
-    temperature: float = 0.9
-    """Expansion sampling temperature (the reference code's)."""
-    top_p: float = 0.95
-    simulation: Literal["greedy", "sample"] = "greedy"
-    """How simulations complete a trajectory: greedily (the reference code) or by sampling at
-    the expansion temperature."""
-    terminal_value: TerminalValue = "binary"
-    """``binary``: exact match of the final answer with a gold alias (the paper, v in {0,1});
-    ``f1``: its token F1 (the reference code)."""
-    prior: PriorKind = "policy"
-    """``policy``: P(a|s) from the sampled actions' log-probabilities normalised over the
-    siblings (the paper); ``uniform``: 1/K (the reference code)."""
-    max_actions: int = 13
-    """Actions of a whole trajectory: simulations from a node at depth d get ``max_actions - d``."""
-    max_action_tokens: int = 128
-    max_completion_tokens: int = 2048
-    """Completion tokens per engine call (one expansion, or one simulation)."""
-    top_k: int = 3
-    """Documents retrieved per sub-query."""
-    trees_per_batch: int = 32
-    """Trees searched in lock-step (their expansions and simulations share engine calls)."""
-    batch_size: int = 160
-    """Rows per forward batch of the rollout engine (``trees_per_batch * num_candidates`` puts
-    a round's expansions in one batch)."""
-    prompt_style: PromptStyle | None = None
-    """``plain`` or ``chat``; by default chat when the tokenizer has a chat template."""
-    seed: int = 0
+    simulations: int = field(default=200, metadata={"help": "Selection rounds per tree."})
+    num_candidates: int = field(default=5, metadata={"help": "K: actions sampled per expansion (before duplicates are removed)."})
+    max_depth: int = field(default=10, metadata={"help": "Nodes at this depth (actions from the root) are not expanded."})
+    c_puct: float = field(default=2.5, metadata={"help": "Exploration weight of Eq. 2."})
+    gamma: float = field(
+        default=0.99, metadata={"help": "Discount of Eq. 3 per step between a node and the end of the evaluated trajectory."}
+    )
+    simulation: Literal["greedy", "sample"] = field(
+        default="greedy",
+        metadata={
+            "help": (
+                "How simulations complete a trajectory: greedily (the reference code) or by sampling at the expansion"
+                " temperature."
+            )
+        },
+    )
+    terminal_value: TerminalValue = field(
+        default="binary",
+        metadata={
+            "help": (
+                "`binary`: exact match of the final answer with a gold alias (the paper, v in {0,1}); `f1`: its token"
+                " F1 (the reference code)."
+            )
+        },
+    )
+    prior: PriorKind = field(
+        default="policy",
+        metadata={
+            "help": (
+                "`policy`: P(a|s) from the sampled actions' log-probabilities normalised over the siblings (the "
+                "paper); `uniform`: 1/K (the reference code)."
+            )
+        },
+    )
+    trees_per_batch: int = field(
+        default=32, metadata={"help": "Trees searched in lock-step (their expansions and simulations share engine calls)."}
+    )
+    rollout: RolloutConfig = field(
+        default_factory=lambda: RolloutConfig(max_actions=13, temperature=0.9, top_p=0.95, batch_size=160),
+        metadata={
+            "help": (
+                "The engine's settings: expansion sampling (the reference code's temperature 0.9, top-p 0.95), the "
+                "actions of a whole trajectory (a simulation from depth d gets `max_actions - d`), `top_k` and the "
+                "rows per forward batch (`trees_per_batch * num_candidates` puts a round's expansions in one). Its "
+                "`seed` and `greedy` are not used: `seed` and `simulation` are."
+            )
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "Seeds the expansions and the simulations."})
 
     def __post_init__(self) -> None:
-        for name in (
-            "simulations",
-            "num_candidates",
-            "max_depth",
-            "max_actions",
-            "max_action_tokens",
-            "trees_per_batch",
-            "batch_size",
-            "top_k",
-        ):
+        for name in ("simulations", "num_candidates", "max_depth", "trees_per_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MCTSConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_actions", "max_action_tokens", "batch_size", "top_k"):
+            if getattr(self.rollout, name) < 1:
+                raise ValueError(f"MCTSConfig.rollout.{name} must be >= 1, got {getattr(self.rollout, name)}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"MCTSConfig.gamma must be in (0, 1], got {self.gamma}")
         if self.c_puct < 0:
             raise ValueError(f"MCTSConfig.c_puct must be >= 0, got {self.c_puct}")
-        if not 0 < self.top_p <= 1 or self.temperature <= 0:
-            raise ValueError("MCTSConfig.temperature must be > 0 and top_p in (0, 1]")
-        if self.max_depth > self.max_actions:
-            raise ValueError(f"MCTSConfig.max_depth ({self.max_depth}) cannot exceed max_actions ({self.max_actions})")
+        if not 0 < self.rollout.top_p <= 1 or self.rollout.temperature <= 0:
+            raise ValueError("MCTSConfig.rollout.temperature must be > 0 and top_p in (0, 1]")
+        if self.max_depth > self.rollout.max_actions:
+            raise ValueError(
+                f"MCTSConfig.max_depth ({self.max_depth}) cannot exceed rollout.max_actions ({self.rollout.max_actions})"
+            )
 
 
 # ----------------------------------------------------------------------------- pure pieces
@@ -156,24 +163,9 @@ class TreeSearch:
     def __init__(self, model: Any, tokenizer: Any, retriever: Retriever, config: MCTSConfig | None = None) -> None:
         cfg = self.config = config or MCTSConfig()
         self.tokenizer = tokenizer
-        common = dict(
-            max_action_tokens=cfg.max_action_tokens,
-            max_completion_tokens=cfg.max_completion_tokens,
-            top_k=cfg.top_k,
-            batch_size=cfg.batch_size,
-            seed=cfg.seed,
-            prompt_style=cfg.prompt_style,
-        )
-        self.expander = RolloutEngine(
-            model, tokenizer, retriever, RolloutConfig(max_actions=1, temperature=cfg.temperature, top_p=cfg.top_p, **common)
-        )
-        greedy = cfg.simulation == "greedy"
-        self.simulator = RolloutEngine(
-            model,
-            tokenizer,
-            retriever,
-            RolloutConfig(max_actions=cfg.max_actions, greedy=greedy, temperature=cfg.temperature, top_p=cfg.top_p, **common),
-        )
+        sampling = replace(cfg.rollout, seed=cfg.seed, greedy=False)
+        self.expander = RolloutEngine(model, tokenizer, retriever, replace(sampling, max_actions=1))
+        self.simulator = RolloutEngine(model, tokenizer, retriever, replace(sampling, greedy=cfg.simulation == "greedy"))
 
     def new_tree(self, record: Record) -> SearchTree:
         return SearchTree(record=record.to_dict(), prompt_ids=self.expander.prompt_ids(record.question))
@@ -293,7 +285,7 @@ class TreeSearch:
         sims = self.simulator.rollout(
             [records[t] for t, _, _ in items],
             prompt_ids=[state_ids(trees[t].prompt_ids, [*path, child])[0] for t, path, child in items],
-            max_actions=[max(1, cfg.max_actions - child.depth) for _, _, child in items],
+            max_actions=[max(1, cfg.rollout.max_actions - child.depth) for _, _, child in items],
             seed=seed,
         )
         for (t, _, child), sim in zip(items, sims, strict=True):
@@ -338,11 +330,37 @@ def read_trees(path: str | Path) -> list[SearchTree]:
     return [tree_from_dict(row) for row in read_jsonl(path, tolerate_truncated_tail=True)]
 
 
+#: The flat fields of an ``MCTSConfig`` before the engine's settings were nested in ``rollout``.
+_FLAT_ROLLOUT_FIELDS = (
+    "temperature",
+    "top_p",
+    "max_actions",
+    "max_action_tokens",
+    "max_completion_tokens",
+    "top_k",
+    "batch_size",
+    "prompt_style",
+)
+
+
+def nest_legacy_mcts(settings: dict[str, Any]) -> dict[str, Any]:
+    """An ``mcts`` block of an older ``config.json`` (engine settings flat) in today's shape, so
+    that a run made with the same search resumes; a block already nested is returned as is."""
+    if "rollout" in settings or not any(k in settings for k in _FLAT_ROLLOUT_FIELDS):
+        return settings
+    rest = {k: v for k, v in settings.items() if k not in _FLAT_ROLLOUT_FIELDS}
+    moved = {k: settings[k] for k in _FLAT_ROLLOUT_FIELDS if k in settings}
+    return {**rest, "rollout": {**asdict(RolloutConfig()), **moved}}
+
+
 def _check_run_config(run_dir: Path, wanted: dict[str, Any]) -> None:
-    """Write ``config.json``, or check that an existing one asked for the same search."""
+    """Write ``config.json``, or check that an existing one (of this layout or the older flat
+    one) asked for the same search."""
     path = run_dir / "config.json"
     if path.exists():
         have = read_json(path)
+        if isinstance(have.get("mcts"), dict):
+            have["mcts"] = nest_legacy_mcts(have["mcts"])
         diff = [k for k in ("policy", "mcts") if have.get(k) != wanted.get(k)]
         if diff:
             raise ValueError(f"{path} was written by another search ({', '.join(diff)} differ); use a new --run-dir")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,17 +34,30 @@ log = logging.getLogger(__name__)
 class PairsConfig:
     """Settings of pair extraction (``prorag pairs``)."""
 
-    judge: Literal["oracle", "llm"] = "oracle"
-    pairs_per_set: Literal["one", "all"] = "one"
-    """``one``: the judge's chosen and rejected step (the paper). ``all``: also every other
-    (valid, invalid) combination of the siblings, when the judge labels each sibling (the
-    oracle; an LLM judge names one pair, so it still gives one)."""
-    min_visits: int = 2
-    """A sibling takes part only with at least this many visits (N)."""
-    llm: LLMTeacherConfig | None = None
-    """The LLM judge's server, model, concurrency, retries and reply cache (``judge: llm``)."""
-    chunk_size: int = 256
-    """Sibling sets judged per batch (the LLM judge runs a batch's requests concurrently)."""
+    judge: Literal["oracle", "llm"] = field(
+        default="oracle",
+        metadata={
+            "help": (
+                "Who decides which sibling step is better: `oracle` (the gold decomposition) or `llm` (an "
+                "OpenAI-compatible judge)."
+            )
+        },
+    )
+    # `all`: also every other (valid, invalid) combination of the siblings, when the judge labels each sibling (the oracle; an
+    # LLM judge names one pair, so it still gives one).
+    pairs_per_set: Literal["one", "all"] = field(
+        default="one",
+        metadata={
+            "help": "`one`: the judge's chosen and rejected step (the paper); `all`: every (valid, invalid) sibling combination."
+        },
+    )
+    min_visits: int = field(default=2, metadata={"help": "A sibling takes part only with at least this many visits (N)."})
+    llm: LLMTeacherConfig | None = field(
+        default=None, metadata={"help": "The LLM judge's server, model, concurrency, retries and reply cache (`judge: llm`)."}
+    )
+    chunk_size: int = field(
+        default=256, metadata={"help": "Sibling sets judged per batch (the LLM judge runs a batch's requests concurrently)."}
+    )
 
     def __post_init__(self) -> None:
         if self.min_visits < 1:

@@ -35,7 +35,7 @@ from prorag.core.errors import DataError
 from prorag.core.metrics import ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.data.records import Record
-from prorag.stages.training import MetricsFile, TimeBudget, resume_training, trainer_arguments
+from prorag.stages.training import MetricsFile, TrainingConfig, resume_training
 from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
     REWARD_KINDS,
@@ -57,95 +57,124 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PRMConfig:
+class PRMConfig(TrainingConfig):
     """Settings of the PRM stage. The paper gives the epochs (3, from the SFT checkpoint); the
     reference code gives the rest (lr 2e-5, batch 8 x 4 accumulation, 4096 tokens); else TRL's.
-
-    ``learning_rate`` 2e-5 is for real pretrained models; a tiny built-in model needs a higher
-    one (1e-3 at batch 8 trained a 1.2M model to 78% held-out pairwise accuracy on synthetic
-    world pairs in 86 steps).
+    ``learning_rate`` 2e-5 is for real pretrained models; a tiny built-in model needs a higher one.
+    The shared training fields are :class:`~prorag.stages.training.TrainingConfig`'s.
     """
 
     # --- model and data
-    init: str | None = None
-    """The policy the PRM starts from (``pi_sft``): a checkpoint folder, a training run folder
-    (its ``policy/``) or a hub id. ``train_prm``'s ``init`` argument replaces it."""
-    pairs_file: str | None = None
-    """The step-pairs JSONL (``prorag pairs``); ``train_prm``'s ``pairs`` argument replaces it."""
-    dtype: str = "float32"
-    """Dtype the weights are loaded and trained in (``"auto"``: the checkpoint's own); use
-    ``bf16`` mixed precision on top of float32 weights on GPUs."""
-    max_length: int = DEFAULT_MAX_LENGTH
-    """Longest input (context + step) in tokens; longer ones are cut from the left. Capped by
-    the model's ``max_position_embeddings``."""
-    append_eos: bool = False
-    """Append EOS after the step and read the score there (the reference code); default: read
-    it on the step's closing tag."""
-    held_out_fraction: float = 0.05
-    """Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least
-    one question when > 0; the reference code held out 2% of pairs at random)."""
-    validation_fraction: float = 0.0
-    """Fraction of the *training* questions set aside as a validation set (0: none, the paper).
-    With one, the model is scored on the validation pairs before training and every
-    ``eval_steps``, and the weights with the best validation pairwise accuracy (then AUC) are
-    the ones saved, the initial weights included (earliest on ties): a run that only overfits
-    keeps what it started from. The held-out pairs are never used to choose anything."""
+    init: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "The policy the PRM starts from (`pi_sft`): a checkpoint folder, a training run folder (its "
+                "`policy/`) or a hub id. `train_prm`'s `init` argument replaces it."
+            )
+        },
+    )
+    pairs_file: str | None = field(
+        default=None, metadata={"help": "The step-pairs JSONL (`prorag pairs`); `train_prm`'s `pairs` argument replaces it."}
+    )
+    max_length: int = field(
+        default=DEFAULT_MAX_LENGTH,
+        metadata={
+            "help": (
+                "Longest input (context + step) in tokens; longer ones are cut from the left. Capped by the model's "
+                "`max_position_embeddings`."
+            )
+        },
+    )
+    append_eos: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Append EOS after the step and read the score there (the reference code); default: read it on the "
+                "step's closing tag."
+            )
+        },
+    )
+    held_out_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": (
+                "Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least one "
+                "question when > 0; the reference code held out 2% of pairs at random)."
+            )
+        },
+    )
+    # With one, the model is scored on the validation pairs before training and every `eval_steps`, and the weights with the
+    # best validation pairwise accuracy (then AUC) are the ones saved, the initial weights included (earliest on ties): a run
+    # that only overfits keeps what it started from. The held-out pairs are never used to choose anything.
+    validation_fraction: float = field(
+        default=0.0, metadata={"help": "Fraction of the *training* questions set aside as a validation set (0: none, the paper)."}
+    )
 
-    # --- optimisation
-    epochs: float = 3.0
-    """Paper: three epochs."""
-    max_steps: int = -1
-    """Optimiser steps; > 0 overrides ``epochs``."""
-    max_minutes: float | None = None
-    """Wall-clock budget of the training loop; training stops (and saves) once it is spent."""
-    per_device_batch_size: int = 8
-    """Pairs per device and micro-batch (each is two sequences)."""
-    gradient_accumulation_steps: int = 4
-    learning_rate: float = 2e-5
-    lr_scheduler_type: str = "linear"
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    train_backbone: bool = True
-    """Fine-tune the whole model (default). ``False`` trains only the scalar head on frozen
-    features; the paper's "train the scalar regression head from the SFT checkpoint" can be
-    read either way."""
-    center_rewards_coefficient: float | None = None
-    """TRL's auxiliary ``coef * mean(r^2)`` that keeps rewards near 0 (off, as in the paper)."""
-    gradient_checkpointing: bool = False
+    # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
+    epochs: float = field(default=3.0, metadata={"help": "Paper: three epochs."})
+    per_device_batch_size: int = field(default=8, metadata={"help": "Pairs per device and micro-batch (each is two sequences)."})
+    gradient_accumulation_steps: int = field(
+        default=4, metadata={"help": "Micro-batches per optimiser step (the reference code's 4)."}
+    )
+    save_steps: int = field(default=200, metadata={"help": "Checkpoint every this many optimiser steps."})
+    # `False` trains only the scalar head on frozen features; the paper's "train the scalar regression head from the SFT
+    # checkpoint" can be read either way.
+    train_backbone: bool = field(default=True, metadata={"help": "Fine-tune the whole model (default)."})
+    center_rewards_coefficient: float | None = field(
+        default=None, metadata={"help": "TRL's auxiliary `coef * mean(r^2)` that keeps rewards near 0 (off, as in the paper)."}
+    )
 
     # --- run
-    bf16: bool | Literal["auto"] = "auto"
-    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it."""
-    seed: int = 0
-    save_steps: int = 200
-    save_total_limit: int | None = 2
-    logging_steps: int = 10
-    eval_steps: int | None = None
-    """Held-out evaluation every this many steps (default: ``save_steps``); always once at the end."""
-    eval_batch_size: int = 16
-    if_no_pairs: Literal["error", "untrained"] = "error"
-    """When the judge found no pair (a policy too weak for any valid sibling step, as in a quick
-    demo): ``"error"`` stops; ``"untrained"`` logs a warning and saves the reward model as built
-    from the policy (a random head: its scores carry no process signal), so a pipeline with
-    small budgets goes on, as RFT's ``if_nothing_kept: copy_policy`` does."""
-    kind: RewardKind = "head"
-    """``"head"`` (the paper): the policy's backbone with a new scalar head read on the step's last
-    token. ``"likelihood"``: the policy's causal LM itself, scoring a step by ``likelihood_beta``
-    times its mean token log-probability (SimPO's length-normalised implicit reward), trained
-    with the same Eq. 4; its zero point is fitted on the training pairs after training
-    (:func:`separating_threshold`). See :mod:`prorag.supervision.reward_model` for why it exists."""
-    likelihood_beta: float = 1.0
-    """The likelihood kind's scale: the logit of a step is ``beta * (mean log p - offset)``, so the
-    sigmoid of a pair's margin is ``sigmoid(beta * difference in mean log-probability)``."""
-    likelihood_baseline: bool = True
-    """Also rank the held-out pairs by the init policy's own mean log-probability of each step
-    (:func:`policy_step_likelihoods`) and log it as ``eval_policy_likelihood_accuracy`` /
-    ``_auc``: the reference a trained PRM must beat to have learned more than the policy
-    already prefers (MCTS siblings are policy samples, and invalid ones are often its unlikely
-    draws). Costs one policy forward per held-out step; off for a policy too large to load
-    beside the PRM."""
-    report_to: str | list[str] = field(default="none")
+    eval_steps: int | None = field(
+        default=None,
+        metadata={"help": "Held-out evaluation every this many steps (default: `save_steps`); always once at the end."},
+    )
+    eval_batch_size: int = field(default=16, metadata={"help": "Pairs per batch of the held-out and validation scoring."})
+    if_no_pairs: Literal["error", "untrained"] = field(
+        default="error",
+        metadata={
+            "help": (
+                "When the judge found no pair (a policy too weak for any valid sibling step, as in a quick demo): "
+                '`"error"` stops; `"untrained"` logs a warning and saves the reward model as built from the policy (a'
+                " random head: its scores carry no process signal), so a pipeline with small budgets goes on, as "
+                "RFT's `if_nothing_kept: copy_policy` does."
+            )
+        },
+    )
+    # `"likelihood"`: the policy's causal LM itself, scoring a step by `likelihood_beta` times its mean token log-probability
+    # (SimPO's length-normalised implicit reward), trained with the same Eq. 4; its zero point is fitted on the training pairs
+    # after training (separating_threshold). See prorag.supervision.reward_model for why it exists.
+    kind: RewardKind = field(
+        default="head",
+        metadata={
+            "help": (
+                "`head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
+                "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4."
+            )
+        },
+    )
+    likelihood_beta: float = field(
+        default=1.0,
+        metadata={
+            "help": (
+                "The likelihood kind's scale: the logit of a step is `beta * (mean log p - offset)`, so the sigmoid "
+                "of a pair's margin is `sigmoid(beta * difference in mean log-probability)`."
+            )
+        },
+    )
+    # Costs one policy forward per held-out step; off for a policy too large to load beside the PRM.
+    likelihood_baseline: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Also rank the held-out pairs by the init policy's own mean log-probability of each step "
+                "(policy_step_likelihoods) and log it as `eval_policy_likelihood_accuracy` / `_auc`: the reference a "
+                "trained PRM must beat to have learned more than the policy already prefers (MCTS siblings are policy"
+                " samples, and invalid ones are often its unlikely draws)."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.held_out_fraction < 1:
@@ -404,7 +433,7 @@ def prm_training_args(config: PRMConfig, run_dir: str | Path, *, has_eval: bool)
     """TRL's ``RewardConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, the
     hardware's precision, and no length filter (the examples are already cut from the left)."""
     return RewardConfig(
-        **trainer_arguments(config, run_dir),
+        **config.training_arguments(run_dir),
         per_device_eval_batch_size=config.eval_batch_size,
         center_rewards_coefficient=config.center_rewards_coefficient,
         eval_strategy="steps" if has_eval else "no",
@@ -432,10 +461,7 @@ def make_prm_trainer(
             raise ValueError("train_backbone=False trains a head alone; the likelihood kind has none")
         backbone = getattr(scorer.model, scorer.model.base_model_prefix)
         backbone.requires_grad_(False)
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
-    if config.max_minutes is not None:
-        callbacks.append(TimeBudget(config.max_minutes))
-    callbacks.extend(extra_callbacks)
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget(), *extra_callbacks]
     return PairwiseRewardTrainer(
         model=scorer.model,
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),

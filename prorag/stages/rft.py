@@ -33,7 +33,7 @@ from prorag.method.losses import format_token_weights, tag_weight_table
 from prorag.method.rewards.outcome import trajectory_answer
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, prm_judged_actions
 from prorag.retrieval.base import Retriever
-from prorag.stages.sft import SFTConfig, make_sft_trainer
+from prorag.stages.sft import SFTTrainingConfig, make_sft_trainer
 from prorag.stages.training import resume_training, save_trained_policy
 
 if TYPE_CHECKING:
@@ -49,43 +49,69 @@ class RFTConfig:
     """Settings of the RFT stage. The paper fixes the filters (correct answer, PRM logit > 0)
     and the fine-tuning (next-token loss, one epoch); it does not give ``N``."""
 
-    samples_per_question: int = 8
-    """``N``, trajectories sampled per question. The paper gives no value; 8 is its RL group size
-    ``G``, and it makes a question whose samples are right a quarter of the time yield a correct
-    trajectory with probability 0.9 (``1 - 0.75**8``). Sampling cost grows linearly with it."""
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """The engine's settings: sampling at temperature 1.0 (no top-p), inference caps (13
-    actions), ``top_k`` documents per search, rollout batch size (a chunk of questions fills one
-    batch: ``batch_size // N`` questions). Its ``seed`` is not used: :attr:`seed` is."""
-    correctness: Correctness = "em"
-    """Outcome filter: ``"em"``, normalised exact match with any gold alias; ``"f1"``, token F1 at
-    least :attr:`f1_threshold`."""
-    f1_threshold: float = 0.8
-    """F1 a trajectory needs to count as correct with ``correctness="f1"``."""
-    prm_threshold: float = 0.0
-    """An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's)."""
-    drop_malformed_actions: bool = True
-    """Also drop actions that are not well formed (I_step = 0), whatever their PRM score."""
-    prm_scope: PRMScope = "all"
-    """Which actions the PRM filter judges: ``"all"`` (the paper: every action, the answer
-    included) or ``"reasoning"`` (a well-formed answer of a correct trajectory is kept on the
-    outcome filter alone; the PRM judges the searches and conclusions). See
-    :func:`~prorag.method.rewards.process.prm_judged_actions` for why: on the demo, the PRM filter
-    passed almost no yes/no answer, and pi_rft unlearned how to answer comparisons."""
-    if_nothing_kept: Literal["error", "copy_policy"] = "error"
-    """When no (context, action) pair passes the filters (a policy too weak to answer any
-    sampled question right): ``"error"`` stops with the counts; ``"copy_policy"`` logs a
-    warning and writes pi_sft unchanged as pi_rft (fine-tuning on nothing is a no-op), so a
-    pipeline with small budgets goes on."""
-    limit: int | None = None
-    """Use only the first ``limit`` questions of the record file."""
-    seed: int = 0
-    """Seeds the sampling (per chunk) and the fine-tuning (replaces ``train.seed``)."""
-    train: SFTConfig = field(default_factory=SFTConfig)
-    """The fine-tuning: stage 1's settings (one epoch, lr 2e-5, reference loss weights by default;
-    ``weight_scheme``, ``reduction``, ``tag_weights``, LoRA, batch size, checkpoints, ``max_length``
-    and ``overlong``). Its data, model and held-out fields are not used: the data are the kept
-    samples and the model is the policy that sampled them."""
+    # The paper gives no value; 8 is its RL group size `G`, and it makes a question whose samples are right a quarter of the
+    # time yield a correct trajectory with probability 0.9 (`1 - 0.75**8`). Sampling cost grows linearly with it.
+    samples_per_question: int = field(default=8, metadata={"help": "`N`, trajectories sampled per question."})
+    rollout: RolloutConfig = field(
+        default_factory=RolloutConfig,
+        metadata={
+            "help": (
+                "The engine's settings: sampling at temperature 1.0 (no top-p), inference caps (13 actions), `top_k` "
+                "documents per search, rollout batch size (a chunk of questions fills one batch: `batch_size // N` "
+                "questions). Its `seed` is not used: the stage's `seed` is."
+            )
+        },
+    )
+    correctness: Correctness = field(
+        default="em",
+        metadata={
+            "help": (
+                'Outcome filter: `"em"`, normalised exact match with any gold alias; `"f1"`, token F1 at least f1_threshold.'
+            )
+        },
+    )
+    f1_threshold: float = field(
+        default=0.8, metadata={"help": 'F1 a trajectory needs to count as correct with `correctness="f1"`.'}
+    )
+    prm_threshold: float = field(
+        default=0.0,
+        metadata={"help": ("An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's).")},
+    )
+    drop_malformed_actions: bool = field(
+        default=True, metadata={"help": "Also drop actions that are not well formed (I_step = 0), whatever their PRM score."}
+    )
+    # See prorag.method.rewards.process.prm_judged_actions for why.
+    prm_scope: PRMScope = field(
+        default="all",
+        metadata={
+            "help": (
+                'Which actions the PRM filter judges: `"all"` (the paper: every action, the answer included) or '
+                '`"reasoning"` (a well-formed answer of a correct trajectory is kept on the outcome filter alone; the'
+                " PRM judges the searches and conclusions)."
+            )
+        },
+    )
+    if_nothing_kept: Literal["error", "copy_policy"] = field(
+        default="error",
+        metadata={
+            "help": (
+                "When no (context, action) pair passes the filters (a policy too weak to answer any sampled question "
+                'right): `"error"` stops with the counts; `"copy_policy"` logs a warning and writes pi_sft unchanged '
+                "as pi_rft (fine-tuning on nothing is a no-op), so a pipeline with small budgets goes on."
+            )
+        },
+    )
+    limit: int | None = field(default=None, metadata={"help": "Use only the first `limit` questions of the record file."})
+    seed: int = field(default=0, metadata={"help": "Seeds the sampling (per chunk) and the fine-tuning (replaces `train.seed`)."})
+    train: SFTTrainingConfig = field(
+        default_factory=SFTTrainingConfig,
+        metadata={
+            "help": (
+                "The fine-tuning: stage 1's trainer settings (one epoch, lr 2e-5, reference loss weights by default);"
+                " its `seed` is replaced by seed."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.samples_per_question < 1:
@@ -381,7 +407,7 @@ def finetune_rft(
         return out
     trainer = make_sft_trainer(train, run, model, tokenizer, examples, None, table)
     resume_training(trainer, run, "RFT fine-tuning")
-    save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora)
+    save_trained_policy(trainer, tokenizer, out, merge_lora=train.lora.enabled)
     return out
 
 

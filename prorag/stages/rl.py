@@ -32,7 +32,6 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from prorag.agent.prompts import PromptStyle
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
@@ -42,7 +41,7 @@ from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.retrieval.base import Retriever
-from prorag.stages.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ TRL_LOSS_TYPES: dict[str, str] = {"token_mean": "dapo", "sequence_mean": "grpo",
 
 
 @dataclass
-class RLConfig:
+class RLConfig(TrainingConfig):
     """Settings of the RL stage. Defaults are the paper's (G = 8, beta = 0.3, 1 epoch) and its
     reference code's (PPO-clip 0.2, no KL, lr 1e-5, temperature 1.0, LoRA r 16 alpha 32,
     11 actions per trajectory); the rest follow TRL.
@@ -61,120 +60,160 @@ class RLConfig:
     """
 
     # --- models
-    policy: str | None = None
-    """The policy to train (``pi_rft``, or ``pi_sft`` for the "w/o refinement" ablation): a
-    checkpoint folder or a training run folder (its ``policy/``), loaded with
-    :func:`~prorag.models.checkpoints.load_policy`."""
-    prm: str | None = None
-    """The frozen PRM (``prorag prm`` output), loaded with :meth:`ProcessRewardModel.load`;
-    unused with ``process_reward="none"``."""
-    dtype: str = "float32"
-    """Dtype the policy is loaded and trained in (``"auto"``: the checkpoint's own)."""
+    policy: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                'The policy to train (`pi_rft`, or `pi_sft` for the "w/o refinement" ablation): a checkpoint folder '
+                "or a training run folder (its `policy/`), loaded with load_policy."
+            )
+        },
+    )
+    prm: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                'The frozen PRM (`prorag prm` output), loaded with ProcessRewardModel.load; unused with `process_reward="none"`.'
+            )
+        },
+    )
 
     # --- data
-    train_file: str | None = None
-    """Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see
-    ``exclude_ids_from`` and the module docstring)."""
-    exclude_ids_from: list[str] = field(default_factory=list)
-    """JSONL files whose questions are dropped from ``train_file``: each row's ``question_id``,
-    else its ``id`` (record files, SFT trajectory files, step-pair files)."""
-    limit: int | None = None
-    """Only the first N questions (after the exclusion)."""
-    index: str | None = None
-    """Retrieval index folder or ``http(s)://`` URL (:func:`~prorag.retrieval.index.open_retriever`)."""
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see "
+                "`exclude_ids_from` and the module docstring)."
+            )
+        },
+    )
+    exclude_ids_from: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": (
+                "JSONL files whose questions are dropped from `train_file`: each row's `question_id`, else its `id` "
+                "(record files, SFT trajectory files, step-pair files)."
+            )
+        },
+    )
+    limit: int | None = field(default=None, metadata={"help": "Only the first N questions (after the exclusion)."})
+    index: str | None = field(default=None, metadata={"help": "Retrieval index folder or `http(s)://` URL (open_retriever)."})
 
     # --- rollouts
-    group_size: int = 8
-    """G, trajectories sampled per question (the paper's 8)."""
-    top_k: int = 3
-    """Documents per retrieval."""
-    max_actions: int = 11
-    """Actions per trajectory during RL (METHOD.md: 11; 13 at inference)."""
-    max_action_tokens: int = 128
-    max_completion_tokens: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
-    prompt_style: PromptStyle | None = None
-    """``plain`` or ``chat``; default: chat when the tokenizer has a chat template (as the engine)."""
-    rollout_batch_size: int = 64
-    """Trajectories the engine decodes together."""
+    group_size: int = field(default=8, metadata={"help": "G, trajectories sampled per question (the paper's 8)."})
+    rollout: RolloutConfig = field(
+        default_factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
+        metadata={
+            "help": (
+                "The engine's sampling settings (METHOD.md: 11 actions during RL); its `seed` and `greedy` are not "
+                "used: `seed` drives the sampling."
+            )
+        },
+    )
 
     # --- rewards and advantages
-    process_reward: Literal["prm", "none"] = "prm"
-    """``"prm"``: ProRAG's step rewards from the PRM; ``"none"``: outcome only (the GRPO baseline;
-    ``beta`` is then ignored and the PRM never called)."""
-    beta: float = 0.3
-    """Weight of the process advantage, ``A = A_out + beta * A_proc`` (Eq. 8; the paper's 0.3)."""
-    prm_scope: PRMScope = "all"
-    """Which actions get a process term: ``"all"`` (the paper: every step, the answer included)
-    or ``"reasoning"`` (a well-formed answer is left to the outcome term: its tokens get
-    ``A_out`` alone and its step reward is not in the group's step statistics). See
-    :func:`~prorag.method.rewards.process.prm_judged_actions`."""
-    process_norm: ProcessNorm = "step"
-    """``"step"``: step rewards standardised over the group's steps (the paper's Eq. 7);
-    ``"token"``: over the group's generated tokens (the reference code; long steps weigh more)."""
-    scale_advantages: bool = True
-    """Divide by the group's standard deviation (``False``: only subtract the mean, Dr. GRPO)."""
-    outcome_reward: OutcomeRewardConfig = field(default_factory=OutcomeRewardConfig)
-    """Eq. 6's form (``paper``: F1 + nu2 I_traj; ``reference``: the code's thresholded form)."""
-    step_reward: StepRewardConfig = field(default_factory=StepRewardConfig)
-    """Eq. 5's form (``paper``: logit + nu1 I_step; ``reference``: sigmoid(logit) + 1 / -2)."""
-    prm_batch_size: int = 32
+    process_reward: Literal["prm", "none"] = field(
+        default="prm",
+        metadata={
+            "help": (
+                '`"prm"`: ProRAG\'s step rewards from the PRM; `"none"`: outcome only (the GRPO baseline; `beta` is '
+                "then ignored and the PRM never called)."
+            )
+        },
+    )
+    beta: float = field(
+        default=0.3, metadata={"help": "Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3)."}
+    )
+    # See prm_judged_actions.
+    prm_scope: PRMScope = field(
+        default="all",
+        metadata={
+            "help": (
+                'Which actions get a process term: `"all"` (the paper: every step, the answer included) or '
+                '`"reasoning"` (a well-formed answer is left to the outcome term: its tokens get `A_out` alone and '
+                "its step reward is not in the group's step statistics)."
+            )
+        },
+    )
+    process_norm: ProcessNorm = field(
+        default="step",
+        metadata={
+            "help": (
+                '`"step"`: step rewards standardised over the group\'s steps (the paper\'s Eq. 7); `"token"`: over the '
+                "group's generated tokens (the reference code; long steps weigh more)."
+            )
+        },
+    )
+    scale_advantages: bool = field(
+        default=True, metadata={"help": "Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."}
+    )
+    outcome_reward: OutcomeRewardConfig = field(
+        default_factory=OutcomeRewardConfig,
+        metadata={"help": "Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."},
+    )
+    step_reward: StepRewardConfig = field(
+        default_factory=StepRewardConfig,
+        metadata={"help": "Eq. 5's form (`paper`: logit + nu1 I_step; `reference`: sigmoid(logit) + 1 / -2)."},
+    )
+    prm_batch_size: int = field(default=32, metadata={"help": "Trajectories per batch the PRM scores."})
 
     # --- loss (Eq. 9)
-    epsilon: float = 0.2
-    """PPO clip: ratios outside ``[1 - epsilon, 1 + epsilon_high]`` stop pushing."""
-    epsilon_high: float | None = None
-    """Upper clip (DAPO's clip-higher); default ``epsilon`` (symmetric, as in Eq. 9)."""
-    beta_kl: float = 0.0
-    """KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."""
-    loss_aggregation: PPOAggregation = "token_mean"
-    """How per-token losses are reduced (:func:`~prorag.method.losses.ppo_clip_loss`): ``token_mean``
-    weighs every token alike, as Eq. 9's sum over tokens does, at a length-free scale;
-    ``sequence_mean`` is TRL's ``grpo``; ``sum`` is Eq. 9 up to a constant (TRL's ``dr_grpo``)."""
-    num_iterations: int = 1
-    """PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and
-    clipping never binds (on-policy GRPO); more make ``pi_old`` differ from ``pi_theta``."""
-    mask_truncated_completions: bool = False
-    """Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."""
+    epsilon: float = field(
+        default=0.2, metadata={"help": "PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing."}
+    )
+    epsilon_high: float | None = field(
+        default=None, metadata={"help": "Upper clip (DAPO's clip-higher); default `epsilon` (symmetric, as in Eq. 9)."}
+    )
+    beta_kl: float = field(
+        default=0.0, metadata={"help": "KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."}
+    )
+    loss_aggregation: PPOAggregation = field(
+        default="token_mean",
+        metadata={
+            "help": (
+                "How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
+                "sum over tokens does, at a length-free scale; `sequence_mean` is TRL's `grpo`; `sum` is Eq. 9 up to "
+                "a constant (TRL's `dr_grpo`)."
+            )
+        },
+    )
+    num_iterations: int = field(
+        default=1,
+        metadata={
+            "help": (
+                "PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and clipping never "
+                "binds (on-policy GRPO); more make `pi_old` differ from `pi_theta`."
+            )
+        },
+    )
+    mask_truncated_completions: bool = field(
+        default=False, metadata={"help": "Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."}
+    )
 
-    # --- optimisation
-    epochs: float = 1.0
-    """Passes over the questions (the paper's 1)."""
-    max_steps: int = -1
-    """Optimiser steps; > 0 overrides ``epochs``."""
-    max_minutes: float | None = None
-    """Wall-clock budget of the training loop (stops with a checkpoint once spent)."""
-    per_device_batch_size: int = 8
-    """Trajectories per process per micro-step. Questions per optimiser step =
-    ``per_device_batch_size * processes * gradient_accumulation_steps / group_size``."""
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-5
-    lr_scheduler_type: str = "constant"
-    """Constant, as RL libraries (verl, OpenRLHF) run it by default."""
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    gradient_checkpointing: bool = False
-
-    # --- LoRA
-    lora: bool = False
-    """Train a LoRA adapter (the paper's setting for Qwen3-8B), merged into the saved policy."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: str | list[str] = "all-linear"
-    """All projections (the reference code's choice)."""
-
-    # --- run
-    bf16: bool | Literal["auto"] = "auto"
-    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it (never on CPU)."""
-    seed: int = 0
-    save_steps: int = 50
-    save_total_limit: int | None = 2
-    logging_steps: int = 1
-    """Log every step: the learning curve is per step."""
-    report_to: str | list[str] = "none"
+    # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
+    per_device_batch_size: int = field(
+        default=8,
+        metadata={
+            "help": (
+                "Trajectories per process per micro-step. Questions per optimiser step = `per_device_batch_size * "
+                "processes * gradient_accumulation_steps / group_size`."
+            )
+        },
+    )
+    learning_rate: float = field(
+        default=1e-5, metadata={"help": "Peak learning rate (the reference code's, for LoRA on a real pretrained model)."}
+    )
+    lr_scheduler_type: str = field(
+        default="constant", metadata={"help": "Constant, as RL libraries (verl, OpenRLHF) run it by default."}
+    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "No warm-up."})
+    save_steps: int = field(default=50, metadata={"help": "Checkpoint every this many optimiser steps."})
+    logging_steps: int = field(default=1, metadata={"help": "Log every step: the learning curve is per step."})
+    lora: LoRAConfig = field(
+        default_factory=LoRAConfig,
+        metadata={"help": ("A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy.")},
+    )
 
     def __post_init__(self) -> None:
         choices = {
@@ -205,19 +244,8 @@ class RLConfig:
         return self.beta if self.uses_prm else 0.0
 
     def rollout_config(self) -> RolloutConfig:
-        """The engine's settings during RL (sampling at ``temperature``, 11 actions)."""
-        return RolloutConfig(
-            max_actions=self.max_actions,
-            max_action_tokens=self.max_action_tokens,
-            max_completion_tokens=self.max_completion_tokens,
-            top_k=self.top_k,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            greedy=False,
-            batch_size=self.rollout_batch_size,
-            seed=self.seed,
-            prompt_style=self.prompt_style,
-        )
+        """The engine's settings during RL: :attr:`rollout`, sampling, seeded by :attr:`seed`."""
+        return replace(self.rollout, greedy=False, seed=self.seed)
 
 
 # ----------------------------------------------------------------------------- data
@@ -512,12 +540,12 @@ def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
     """TRL's ``GRPOConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU and bf16
     chosen from the hardware, the loss and sampling settings of the stage."""
     return GRPOConfig(
-        **trainer_arguments(config, run_dir),
+        **config.training_arguments(run_dir),
         # --- GRPO
         num_generations=config.group_size,
-        max_completion_length=config.max_completion_tokens + config.max_action_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
+        max_completion_length=config.rollout.max_completion_tokens + config.rollout.max_action_tokens,
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
         beta=config.beta_kl,
         epsilon=config.epsilon,
         epsilon_high=config.epsilon_high,
@@ -546,20 +574,8 @@ def make_rl_trainer(
     import warnings
 
     run = Path(run_dir)
-    peft_config = None
-    if config.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-            task_type="CAUSAL_LM",
-        )
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
-    if config.max_minutes is not None:
-        callbacks.append(TimeBudget(config.max_minutes))
+    peft_config = config.lora.peft_config()
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
     reward = functools.partial(outcome, tokenizer=tokenizer, config=config.outcome_reward)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API, pinned here
     with warnings.catch_warnings():
@@ -654,7 +670,7 @@ def train_rl(
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")
     out = run / "policy"
-    if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora) is not None:
+    if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora.enabled) is not None:
         write_learning_curve(trainer.state.log_history, run / "learning_curve.csv")
     return out
 

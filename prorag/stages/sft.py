@@ -50,7 +50,7 @@ from prorag.method.losses import (
     token_nll,
 )
 from prorag.retrieval.base import Retriever
-from prorag.stages.training import MetricsFile, TimeBudget, resume_training, save_trained_policy, trainer_arguments
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
 
@@ -59,148 +59,173 @@ BUILTIN_MODELS = ("tiny", "small")
 
 
 @dataclass
-class SFTConfig:
-    """Settings of the SFT stage. Defaults follow the paper and its reference code where they say
-    something (full fine-tuning, 1 epoch, lr 2e-5, reference loss weights), else TRL's.
+class SFTTrainingConfig(TrainingConfig):
+    """What the format-aware fine-tuning uses, in SFT and in RFT's second half: the shared
+    training settings (defaults: the paper's and its reference code's, full fine-tuning, 1 epoch,
+    lr 2e-5), the loss weights, the example length, LoRA and the trainer's own options."""
 
-    ``learning_rate`` 2e-5 is for real pretrained models. A tiny built-in model trained from
-    scratch needs a far higher one (3e-3 at batch 8 in the probe); the demo configs and
-    ``benchmarks/sft_world.py`` set it.
-    """
-
-    # --- model
-    model: str = "tiny"
-    """A local checkpoint folder or hub id (loaded with :func:`~prorag.models.checkpoints.load_policy`), or
-    ``"tiny"`` / ``"small"`` for a randomly initialised built-in model on the given tokenizer."""
-    tokenizer: str | None = None
-    """Tokenizer folder for a built-in model (e.g. a saved world tokenizer); ``train_sft``'s
-    ``tokenizer`` argument takes precedence. Ignored for checkpoints (they carry their own)."""
-    world_dir: str | None = None
-    """A built-in world folder (``prorag world``): a built-in model with neither a ``tokenizer``
-    argument nor a ``tokenizer`` folder trains the world tokenizer on its texts
-    (:func:`~prorag.models.world_tokenizer.world_tokenizer_texts`). Deterministic, so a resumed run gets the
-    identical tokenizer; the saved policy carries it."""
-    arch: Literal["llama", "qwen3"] = "llama"
-    """Architecture of a built-in model."""
-    dtype: str = "float32"
-    """Dtype the weights are loaded and trained in (``"auto"``: the checkpoint's own). Mixed
-    precision (``bf16``) autocasts on top of float32 weights; pass ``"bfloat16"`` to hold a
-    large LoRA base model in bf16."""
-
-    # --- what the model learns to write
-    target: Literal["prorag", "naive", "standard-rag"] = "prorag"
-    """``"prorag"``: the gold ProRAG trajectories (the method's stage 1). ``"naive"`` /
-    ``"standard-rag"``: the same questions (same split, same held-out set) turned into a one-shot
-    baseline's examples (:func:`~prorag.evaluation.baselines.baseline_trajectories`: its prompt, then
-    ``<answer> gold </answer>``), so that a baseline is trained with the same data, model and
-    budget as the policy it is compared with; evaluate it with ``prorag eval --baseline``."""
-
-    # --- data
-    train_file: str | None = None
-    """JSONL of gold trajectories (``GoldTrajectory.to_dict`` rows, with ``segments``) or of
-    records (FlashRAG rows with a gold decomposition in ``metadata``), which are rendered into
-    gold trajectories on the fly with the retriever of ``index``. ``train_sft``'s
-    ``trajectories`` argument replaces it."""
-    index: str | None = None
-    """Retrieval index folder or ``http(s)://`` URL (:func:`~prorag.retrieval.index.open_retriever`):
-    renders record files and runs the held-out rollouts. ``train_sft``'s ``retriever`` argument
-    replaces it."""
-    k: int = 3
-    """Documents per retrieval (rendering and held-out rollouts)."""
-    records_file: str | None = None
-    """Record file (FlashRAG JSONL) of the training questions, when ``train_file`` holds
-    trajectories (``prorag sft-data``): held-out rollouts take each question's retrieval
-    partition and gold answers from it (``train_sft``'s ``records`` argument replaces it).
-    Unset: a held-out question of a trajectory file searches the whole corpus."""
-    eval_file: str | None = None
-    """Held-out file (same kinds as ``train_file``); when unset, ``eval_fraction`` of the
-    training trajectories is held out (seeded)."""
-    eval_fraction: float = 0.05
-    missing_gold: Literal["keep", "drop"] = "keep"
-    """What to do with a trajectory in which the retriever missed a hop's gold page
-    (``GoldTrajectory.missing_gold``): keep it, or drop it from the training set."""
-    prompt_style: PromptStyle | None = None
-    """``plain`` or ``chat``; default: chat when the tokenizer has a chat template (as the rollout engine)."""
-    max_length: int = 2048
-    """Longest example in tokens (prompt + completion). Longer ones are dropped (``overlong="drop"``)
-    or cut on the right (``"truncate"``: the prompt and the first actions are kept, the end,
-    including the answer, is lost). Never cut from the left: the prompt would go."""
-    overlong: Literal["drop", "truncate"] = "drop"
-
-    # --- optimisation
-    epochs: float = 1.0
-    max_steps: int = -1
-    """Optimiser steps; > 0 overrides ``epochs``."""
-    max_minutes: float | None = None
-    """Wall-clock budget of the training loop; training stops (and saves) once it is spent."""
-    per_device_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 2e-5
-    lr_scheduler_type: str = "linear"
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    group_by_length: bool = False
-    """Batch examples of similar length together (less padding, faster on CPU)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (TRL turns it on by default; it only pays for large models)."""
-    fused_lm_head: bool | Literal["auto"] = "auto"
-    """Compute the loss through TRL's fused LM head, without the full ``(B, T, V)`` logits
-    (:class:`WeightedSFTTrainer`); ``"auto"``: on CUDA, where it also skips the untargeted positions."""
+    # --- examples
+    max_length: int = field(
+        default=2048,
+        metadata={
+            "help": ("Longest example in tokens (prompt + completion); longer ones are dropped or cut on the right (`overlong`).")
+        },
+    )
+    overlong: Literal["drop", "truncate"] = field(
+        default="drop", metadata={"help": "`drop` an overlong example, or `truncate` it on the right (the prompt is never cut)."}
+    )
 
     # --- loss
-    weight_scheme: WeightScheme = "reference"
-    """``"reference"``: the reference code's per-tag weights; ``"paper"``: Eq. 1, ``control_lambda`` on every tag."""
-    control_lambda: float = DEFAULT_CONTROL_LAMBDA
-    """Eq. 1's lambda (> 1) for ``weight_scheme="paper"``; the paper gives no value."""
-    tag_weights: dict[str, float] = field(default_factory=dict)
-    """Per-tag overrides of the scheme's weights, e.g. ``{"</step>": 3.0}``."""
-    reduction: Reduction = "weighted_mean"
-    """``"weighted_mean"`` (reference code) or ``"sum"`` (Eq. 1, divided by the number of target tokens)."""
+    weight_scheme: WeightScheme = field(
+        default="reference",
+        metadata={
+            "help": ('`"reference"`: the reference code\'s per-tag weights; `"paper"`: Eq. 1, `control_lambda` on every tag.')
+        },
+    )
+    control_lambda: float = field(
+        default=DEFAULT_CONTROL_LAMBDA,
+        metadata={"help": 'Eq. 1\'s lambda (> 1) for `weight_scheme="paper"`; the paper gives no value.'},
+    )
+    tag_weights: dict[str, float] = field(
+        default_factory=dict, metadata={"help": 'Per-tag overrides of the scheme\'s weights, e.g. `{"</step>": 3.0}`.'}
+    )
+    reduction: Reduction = field(
+        default="weighted_mean",
+        metadata={"help": ('`"weighted_mean"` (reference code) or `"sum"` (Eq. 1, divided by the number of target tokens).')},
+    )
 
-    # --- LoRA
-    lora: bool = False
-    """Train a LoRA adapter instead of every weight (merged into the saved policy). The rows of the
-    ten tags in the input embedding are trained too (peft ``trainable_token_indices``): they are new
-    tokens for a pretrained model."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_target_modules: str | list[str] = "all-linear"
-    """Every linear layer but the output head (peft's ``"all-linear"``)."""
-
-    # --- run
-    bf16: bool | Literal["auto"] = "auto"
-    """bf16 mixed precision; ``"auto"``: when a CUDA device supports it (never on CPU)."""
-    seed: int = 0
-    save_steps: int = 500
-    save_total_limit: int | None = 2
-    logging_steps: int = 10
-    eval_steps: int | None = None
-    """Held-out loss every this many steps (default: ``save_steps``); always once at the end."""
-    eval_samples: int = 64
-    """Held-out questions rolled out (greedy) at the end for the format-valid rate; 0 skips."""
-    eval_batch_size: int = 32
-    """Batch size of the held-out loss and of the rollouts."""
-    report_to: str | list[str] = "none"
-    dataloader_num_workers: int = 0
+    # --- trainer
+    lora: LoRAConfig = field(
+        default_factory=LoRAConfig,
+        metadata={
+            "help": (
+                "A LoRA adapter instead of full fine-tuning; the rows of the ten tags in the input embedding are trained too."
+            )
+        },
+    )
+    group_by_length: bool = field(
+        default=False, metadata={"help": "Batch examples of similar length together (less padding, faster on CPU)."}
+    )
+    fused_lm_head: bool | Literal["auto"] = field(
+        default="auto",
+        metadata={"help": 'Compute the loss through TRL\'s fused LM head, without the full logits; `"auto"`: on CUDA.'},
+    )
+    dataloader_num_workers: int = field(
+        default=0, metadata={"help": "Worker processes of the data loader (0: the main process)."}
+    )
 
     def __post_init__(self) -> None:
-        choices = {
-            "weight_scheme": WEIGHT_SCHEMES,
-            "reduction": REDUCTIONS,
-            "overlong": ("drop", "truncate"),
-            "missing_gold": ("keep", "drop"),
-            "arch": ("llama", "qwen3"),
-            "target": ("prorag", "naive", "standard-rag"),
-        }
+        choices = {"weight_scheme": WEIGHT_SCHEMES, "reduction": REDUCTIONS, "overlong": ("drop", "truncate")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.weight_scheme == "paper" and not self.control_lambda > 1:
+            raise ValueError(f"{type(self).__name__}.control_lambda must be > 1 (Eq. 1), got {self.control_lambda}")
+
+    def evaluation_arguments(self, has_eval: bool) -> dict[str, Any]:
+        """The trainer's held-out evaluation keywords: none here (RFT has no held-out set)."""
+        return {"eval_strategy": "no", "eval_steps": None}
+
+
+@dataclass
+class SFTConfig(SFTTrainingConfig):
+    """Settings of the SFT stage: the fine-tuning (:class:`SFTTrainingConfig`), the model, the
+    data and the held-out checks."""
+
+    # --- model
+    model: str = field(
+        default="tiny",
+        metadata={
+            "help": ('A local checkpoint folder or hub id, or `"tiny"` / `"small"` for a randomly initialised built-in model.')
+        },
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": ("Tokenizer folder for a built-in model; `train_sft`'s `tokenizer` argument takes precedence.")},
+    )
+    world_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": ("A built-in world folder whose texts train the tokenizer of a built-in model that has none (deterministic).")
+        },
+    )
+    arch: Literal["llama", "qwen3"] = field(default="llama", metadata={"help": "Architecture of a built-in model."})
+
+    # --- what the model learns to write
+    target: Literal["prorag", "naive", "standard-rag"] = field(
+        default="prorag",
+        metadata={
+            "help": (
+                '`"prorag"`: the gold ProRAG trajectories; `"naive"` / `"standard-rag"`: the same questions as a '
+                "one-shot baseline's examples (evaluate it with `prorag eval --baseline`)."
+            )
+        },
+    )
+
+    # --- data
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "JSONL of gold trajectories or of records (rendered with the retriever of `index`); `train_sft`'s "
+                "`trajectories` argument replaces it."
+            )
+        },
+    )
+    index: str | None = field(
+        default=None,
+        metadata={"help": ("Retrieval index folder or `http(s)://` URL: renders record files and runs the held-out rollouts.")},
+    )
+    top_k: int = field(default=3, metadata={"help": "Documents per retrieval (rendering and held-out rollouts)."})
+    records_file: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Record file of the training questions when `train_file` holds trajectories: the held-out rollouts' "
+                "retrieval partitions and gold answers."
+            )
+        },
+    )
+    eval_file: str | None = field(
+        default=None,
+        metadata={"help": ("Held-out file (same kinds as `train_file`); unset: `eval_fraction` of the training trajectories.")},
+    )
+    eval_fraction: float = field(
+        default=0.05, metadata={"help": "Share of the training trajectories held out (seeded) when there is no `eval_file`."}
+    )
+    missing_gold: Literal["keep", "drop"] = field(
+        default="keep", metadata={"help": "Keep or drop a trajectory in which the retriever missed a hop's gold page."}
+    )
+    prompt_style: PromptStyle | None = field(
+        default=None,
+        metadata={"help": ("`plain` or `chat`; default: chat when the tokenizer has a chat template (as the rollout engine).")},
+    )
+
+    # --- held-out checks
+    eval_steps: int | None = field(
+        default=None, metadata={"help": "Held-out loss every this many steps (default: `save_steps`); always once at the end."}
+    )
+    eval_samples: int = field(
+        default=64, metadata={"help": "Held-out questions rolled out (greedy) at the end for the format-valid rate; 0 skips."}
+    )
+    eval_batch_size: int = field(default=32, metadata={"help": "Batch size of the held-out loss and of the rollouts."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        choices = {"missing_gold": ("keep", "drop"), "arch": ("llama", "qwen3"), "target": ("prorag", "naive", "standard-rag")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"SFTConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.weight_scheme == "paper" and not self.control_lambda > 1:
-            raise ValueError(f"SFTConfig.control_lambda must be > 1 (Eq. 1), got {self.control_lambda}")
         if not 0 <= self.eval_fraction < 1:
             raise ValueError(f"SFTConfig.eval_fraction must be in [0, 1), got {self.eval_fraction}")
+
+    def evaluation_arguments(self, has_eval: bool) -> dict[str, Any]:
+        """Held-out loss every ``eval_steps`` (default ``save_steps``) when there is a held-out set."""
+        return {
+            "per_device_eval_batch_size": self.eval_batch_size,
+            "eval_strategy": "steps" if has_eval else "no",
+            "eval_steps": (self.eval_steps or self.save_steps) if has_eval else None,
+        }
 
 
 # ----------------------------------------------------------------------------- data
@@ -220,7 +245,7 @@ def gold_from_dict(d: Mapping[str, Any]) -> GoldTrajectory:
 
 
 def load_trajectories(
-    path: str | Path, retriever: Retriever | None = None, k: int = 3
+    path: str | Path, retriever: Retriever | None = None, top_k: int = 3
 ) -> tuple[list[GoldTrajectory], list[Record] | None]:
     """Read a JSONL file of gold trajectories, or of records rendered on the fly with ``retriever``.
 
@@ -236,7 +261,7 @@ def load_trajectories(
     records = [Record.from_dict(r, where=f"{path}:{n}") for n, r in enumerate(rows, start=1)]
     if retriever is None:
         raise ValueError(f"{path} holds records; rendering them into gold trajectories needs a retriever (set `index`)")
-    return render_gold(records, retriever, k=k), records
+    return render_gold(records, retriever, k=top_k), records
 
 
 def build_sft_examples(
@@ -449,17 +474,15 @@ def _dataset(examples: list[dict[str, Any]]) -> Any:
     return Dataset.from_list(examples)
 
 
-def sft_training_args(config: SFTConfig, run_dir: str | Path, *, has_eval: bool = True) -> TRLSFTConfig:
+def sft_training_args(config: SFTTrainingConfig, run_dir: str | Path, *, has_eval: bool = True) -> TRLSFTConfig:
     """TRL's ``SFTConfig`` for ``config``: checkpoints in ``run_dir/checkpoints``, CPU/bf16 chosen
     from the hardware, and the options that keep TRL from re-tokenising or packing the
     pre-tokenised dataset."""
     return TRLSFTConfig(
-        **trainer_arguments(config, run_dir),
-        per_device_eval_batch_size=config.eval_batch_size,
+        **config.training_arguments(run_dir),
+        **config.evaluation_arguments(has_eval),
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
         dataloader_num_workers=config.dataloader_num_workers,
-        eval_strategy="steps" if has_eval else "no",
-        eval_steps=(config.eval_steps or config.save_steps) if has_eval else None,
         # A pre-tokenised dataset with a custom collator: TRL must neither re-tokenise nor pack.
         dataset_kwargs={"skip_prepare_dataset": True},
         remove_unused_columns=False,
@@ -470,7 +493,7 @@ def sft_training_args(config: SFTConfig, run_dir: str | Path, *, has_eval: bool 
 
 
 def make_sft_trainer(
-    config: SFTConfig,
+    config: SFTTrainingConfig,
     run_dir: str | Path,
     model: Any,
     tokenizer: Any,
@@ -482,23 +505,12 @@ def make_sft_trainer(
     (LoRA, metrics file and time budget included), not yet trained."""
     run = Path(run_dir)
     peft_config = None
-    if config.lora:
-        from peft import LoraConfig
-
+    if config.lora.enabled:
         from prorag.models.tags import tag_token_ids
 
         ids = sorted(tag_weights) if tag_weights else sorted(tag_token_ids(tokenizer).values())
-        peft_config = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-            task_type="CAUSAL_LM",
-            trainable_token_indices={"embed_tokens": ids},
-        )
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl")]
-    if config.max_minutes is not None:
-        callbacks.append(TimeBudget(config.max_minutes))
+        peft_config = config.lora.peft_config(trainable_token_indices={"embed_tokens": ids})
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
     return WeightedSFTTrainer(
         model=model,
         args=sft_training_args(config, run, has_eval=bool(eval_examples)),
@@ -550,13 +562,13 @@ def train_sft(
     if trajectories is None:
         if not config.train_file:
             raise ValueError("no training data: pass `trajectories` or set `train_file`")
-        trajectories, recs = load_trajectories(config.train_file, retriever, config.k)
+        trajectories, recs = load_trajectories(config.train_file, retriever, config.top_k)
         by_id.update({r.id: r for r in recs or []})
     train_trajs = list(trajectories)
     if eval_trajectories is not None:
         held_out = list(eval_trajectories)
     elif config.eval_file:
-        held_out, recs = load_trajectories(config.eval_file, retriever, config.k)
+        held_out, recs = load_trajectories(config.eval_file, retriever, config.top_k)
         by_id.update({r.id: r for r in recs or []})
     else:
         train_trajs, held_out = _split(train_trajs, config.eval_fraction, config.seed)
@@ -588,7 +600,7 @@ def train_sft(
         trainer.evaluate()  # the held-out loss of the final weights, unless just measured
 
     out = run / "policy"
-    policy = save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora)
+    policy = save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora.enabled)
     if policy is None:
         return out
 
@@ -623,7 +635,7 @@ def _as_baseline(
     if config.target == "standard-rag" and retriever is None:
         raise ValueError("target='standard-rag' needs a retriever: pass `retriever` or set `index`")
     return baseline_trajectories(
-        config.target, [by_id[t.id] for t in trajectories], retriever, tokenizer, k=config.k, style=config.prompt_style
+        config.target, [by_id[t.id] for t in trajectories], retriever, tokenizer, k=config.top_k, style=config.prompt_style
     )
 
 
@@ -653,7 +665,7 @@ def _rollout_eval(
     settings = EvalConfig(
         baseline=config.target if baseline else None,
         rollout=EvalRolloutConfig(
-            top_k=config.k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed
+            top_k=config.top_k, batch_size=config.eval_batch_size, prompt_style=config.prompt_style, seed=config.seed
         ),
     )
     engine = RolloutEngine(model, tokenizer, retriever, settings.rollout_config())
@@ -676,6 +688,7 @@ def _rollout_eval(
 __all__ = [
     "BUILTIN_MODELS",
     "SFTConfig",
+    "SFTTrainingConfig",
     "WeightedSFTCollator",
     "WeightedSFTTrainer",
     "build_sft_examples",

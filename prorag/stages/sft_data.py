@@ -36,24 +36,28 @@ TeacherKind = Literal["template", "llm"]
 class SFTDataConfig:
     """Settings of ``prorag sft-data``."""
 
-    teacher: TeacherKind = "template"
-    """Who writes the thoughts: ``template`` (offline) or ``llm`` (needs ``llm``)."""
-    k: int = 3
-    """Documents per retrieval; use the ``k`` the policy will search with."""
-    limit: int | None = None
-    """Only the first ``limit`` records of the file."""
-    chunk_size: int = 256
-    """Records rendered (and sent to the LLM) together before their rows are appended."""
-    llm: LLMTeacherConfig | None = None
-    """The LLM teacher's settings (``teacher="llm"``); a ``cache_path`` of None becomes ``OUT.llm_cache.jsonl``."""
+    teacher: TeacherKind = field(
+        default="template", metadata={"help": "Who writes the thoughts: `template` (offline) or `llm` (needs `llm`)."}
+    )
+    top_k: int = field(default=3, metadata={"help": "Documents per retrieval; use the `top_k` the policy will search with."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first `limit` records of the file."})
+    chunk_size: int = field(
+        default=256, metadata={"help": "Records rendered (and sent to the LLM) together before their rows are appended."}
+    )
+    llm: LLMTeacherConfig | None = field(
+        default=None,
+        metadata={
+            "help": ('The LLM teacher\'s settings (`teacher="llm"`); a `cache_path` of None becomes `OUT.llm_cache.jsonl`.')
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.teacher not in ("template", "llm"):
             raise ValueError(f"SFTDataConfig.teacher must be 'template' or 'llm', got {self.teacher!r}")
         if self.teacher == "llm" and self.llm is None:
             raise ValueError("the llm teacher needs its settings (base URL and model)")
-        if self.k < 1 or self.chunk_size < 1:
-            raise ValueError("SFTDataConfig.k and chunk_size must be >= 1")
+        if self.top_k < 1 or self.chunk_size < 1:
+            raise ValueError("SFTDataConfig.top_k and chunk_size must be >= 1")
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"SFTDataConfig.limit must be >= 0, got {self.limit}")
 
@@ -248,7 +252,7 @@ def build_sft_data(
             log.info("resuming: %d records already in %s", summary.already_done, out)
         for start in range(0, len(todo), cfg.chunk_size):
             chunk = todo[start : start + cfg.chunk_size]
-            for traj in teach_chunk(chunk, retriever, cfg.k, llm, summary.dropped):
+            for traj in teach_chunk(chunk, retriever, cfg.top_k, llm, summary.dropped):
                 appender.append(traj.to_dict() | {"teacher": teacher_name})
                 summary.written += 1
                 summary.hops += len(traj.retrievals)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import TrainerCallback
@@ -51,38 +52,109 @@ class TimeBudget(TrainerCallback):
             control.should_save = True
 
 
-def trainer_arguments(config: Any, run_dir: str | Path) -> dict[str, Any]:
-    """The ``TrainingArguments`` every stage sets the same way, from the stage config's shared
-    fields (``epochs``, ``max_steps``, batch size and accumulation, the optimiser and schedule,
-    ``gradient_checkpointing``, ``bf16``, ``seed``, checkpoint and logging intervals,
-    ``report_to``): checkpoints in ``run_dir/checkpoints``, the CPU used when there is no CUDA
-    device, one seed for the model and the data order. A stage adds its own arguments."""
-    cuda = torch.cuda.is_available()
-    return dict(
-        output_dir=str(Path(run_dir) / "checkpoints"),
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.per_device_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type,
-        warmup_steps=config.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        activation_checkpointing=config.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
-        bf16=use_bf16(config.bf16),
-        fp16=False,
-        use_cpu=not cuda,
-        dataloader_pin_memory=cuda,
-        seed=config.seed,
-        data_seed=config.seed,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        report_to=config.report_to,
+@dataclass
+class TrainingConfig:
+    """The optimisation and run settings every stage's trainer (SFT, PRM, RFT, RL) shares.
+
+    A stage config inherits it and redeclares only the defaults that differ (TRL's
+    ``base_config`` pattern), so these fields stay flat in YAML (``sft.learning_rate``).
+    :meth:`training_arguments` turns them into ``TrainingArguments`` keywords.
+    """
+
+    dtype: str = field(
+        default="float32",
+        metadata={"help": 'Dtype the weights are loaded and trained in ("auto": the checkpoint\'s own).'},
     )
+    epochs: float = field(default=1.0, metadata={"help": "Passes over the training data."})
+    max_steps: int = field(default=-1, metadata={"help": "Optimiser steps; > 0 overrides epochs."})
+    max_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Wall-clock budget of the training loop; training stops (and saves) once it is spent."},
+    )
+    per_device_batch_size: int = field(default=8, metadata={"help": "Examples per device and micro-batch."})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimiser step."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "Transformers' learning-rate schedule name."})
+    warmup_ratio: float = field(default=0.03, metadata={"help": "Share of the total steps spent warming up the learning rate."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (pays only for large models)."}
+    )
+    bf16: bool | Literal["auto"] = field(
+        default="auto", metadata={"help": 'bf16 mixed precision; "auto": when a CUDA device supports it (never on CPU).'}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the model initialisation and the data order."})
+    save_steps: int = field(default=500, metadata={"help": "Checkpoint every this many optimiser steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept (None: all)."})
+    logging_steps: int = field(default=10, metadata={"help": "Log the metrics every this many steps."})
+    report_to: str | list[str] = field(default="none", metadata={"help": 'Trainer\'s report_to ("none", "wandb", ...).'})
+
+    def training_arguments(self, run_dir: str | Path) -> dict[str, Any]:
+        """The ``TrainingArguments`` keywords every stage sets the same way: checkpoints in
+        ``run_dir/checkpoints``, the CPU used when there is no CUDA device, one seed for the model
+        and the data order. A stage adds its own arguments."""
+        cuda = torch.cuda.is_available()
+        return dict(
+            output_dir=str(Path(run_dir) / "checkpoints"),
+            num_train_epochs=self.epochs,
+            max_steps=self.max_steps,
+            per_device_train_batch_size=self.per_device_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            learning_rate=self.learning_rate,
+            lr_scheduler_type=self.lr_scheduler_type,
+            warmup_steps=self.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+            weight_decay=self.weight_decay,
+            max_grad_norm=self.max_grad_norm,
+            activation_checkpointing=self.gradient_checkpointing,  # transformers 5's name of gradient checkpointing
+            bf16=use_bf16(self.bf16),
+            fp16=False,
+            use_cpu=not cuda,
+            dataloader_pin_memory=cuda,
+            seed=self.seed,
+            data_seed=self.seed,
+            save_strategy="steps",
+            save_steps=self.save_steps,
+            save_total_limit=self.save_total_limit,
+            logging_steps=self.logging_steps,
+            logging_first_step=True,
+            report_to=self.report_to,
+        )
+
+    def time_budget(self) -> list[TrainerCallback]:
+        """The :class:`TimeBudget` callback when ``max_minutes`` is set, else nothing."""
+        return [TimeBudget(self.max_minutes)] if self.max_minutes is not None else []
+
+
+@dataclass
+class LoRAConfig:
+    """A LoRA adapter instead of full fine-tuning (merged into the saved policy); YAML
+    ``lora: {enabled: true, r: 16}``."""
+
+    enabled: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of every weight."})
+    r: int = field(default=16, metadata={"help": "Rank of the adapter."})
+    alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)."})
+    dropout: float = field(default=0.05, metadata={"help": "Dropout on the adapter's input."})
+    target_modules: str | list[str] = field(
+        default="all-linear",
+        metadata={"help": 'Modules given an adapter (peft\'s "all-linear": every linear layer but the head).'},
+    )
+
+    def peft_config(self, **extra: Any) -> Any:
+        """peft's ``LoraConfig`` for a causal LM (``extra``: e.g. ``trainable_token_indices``), or
+        ``None`` when LoRA is off."""
+        if not self.enabled:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=self.target_modules,
+            task_type="CAUSAL_LM",
+            **extra,
+        )
 
 
 def use_bf16(setting: bool | str) -> bool:

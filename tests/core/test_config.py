@@ -10,6 +10,7 @@ import pytest
 from prorag.core.config import config_from_dict, load_config
 from prorag.core.errors import DataError
 from prorag.stages.sft import SFTConfig
+from prorag.stages.training import LoRAConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,14 +52,15 @@ max_minutes: null
 bf16: auto
 fused_lm_head: false
 tag_weights: {"</step>": 4}
-lora_target_modules: [q_proj, v_proj]
+lora:
+  target_modules: [q_proj, v_proj]
 report_to: none
 """
     cfg = load_config(write(tmp_path, text), SFTConfig)
     assert cfg.learning_rate == 3e-3 and isinstance(cfg.learning_rate, float)
     assert isinstance(cfg.warmup_ratio, float) and cfg.epochs == 2.0 and cfg.max_minutes is None
     assert cfg.bf16 == "auto" and cfg.fused_lm_head is False
-    assert cfg.tag_weights == {"</step>": 4.0} and cfg.lora_target_modules == ["q_proj", "v_proj"]
+    assert cfg.tag_weights == {"</step>": 4.0} and cfg.lora.target_modules == ["q_proj", "v_proj"] and cfg.lora.r == 16
     assert load_config(write(tmp_path, ""), SFTConfig) == SFTConfig()
 
 
@@ -66,12 +68,12 @@ def test_every_field_is_settable(tmp_path: Path) -> None:
     """Each field, written back from a non-default config, loads to the same value."""
     changed = SFTConfig(
         model="small", target="naive", tokenizer="tok", world_dir="w", arch="qwen3", dtype="bfloat16", train_file="t.jsonl", index="idx",
-        k=5, records_file="r.jsonl", eval_file="e.jsonl", eval_fraction=0.1, missing_gold="drop", prompt_style="chat",
+        top_k=5, records_file="r.jsonl", eval_file="e.jsonl", eval_fraction=0.1, missing_gold="drop", prompt_style="chat",
         max_length=512, overlong="truncate", epochs=3.0, max_steps=7, max_minutes=1.5, per_device_batch_size=2,
         gradient_accumulation_steps=4, learning_rate=1e-4, lr_scheduler_type="cosine", warmup_ratio=0.1, weight_decay=0.01,
         max_grad_norm=0.5, group_by_length=True, gradient_checkpointing=True, fused_lm_head=True, weight_scheme="paper",
-        control_lambda=4.0, tag_weights={"</answer>": 6.0}, reduction="sum", lora=True, lora_r=8, lora_alpha=16,
-        lora_dropout=0.1, lora_target_modules=["q_proj"], bf16=False, seed=3, save_steps=9, save_total_limit=None,
+        control_lambda=4.0, tag_weights={"</answer>": 6.0}, reduction="sum",
+        lora=LoRAConfig(enabled=True, r=8, alpha=16, dropout=0.1, target_modules=["q_proj"]), bf16=False, seed=3, save_steps=9, save_total_limit=None,
         logging_steps=2, eval_steps=4, eval_samples=5, eval_batch_size=6, report_to=["tensorboard"], dataloader_num_workers=1,
     )  # fmt: skip
     defaults = SFTConfig()
@@ -87,9 +89,9 @@ def test_every_field_is_settable(tmp_path: Path) -> None:
     "text,where,message",
     [
         ("model: tiny\nlearning_rat: 0.1\n", ":2", "unknown key 'learning_rat' for SFTConfig; did you mean 'learning_rate'?"),
-        ("k: 3\nmax_steps: many\n", ":2", "field 'max_steps': expected an integer, got str 'many'"),
-        ("lora: yes please\n", ":1", "field 'lora': expected true or false"),
-        ("k: 2.5\n", ":1", "field 'k': expected an integer"),
+        ("top_k: 3\nmax_steps: many\n", ":2", "field 'max_steps': expected an integer, got str 'many'"),
+        ("lora: yes please\n", ":1", "field 'lora': expected a mapping of LoRAConfig fields"),
+        ("top_k: 2.5\n", ":1", "field 'top_k': expected an integer"),
         ("overlong: chop\n", ":1", "field 'overlong': expected 'drop' or 'truncate'"),
         ("tag_weights: [1, 2]\n", ":1", "field 'tag_weights'"),
         ("eval_fraction: 1.5\n", "", "eval_fraction must be in [0, 1)"),
@@ -115,9 +117,9 @@ def test_nested_config_blocks(tmp_path: Path) -> None:
     """A config holding another config (the LLM teacher's settings in SFTDataConfig) reads it from a mapping."""
     from prorag.stages.sft_data import SFTDataConfig
 
-    path = write(tmp_path, "teacher: llm\nk: 5\nllm:\n  base_url: http://127.0.0.1:8000/v1\n  model: m\n  concurrency: 2\n")
+    path = write(tmp_path, "teacher: llm\ntop_k: 5\nllm:\n  base_url: http://127.0.0.1:8000/v1\n  model: m\n  concurrency: 2\n")
     cfg = load_config(path, SFTDataConfig)
-    assert cfg.k == 5 and cfg.llm is not None and (cfg.llm.model, cfg.llm.concurrency) == ("m", 2)
+    assert cfg.top_k == 5 and cfg.llm is not None and (cfg.llm.model, cfg.llm.concurrency) == ("m", 2)
     bad = write(tmp_path, "teacher: llm\nllm:\n  base_url: http://127.0.0.1:8000/v1\n  model: m\n  concurrencyy: 2\n")
     with pytest.raises(DataError, match=r":2: field 'llm': expected a valid LLMTeacherConfig .*unknown key 'concurrencyy'"):
         load_config(bad, SFTDataConfig)
@@ -136,3 +138,50 @@ def test_apply_overrides_reads_yaml_values_and_checks_them() -> None:
         apply_overrides(RLConfig(), ["beta=x"])
     with pytest.raises(DataError, match="KEY=VALUE"):
         apply_overrides(RLConfig(), ["beta"])
+
+
+def stage_configs() -> list[type]:
+    from prorag.agent.rollout import RolloutConfig
+    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
+    from prorag.experiments.pipeline import DataConfig, IndexConfig, PipelineConfig
+    from prorag.method.rewards.outcome import OutcomeRewardConfig
+    from prorag.method.rewards.process import StepRewardConfig
+    from prorag.stages.mcts import MCTSConfig
+    from prorag.stages.pairs import PairsConfig
+    from prorag.stages.prm import PRMConfig
+    from prorag.stages.rft import RFTConfig
+    from prorag.stages.rl import RLConfig
+    from prorag.stages.sft import SFTTrainingConfig
+    from prorag.stages.sft_data import SFTDataConfig
+    from prorag.stages.training import TrainingConfig
+
+    return [
+        SFTConfig, SFTTrainingConfig, SFTDataConfig, MCTSConfig, PairsConfig, PRMConfig, RFTConfig, RLConfig, EvalConfig,
+        EvalRolloutConfig, RolloutConfig, OutcomeRewardConfig, StepRewardConfig, DataConfig, IndexConfig, PipelineConfig,
+        LoRAConfig, TrainingConfig,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", stage_configs(), ids=lambda c: c.__name__)
+def test_every_config_field_has_help(cls: type) -> None:
+    missing = [f.name for f in dataclasses.fields(cls) if not str(f.metadata.get("help", "")).strip()]
+    assert missing == []
+
+
+def test_field_help_walks_nested_configs_with_the_parents_defaults() -> None:
+    from prorag.core.config import field_help
+    from prorag.stages.mcts import MCTSConfig
+
+    rows = {name: (tp, default, text) for name, tp, default, text in field_help(MCTSConfig)}
+    assert rows["simulations"][:2] == ("int", "200") and rows["simulations"][2]
+    assert rows["rollout"][0] == "RolloutConfig" and rows["rollout.temperature"][:2] == ("float", "0.9")
+    assert rows["rollout.batch_size"][1] == "160" and rows["rollout.prompt_style"][1] == "None"
+
+
+def test_a_partial_nested_block_keeps_the_stages_defaults(tmp_path: Path) -> None:
+    """``rollout: {temperature: 1.1}`` in MCTS changes the temperature only: top-p 0.95 and batch
+    160 stay MCTS's, not RolloutConfig's 1.0 and 32."""
+    from prorag.stages.mcts import MCTSConfig
+
+    cfg = load_config(write(tmp_path, "rollout:\n  temperature: 1.1\n"), MCTSConfig)
+    assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.batch_size, cfg.rollout.max_actions) == (1.1, 0.95, 160, 13)

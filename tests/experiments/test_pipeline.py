@@ -96,8 +96,27 @@ def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
     assert cfg.sft.model == "Qwen/Qwen3-8B" and cfg.sft.learning_rate == pytest.approx(2e-5)
     assert (cfg.mcts.simulations, cfg.mcts.num_candidates, cfg.mcts.max_depth) == (200, 5, 10)
     assert (cfg.mcts.c_puct, cfg.mcts.gamma) == (2.5, 0.99)
-    assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora, cfg.rl.lora_r, cfg.rl.lora_alpha) == (8, 0.3, True, 16, 32)
+    assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora.enabled, cfg.rl.lora.r, cfg.rl.lora.alpha) == (8, 0.3, True, 16, 32)
     assert cfg.index.kind == "dense" and cfg.index.query_prefix == "query: " and cfg.top_k == 3
+
+
+def test_marker_of_an_earlier_config_layout_is_refused(tmp_path: Path) -> None:
+    """A stage marker without ``config_schema`` (or an older one) was fingerprinted over another
+    layout of the configs: the stage is refused with what to do, not rerun or skipped."""
+    from prorag.data.jsonl import write_json
+    from prorag.experiments.pipeline import CONFIG_SCHEMA, Run
+
+    run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
+    calls: list[int] = []
+    run.stage("sft", {"a": 1}, lambda: calls.append(1))
+    marker = read_json(tmp_path / "stages" / "sft.json")
+    assert marker["config_schema"] == CONFIG_SCHEMA == 2
+    run.stage("sft", {"a": 1}, lambda: calls.append(2))  # the same layout and settings: skipped
+    assert calls == [1]
+    write_json(tmp_path / "stages" / "sft.json", {k: v for k, v in marker.items() if k != "config_schema"})
+    with pytest.raises(ValueError, match="made by an earlier config layout.*use a new run folder, or delete"):
+        run.stage("sft", {"a": 1}, lambda: calls.append(3))
+    assert calls == [1]
 
 
 def test_non_default_fields_round_trip() -> None:

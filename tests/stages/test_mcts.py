@@ -4,6 +4,7 @@ executed searches, greedy simulation, Eq. 3 values, JSONL trees, resume and the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,12 @@ from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.mcts import MCTSConfig, TreeSearch, count_actions, read_trees, run_mcts, terminal_value, unique_by_text
 from tests.agent.test_rollout import _tiny_llama
 from tests.fakes import ReplayLM
+
+
+def engine(**kw: Any) -> RolloutConfig:
+    """MCTSConfig's default engine settings with ``kw`` changed."""
+    return replace(MCTSConfig().rollout, **kw)
+
 
 torch.set_num_threads(1)
 
@@ -101,7 +108,9 @@ def test_search_on_scripted_policy_has_hand_checkable_values(
     world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
     model = _fork_model(world_tokenizer, tiny_retriever, records)
-    cfg = MCTSConfig(simulations=3, num_candidates=4, max_action_tokens=64, gamma=0.9, trees_per_batch=4, batch_size=16)
+    cfg = MCTSConfig(
+        simulations=3, num_candidates=4, gamma=0.9, trees_per_batch=4, rollout=engine(max_action_tokens=64, batch_size=16)
+    )
     trees = TreeSearch(model, world_tokenizer, tiny_retriever, cfg).run(records[:3])
     for tree, record in zip(trees, records[:3], strict=True):
         assert tree.id == record.id and tree.simulations == 3
@@ -143,7 +152,7 @@ def test_one_value_per_round_on_a_single_branch(
     model = ReplayLM(
         _fork_model(world_tokenizer, tiny_retriever, records).targets, len(world_tokenizer), world_tokenizer.eos_token_id
     )
-    cfg = MCTSConfig(simulations=2, num_candidates=2, max_action_tokens=64, gamma=0.5, trees_per_batch=2)
+    cfg = MCTSConfig(simulations=2, num_candidates=2, gamma=0.5, trees_per_batch=2, rollout=engine(max_action_tokens=64))
     search = TreeSearch(model, world_tokenizer, tiny_retriever, cfg)
     search.expander.config.greedy = True
     (tree,) = search.run([r for r in records if len(r.metadata["decomposition"]) == 1][:1])
@@ -161,7 +170,9 @@ def test_run_folder_resumes_and_refuses_other_settings(
     tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
     model = _tiny_llama(world_tokenizer)
-    cfg = MCTSConfig(simulations=2, num_candidates=2, max_depth=3, max_actions=4, max_action_tokens=12, trees_per_batch=2)
+    cfg = MCTSConfig(
+        simulations=2, num_candidates=2, max_depth=3, trees_per_batch=2, rollout=engine(max_actions=4, max_action_tokens=12)
+    )
     search = TreeSearch(model, world_tokenizer, tiny_retriever, cfg)
     first = run_mcts(records, tmp_path, search, provenance={"policy": "tiny"}, limit=3, progress=False)
     assert first.trees == 3 and first.simulations == 6
@@ -173,9 +184,43 @@ def test_run_folder_resumes_and_refuses_other_settings(
     assert (again.already_done, again.trees) == (2, 2)
     assert [t.id for t in read_trees(tmp_path)] == [r.id for r in records[:4]]
     assert json.loads((tmp_path / "config.json").read_text())["mcts"]["simulations"] == 2
-    other = TreeSearch(model, world_tokenizer, tiny_retriever, MCTSConfig(simulations=3, max_depth=3, max_actions=4))
+    other = TreeSearch(
+        model, world_tokenizer, tiny_retriever, MCTSConfig(simulations=3, max_depth=3, rollout=engine(max_actions=4))
+    )
     with pytest.raises(ValueError, match="another search"):
         run_mcts(records, tmp_path, other, provenance={"policy": "tiny"}, progress=False)
+
+
+def test_run_folder_of_the_flat_layout_resumes_or_is_refused(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """A ``config.json`` written before the engine's settings were nested in ``rollout``: the same
+    search resumes, another one is refused with the usual message (not a crash)."""
+    from dataclasses import asdict
+
+    cfg = MCTSConfig(
+        simulations=1, num_candidates=2, max_depth=3, trees_per_batch=2, rollout=engine(max_actions=4, max_action_tokens=12)
+    )
+    flat = {k: v for k, v in asdict(cfg).items() if k != "rollout"}
+    flat |= {
+        k: getattr(cfg.rollout, k)
+        for k in (
+            "temperature",
+            "top_p",
+            "max_actions",
+            "max_action_tokens",
+            "max_completion_tokens",
+            "top_k",
+            "batch_size",
+            "prompt_style",
+        )
+    }
+    (tmp_path / "config.json").write_text(json.dumps({"policy": "tiny", "mcts": flat}))
+    search = TreeSearch(_tiny_llama(world_tokenizer), world_tokenizer, tiny_retriever, cfg)
+    assert run_mcts(records, tmp_path, search, provenance={"policy": "tiny"}, limit=1, progress=False).trees == 1
+    (tmp_path / "config.json").write_text(json.dumps({"policy": "tiny", "mcts": flat | {"temperature": 0.5}}))
+    with pytest.raises(ValueError, match=r"config.json was written by another search \(mcts differ\)"):
+        run_mcts(records, tmp_path, search, provenance={"policy": "tiny"}, limit=1, progress=False)
 
 
 @pytest.mark.slow
@@ -189,7 +234,7 @@ def test_command_line_searches_shows_and_pairs(
     monkeypatch.setattr("prorag.models.checkpoints.load_policy", lambda *a, **k: (model, world_tokenizer))
     build_index(tiny_world / "corpus.jsonl", tmp_path / "index")
     (tmp_path / "mcts.yaml").write_text(
-        "simulations: 2\nnum_candidates: 3\nmax_depth: 3\nmax_actions: 4\nmax_action_tokens: 12\n"
+        "simulations: 2\nnum_candidates: 3\nmax_depth: 3\nrollout:\n  max_actions: 4\n  max_action_tokens: 12\n"
     )
     runner = CliRunner()
     args = ["mcts", "--policy", "tiny", "--data", str(tiny_world / "test.jsonl"), "--index", str(tmp_path / "index")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,9 @@ def test_pairs_from_a_real_search(world_tokenizer: Any, tiny_retriever: BM25Retr
     the gold action is chosen, the empty one rejected, with the tree's exact context ids."""
     records = read_records(tiny_world / "test.jsonl")[:3]
     model = _fork_model(world_tokenizer, tiny_retriever, records)
-    cfg = MCTSConfig(simulations=4, num_candidates=4, max_action_tokens=64, trees_per_batch=3)
+    cfg = MCTSConfig(
+        simulations=4, num_candidates=4, trees_per_batch=3, rollout=replace(MCTSConfig().rollout, max_action_tokens=64)
+    )
     trees = TreeSearch(model, world_tokenizer, tiny_retriever, cfg).run(records)
     out = tmp_path / "pairs.jsonl"
     summary = extract_pairs(trees, out, PairsConfig(min_visits=1))

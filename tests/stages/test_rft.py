@@ -35,7 +35,7 @@ from prorag.stages.rft import (
     rft_loss_mask,
     run_rft,
 )
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft import SFTTrainingConfig
 from tests.fakes import ReplayLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -154,7 +154,7 @@ def replay_engine(world_tokenizer: Any, tiny_retriever: BM25Retriever, world_rec
 
 
 def rft_config(**kw: Any) -> RFTConfig:
-    train = SFTConfig(
+    train = SFTTrainingConfig(
         per_device_batch_size=2, learning_rate=3e-3, logging_steps=1, save_steps=2, max_steps=2, warmup_ratio=0.0, max_length=512
     )
     return RFTConfig(**({"samples_per_question": 2, "rollout": RolloutConfig(batch_size=4), "train": train} | kw))
@@ -286,6 +286,11 @@ def test_run_rft_end_to_end_and_refuses_changed_settings(
     # A run made before a setting existed resumes when the setting is at its default.
     stored = json.loads((tmp_path / "rft_config.json").read_text())
     del stored["prm_scope"]
+    (tmp_path / "rft_config.json").write_text(json.dumps(stored))
+    run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)
+    # A run of the earlier config layout (train: a whole flat SFTConfig) resumes: its sampling settings are the same.
+    stored = json.loads((tmp_path / "rft_config.json").read_text())
+    stored["train"] = {"model": "tiny", "k": 3, "lora": False, "lora_r": 16, "learning_rate": 3e-3}
     (tmp_path / "rft_config.json").write_text(json.dumps(stored))
     run_rft(rft_config(), tmp_path, scorer=AlternatingScorer(), prm_digest="aaaa", **common)
     with pytest.raises(ValueError, match="exactly one"):

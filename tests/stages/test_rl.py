@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import ppo_clip_loss
@@ -54,9 +54,7 @@ def fast_config(**kw: Any) -> RLConfig:
     base = dict(
         group_size=2,
         per_device_batch_size=4,
-        max_action_tokens=12,
-        max_actions=3,
-        max_completion_tokens=48,
+        rollout=RolloutConfig(max_action_tokens=12, max_actions=3, max_completion_tokens=48, batch_size=64),
         learning_rate=1e-3,
         max_steps=2,
         save_steps=1,
@@ -94,7 +92,9 @@ def reference_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: 
 def test_trainer_loss_is_the_reference_ppo_clip_loss(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
-    cfg = fast_config(temperature=0.7, max_action_tokens=64, max_actions=11, max_completion_tokens=1024)
+    cfg = fast_config(
+        rollout=RolloutConfig(temperature=0.7, max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    )
     model = make_tiny_model(world_tokenizer)
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, prm)
@@ -112,7 +112,7 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert torch.allclose(adv[0], adv[2]) and torch.allclose(adv[1], adv[3])
 
     with torch.no_grad():
-        logp = reference_logprobs(model, batch, cfg.temperature)
+        logp = reference_logprobs(model, batch, cfg.rollout.temperature)
     # pi_old differs from pi_theta, so some ratios leave [0.8, 1.2] and the clip binds.
     old = logp + 0.4 * torch.randn(logp.shape, generator=torch.Generator().manual_seed(0))
     batch["old_per_token_logps"] = old
@@ -134,7 +134,10 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
 def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
-    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, prm_scope="reasoning")
+    cfg = fast_config(
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        prm_scope="reasoning",
+    )
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
     rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
@@ -172,7 +175,7 @@ def test_a_few_steps_move_the_weights_and_log_the_curve(
     model = make_tiny_model(world_tokenizer)
     before = _params(model)
     prm = FakePRM()
-    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024)
+    cfg = fast_config(rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64))
     out = train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=prm)
     assert prm.calls == 2
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
@@ -247,7 +250,7 @@ def test_config_checks_and_yaml(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     assert load_config(repo / "configs" / "rl_world_tiny.yaml", RLConfig).group_size == 8
     paper = load_config(repo / "configs" / "rl_paper.yaml", RLConfig)
-    assert (paper.lora, paper.lora_r, paper.lora_alpha, paper.learning_rate, paper.beta) == (True, 16, 32, 1e-5, 0.3)
+    assert (paper.lora.enabled, paper.lora.r, paper.lora.alpha, paper.learning_rate, paper.beta) == (True, 16, 32, 1e-5, 0.3)
 
 
 # ----------------------------------------------------------------------------- several processes
@@ -292,7 +295,7 @@ def test_one_and_two_processes_train_alike(
     ProcessRewardModel(*reward_model_from_policy(policy)).save(tmp_path / "prm")
     build_index(tiny_world / "corpus.jsonl", tmp_path / "bm25")
     fields = (
-        "group_size: 4\nmax_action_tokens: 16\nmax_actions: 3\nmax_completion_tokens: 160\n"
+        "group_size: 4\nrollout:\n  max_action_tokens: 16\n  max_actions: 3\n  max_completion_tokens: 160\n"
         "learning_rate: 3.0e-3\nsave_steps: 1\nlimit: 8\n"
     )
     runs = {}

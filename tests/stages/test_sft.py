@@ -29,6 +29,7 @@ from prorag.stages.sft import (
     make_sft_trainer,
     train_sft,
 )
+from prorag.stages.training import LoRAConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -233,7 +234,7 @@ def test_train_save_reload_and_resume(
 
 
 def test_lora_policy_is_merged(tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory]) -> None:
-    cfg = fast_config(max_steps=2, lora=True, eval_samples=0, eval_fraction=0.0, warmup_ratio=0.0)
+    cfg = fast_config(max_steps=2, lora=LoRAConfig(enabled=True), eval_samples=0, eval_fraction=0.0, warmup_ratio=0.0)
     policy = train_sft(cfg, tmp_path / "lora", tokenizer=tokenizer, trajectories=gold[:8])
     assert not (policy / "adapter_config.json").exists()
     model, _ = load_policy(str(policy))

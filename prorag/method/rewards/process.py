@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from prorag.agent.rollout import ActionRecord, Trajectory
@@ -49,10 +49,14 @@ REFERENCE_STEP_PENALTY = -2.0
 class StepRewardConfig:
     """Which form of Eq. 5 to compute, and its settings."""
 
-    form: StepForm = "paper"
-    """``"paper"``: ``logit + nu1 * I_step``; ``"reference"``: ``sigmoid(logit) + (1 if I_step else -2)``."""
-    nu1: float = 1.0
-    """The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."""
+    form: StepForm = field(
+        default="paper",
+        metadata={"help": ('`"paper"`: `logit + nu1 * I_step`; `"reference"`: `sigmoid(logit) + (1 if I_step else -2)`.')},
+    )
+    nu1: float = field(
+        default=1.0,
+        metadata={"help": ("The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus.")},
+    )
 
     def __post_init__(self) -> None:
         if self.form not in STEP_FORMS:

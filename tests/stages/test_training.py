@@ -1,0 +1,94 @@
+"""The shared training settings: TrainingConfig's TrainingArguments, LoRAConfig's peft config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from prorag.stages.prm import PRMConfig
+from prorag.stages.rl import RLConfig
+from prorag.stages.sft import SFTConfig
+from prorag.stages.training import LoRAConfig, TimeBudget, TrainingConfig
+
+
+def test_training_arguments_map_the_fields_as_before(tmp_path: Path) -> None:
+    """Hand-checked: every shared field lands on its TrainingArguments name (``warmup_ratio`` on
+    ``warmup_steps``, ``gradient_checkpointing`` on ``activation_checkpointing``, one seed twice)."""
+    cfg = TrainingConfig(
+        epochs=2.0, max_steps=7, per_device_batch_size=3, gradient_accumulation_steps=4, learning_rate=1e-4,
+        lr_scheduler_type="cosine", warmup_ratio=0.1, weight_decay=0.01, max_grad_norm=0.5, gradient_checkpointing=True,
+        bf16=False, seed=5, save_steps=9, save_total_limit=None, logging_steps=2, report_to=["tensorboard"],
+    )  # fmt: skip
+    cuda = torch.cuda.is_available()
+    assert cfg.training_arguments(tmp_path) == {
+        "output_dir": str(tmp_path / "checkpoints"),
+        "num_train_epochs": 2.0,
+        "max_steps": 7,
+        "per_device_train_batch_size": 3,
+        "gradient_accumulation_steps": 4,
+        "learning_rate": 1e-4,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": 0.1,
+        "weight_decay": 0.01,
+        "max_grad_norm": 0.5,
+        "activation_checkpointing": True,
+        "bf16": False,
+        "fp16": False,
+        "use_cpu": not cuda,
+        "dataloader_pin_memory": cuda,
+        "seed": 5,
+        "data_seed": 5,
+        "save_strategy": "steps",
+        "save_steps": 9,
+        "save_total_limit": None,
+        "logging_steps": 2,
+        "logging_first_step": True,
+        "report_to": ["tensorboard"],
+    }
+    assert TrainingConfig().time_budget() == []
+    assert isinstance(TrainingConfig(max_minutes=1.0).time_budget()[0], TimeBudget)
+
+
+def test_stage_defaults_are_unchanged() -> None:
+    """Each stage keeps the defaults it had before the shared base class."""
+    sft, prm, rl = SFTConfig(), PRMConfig(), RLConfig()
+    assert (sft.learning_rate, sft.warmup_ratio, sft.save_steps, sft.logging_steps, sft.epochs) == (2e-5, 0.03, 500, 10, 1.0)
+    assert (prm.epochs, prm.gradient_accumulation_steps, prm.save_steps, prm.learning_rate, prm.logging_steps) == (
+        3.0,
+        4,
+        200,
+        2e-5,
+        10,
+    )
+    assert (rl.learning_rate, rl.lr_scheduler_type, rl.warmup_ratio, rl.save_steps, rl.logging_steps) == (
+        1e-5,
+        "constant",
+        0.0,
+        50,
+        1,
+    )
+    assert (rl.rollout.max_actions, rl.rollout.batch_size, rl.rollout.temperature, rl.group_size) == (11, 64, 1.0, 8)
+    for cfg in (sft, prm, rl):
+        assert (cfg.dtype, cfg.bf16, cfg.seed, cfg.save_total_limit, cfg.report_to, cfg.max_steps) == (
+            "float32",
+            "auto",
+            0,
+            2,
+            "none",
+            -1,
+        )
+    assert (sft.lora, rl.lora) == (LoRAConfig(), LoRAConfig())
+    assert (LoRAConfig().r, LoRAConfig().alpha, LoRAConfig().dropout, LoRAConfig().target_modules) == (16, 32, 0.05, "all-linear")
+
+
+def test_lora_peft_config() -> None:
+    assert LoRAConfig().peft_config() is None
+    peft = LoRAConfig(enabled=True, r=8, alpha=16, dropout=0.1, target_modules=["q_proj"]).peft_config()
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout, set(peft.target_modules), peft.task_type) == (
+        8,
+        16,
+        0.1,
+        {"q_proj"},
+        "CAUSAL_LM",
+    )

@@ -167,11 +167,13 @@ class PRMConfig:
     from the policy (a random head: its scores carry no process signal), so a pipeline with
     small budgets goes on, as RFT's ``if_nothing_kept: copy_policy`` does."""
     kind: str = "head"
-    """``"head"`` (the paper): the policy's backbone with a new scalar head read on the step's last
-    token. ``"likelihood"``: the policy's causal LM itself, scoring a step by ``likelihood_beta``
-    times its mean token log-probability (SimPO's length-normalised implicit reward), trained
-    with the same Eq. 4; its zero point is fitted on the training pairs after training
-    (:func:`separating_threshold`). See :mod:`prorag.supervision.reward_model` for why it exists."""
+    """A name in :data:`~prorag.supervision.reward_model.PRM_KINDS`. ``"head"`` (the paper): the
+    policy's backbone with a new scalar head read on the step's last token. ``"likelihood"``: the
+    policy's causal LM itself, scoring a step by ``likelihood_beta`` times its mean token
+    log-probability (SimPO's length-normalised implicit reward), trained with the same Eq. 4; its
+    zero point is fitted on the training pairs after training
+    (:func:`~prorag.supervision.reward_model.separating_threshold`). See
+    :mod:`prorag.supervision.reward_model` for why it exists."""
     likelihood_beta: float = 1.0
     """The likelihood kind's scale: the logit of a step is ``beta * (mean log p - offset)``, so the
     sigmoid of a pair's margin is ``sigmoid(beta * difference in mean log-probability)``."""

@@ -41,6 +41,7 @@ SHORTCUTS: dict[str, dict[str, str]] = {
         "--data": "train_file",
         "--index": "index",
         "--process-reward": "process_reward",
+        "--advantage": "advantage",
         "--beta": "beta",
         "--exclude": "exclude_ids_from",
         "--max-steps": "max_steps",
@@ -378,11 +379,6 @@ def rft(
 # ----------------------------------------------------------------------------- stage 4: RL
 
 
-class ProcessRewardKind(StrEnum):
-    prm = "prm"
-    none = "none"
-
-
 @stage_command("rl", "prorag.stages.rl:RLConfig", "rl")
 def rl_cmd(
     source: ConfigSource,
@@ -396,7 +392,11 @@ def rl_cmd(
         str | None, typer.Option(help="Process reward model folder (prorag prm); not needed with --process-reward none.")
     ] = None,
     process_reward: Annotated[
-        ProcessRewardKind | None, typer.Option(help="prm (ProRAG) or none (the outcome-only GRPO baseline).")
+        str | None,
+        typer.Option(help="Step-reward source (STEP_REWARD_SOURCES): prm (ProRAG) or none (the outcome-only GRPO baseline)."),
+    ] = None,
+    advantage: Annotated[
+        str | None, typer.Option(help="Advantage estimator (ADVANTAGE_ESTIMATORS): dual (ProRAG), grpo, cpgrpo.")
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
     exclude: Annotated[
@@ -415,6 +415,7 @@ def rl_cmd(
     from prorag.stages.rl import train_rl
 
     options = {"--policy": policy, "--prm": prm, "--data": data, "--index": index, "--process-reward": process_reward}
+    options["--advantage"] = advantage
     cfg = source.load({**options, "--beta": beta, "--exclude": exclude or None, "--max-steps": max_steps, "--seed": seed})
     out = train_rl(cfg, run_dir)
     typer.echo(f"wrote the RL policy to {out} (learning curve: {run_dir / 'learning_curve.csv'})")

@@ -10,22 +10,29 @@ answer; a tiny model trained from scratch (``plain`` style) is trained to write
 ``<answer> x </answer>`` after the prompt, by the SFT stage with ``target="naive"`` or
 ``"standard-rag"`` on :func:`baseline_trajectories`: the same questions, gold answers, model,
 optimiser and budget as the ProRAG policy, so that the comparison isolates what the multi-step
-format and its retrievals add. The iterative inference-time baselines (Iter-RetGen,
-IRCoT, FLARE, agentic prompting) come in their own issue.
+format and its retrievals add. Each baseline is an :class:`EvalBaseline` registered in
+:data:`EVAL_BASELINES` (``EvalConfig.baseline``); the iterative ones (Iter-RetGen, IRCoT, FLARE,
+agentic prompting) come as one module each, named in the registry's ``builtins``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 from prorag.agent.gold import GoldTrajectory
 from prorag.agent.prompts import DIRECT_ANSWER_PROMPT, RAG_ANSWER_PROMPT, chat_prompt, has_chat_template, plain_prompt
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.schema import extract_answer, render_final, render_retrieval
+from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever, format_documents
 
-Baseline = Literal["naive", "standard-rag"]
+#: A baseline's name in :data:`EVAL_BASELINES`.
+Baseline = str
+#: Per record id, the retrievals a baseline made before the model's first action.
+Searched = dict[str, list[dict[str, Any]]]
 
 
 def _style(tokenizer: Any, style: str | None) -> str:
@@ -62,25 +69,85 @@ def baseline_answer(text: str, tokenizer: Any) -> str | None:
     return None
 
 
-def baseline_prompts(
-    baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever, k: int, style: str | None
-) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
-    """Prompts of the naive (no retrieval) or standard RAG (one retrieval with the question) baseline.
+class EvalBaseline:
+    """One inference-time baseline, as the harness runs it: the engine's settings
+    (:meth:`rollout_config`), the prompts (:meth:`prompts`), the run on the engine (:meth:`run`)
+    and the prediction read from each trajectory (:meth:`answer`). The defaults are a one-shot
+    baseline's: one generation on the baseline's own prompt; a subclass overrides what differs."""
 
-    Also returns, per record id, the retrievals made while building the prompt (standard RAG's
-    one search, recorded as action -1: before the model's first action), so that retrieval
-    steps and evidence recall are counted for baselines as for policies.
-    """
-    if baseline == "naive":
+    def rollout_config(self, rollout: RolloutConfig) -> RolloutConfig:
+        """One action: a single generation, stopped by ``</answer>`` or end-of-sequence."""
+        return replace(rollout, max_actions=1)
+
+    def prompts(
+        self, tokenizer: Any, records: Sequence[Record], retriever: Retriever | None, k: int, style: str | None
+    ) -> tuple[list[str], Searched]:
+        """The prompt of each record, and per record id the retrievals made while building it
+        (recorded as action -1: before the model's first action), so that retrieval steps and
+        evidence recall are counted for baselines as for policies."""
+        raise NotImplementedError
+
+    def run(
+        self,
+        engine: RolloutEngine,
+        records: Sequence[Record],
+        on_batch: Callable[[list[Trajectory]], None],
+        *,
+        progress: bool = False,
+    ) -> None:
+        """Roll ``records`` out on ``engine`` and hand each finished batch to ``on_batch``, each
+        trajectory's retrievals starting with those of its prompt."""
+        cfg = engine.config
+        prompts, searched = self.prompts(engine.tokenizer, records, engine.retriever, cfg.top_k, cfg.prompt_style)
+
+        def with_prompt_retrievals(batch: list[Trajectory]) -> None:
+            for t in batch:
+                t.retrievals = searched.get(t.id, []) + t.retrievals
+            on_batch(batch)
+
+        engine.rollout(records, prompts=prompts, progress=progress, on_batch=with_prompt_retrievals)
+
+    def answer(self, traj: Trajectory, tokenizer: Any) -> str | None:
+        """:func:`baseline_answer` of the generated text (an instruct model may answer untagged)."""
+        return baseline_answer(traj.text, tokenizer)
+
+
+#: Evaluation baselines by name (``EvalConfig.baseline``, ``prorag eval --baseline``).
+EVAL_BASELINES: Registry[type[EvalBaseline]] = Registry("evaluation baseline")
+
+
+@EVAL_BASELINES.register("naive")
+class NaiveBaseline(EvalBaseline):
+    """The question alone, answered without retrieval."""
+
+    def prompts(
+        self, tokenizer: Any, records: Sequence[Record], retriever: Retriever | None, k: int, style: str | None
+    ) -> tuple[list[str], Searched]:
         return [naive_prompt(tokenizer, r.question, style) for r in records], {}
-    if baseline == "standard-rag":
+
+
+@EVAL_BASELINES.register("standard-rag")
+class StandardRAGBaseline(EvalBaseline):
+    """One retrieval with the question itself, its documents before the question, then an answer."""
+
+    def prompts(
+        self, tokenizer: Any, records: Sequence[Record], retriever: Retriever | None, k: int, style: str | None
+    ) -> tuple[list[str], Searched]:
+        if retriever is None:
+            raise ValueError("the standard-rag baseline needs a retriever")
         hits = retriever.search([r.question for r in records], k=k, partitions=[r.partition for r in records])
         prompts = [standard_rag_prompt(tokenizer, r.question, h, style) for r, h in zip(records, hits, strict=True)]
         searched = {
             r.id: [{"query": r.question, "doc_ids": [x.id for x in h], "action": -1}] for r, h in zip(records, hits, strict=True)
         }
         return prompts, searched
-    raise ValueError(f"unknown baseline {baseline!r}; expected 'naive' or 'standard-rag'")
+
+
+def baseline_prompts(
+    baseline: Baseline, tokenizer: Any, records: Sequence[Record], retriever: Retriever | None, k: int, style: str | None
+) -> tuple[list[str], Searched]:
+    """:meth:`EvalBaseline.prompts` of the baseline registered as ``baseline``."""
+    return EVAL_BASELINES.get(baseline)().prompts(tokenizer, records, retriever, k, style)
 
 
 def baseline_trajectories(
@@ -113,3 +180,18 @@ def baseline_trajectories(
         )
         for r, prompt in zip(records, prompts, strict=True)
     ]
+
+
+__all__ = [
+    "EVAL_BASELINES",
+    "Baseline",
+    "EvalBaseline",
+    "NaiveBaseline",
+    "Searched",
+    "StandardRAGBaseline",
+    "baseline_answer",
+    "baseline_prompts",
+    "baseline_trajectories",
+    "naive_prompt",
+    "standard_rag_prompt",
+]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record, read_records
-from prorag.evaluation.baselines import Baseline
+from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
 from prorag.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class EvalConfig:
 
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first `limit` records."})
     baseline: Baseline | None = field(
-        default=None, metadata={"help": "Evaluate a simple baseline (naive, standard-rag) instead of the ProRAG loop."}
+        default=None, metadata={"help": "Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag)."}
     )
     rollout: EvalRolloutConfig = field(
         default_factory=EvalRolloutConfig,
@@ -60,9 +60,18 @@ class EvalConfig:
         },
     )
 
+    def __post_init__(self) -> None:
+        if self.baseline is not None and self.baseline not in EVAL_BASELINES:
+            raise ValueError(f"EvalConfig.baseline must be one of {EVAL_BASELINES.names()}, got {self.baseline!r}")
+
+    def baseline_runner(self) -> EvalBaseline | None:
+        """The configured baseline, ``None`` for the ProRAG loop."""
+        return EVAL_BASELINES.get(self.baseline)() if self.baseline is not None else None
+
     def rollout_config(self) -> RolloutConfig:
-        """What the engine runs: :attr:`rollout`, with a single action for a baseline."""
-        return replace(self.rollout, max_actions=1) if self.baseline is not None else self.rollout
+        """What the engine runs: :attr:`rollout`, as the baseline adjusts it (one action for a one-shot one)."""
+        runner = self.baseline_runner()
+        return runner.rollout_config(self.rollout) if runner is not None else self.rollout
 
 
 def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str, Any]:
@@ -154,8 +163,6 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``model`` on ``records``, resuming from ``out_dir`` if it holds earlier predictions."""
-    from prorag.evaluation.baselines import baseline_prompts
-
     cfg = config or EvalConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,22 +174,19 @@ def evaluate(
         log.info("resuming: %d of %d questions already evaluated in %s", len(done), len(records), pred_path)
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
+    runner = cfg.baseline_runner()
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
-        prompts, searched = (
-            baseline_prompts(cfg.baseline, tokenizer, todo, retriever, cfg.rollout.top_k, cfg.rollout.prompt_style)
-            if cfg.baseline and todo
-            else (None, {})
-        )
 
         def write(batch: list[Trajectory]) -> None:
             for t in batch:
-                t.retrievals = searched.get(t.id, []) + t.retrievals
-                answer = predicted_answer(t, tokenizer, baseline=cfg.baseline is not None)
+                answer = runner.answer(t, tokenizer) if runner is not None else t.answer
                 trajs.append(t.to_dict())
                 preds.append(score(by_id[t.id], t, answer))
 
-        if todo:
-            engine.rollout(todo, prompts=prompts, progress=progress, on_batch=write)
+        if todo and runner is not None:
+            runner.run(engine, todo, write, progress=progress)
+        elif todo:
+            engine.rollout(todo, progress=progress, on_batch=write)
     wanted = {r.id for r in records}
     rows = [row for row in read_jsonl(pred_path, tolerate_truncated_tail=True) if row["id"] in wanted]
     metrics = summarise(rows) | {"config": asdict(cfg)}

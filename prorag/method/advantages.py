@@ -9,7 +9,8 @@ once; ``"token"`` (reference code) takes the statistics over generated tokens, s
 Pieces, each usable alone (the trainer gathers groups across processes between them):
 :func:`group_normalize`, :func:`grpo_advantages`, :func:`process_advantages`,
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
-:func:`dual_granularity_advantages` (composed) and :func:`cpgrpo_advantages` (docs/METHOD.md §5).
+:func:`dual_granularity_advantages` (composed), :func:`cpgrpo_advantages` (docs/METHOD.md §5), and
+:data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
 Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
 verl), a one-value group gets advantage 0, never NaN; ``scale=False`` only centres (Dr. GRPO).
 Token positions are completion coordinates, spans ``(start, end)`` end-exclusive.
@@ -17,10 +18,13 @@ Token positions are completion coordinates, spans ``(start, end)`` end-exclusive
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from prorag.core.registry import Registry
 
 ProcessNorm = Literal["step", "token"]
 
@@ -205,16 +209,99 @@ def cpgrpo_advantages(advantages: torch.Tensor, process_rewards: torch.Tensor) -
     return advantages.abs() * process_rewards
 
 
+# ----------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What every advantage estimator is given: one batch of whole groups.
+
+    ``outcome`` ``(B,)`` outcome rewards; ``group_ids`` ``(B,)``; ``loss_mask`` ``(B, T)`` (1 on
+    tokens the model generated, 0 on environment tokens and padding); ``step_rewards[i]``
+    ``(S_i,)`` and ``step_spans[i]`` (``S_i`` completion spans, end exclusive) the scored steps
+    of row ``i``, or ``None`` for no step rewards (outcome only). ``beta`` weighs the process
+    term; ``process_norm`` and ``scale``/``eps`` are as in :func:`dual_granularity_advantages`.
+    """
+
+    outcome: torch.Tensor
+    group_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    step_rewards: Sequence[torch.Tensor] | None = None
+    step_spans: Sequence[Sequence[tuple[int, int]]] | None = None
+    beta: float = 0.3
+    process_norm: ProcessNorm = "step"
+    scale: bool = True
+    eps: float = DEFAULT_EPS
+
+    def steps(self) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
+        """``(step_rewards, step_spans)`` with ``None`` read as no step in any row."""
+        if self.step_rewards is None or self.step_spans is None:
+            rows = int(self.outcome.numel())
+            return [torch.zeros(0) for _ in range(rows)], [[] for _ in range(rows)]
+        return list(self.step_rewards), [list(s) for s in self.step_spans]
+
+
+#: An advantage estimator: the ``(B, T)`` token advantages of one batch of whole groups.
+AdvantageEstimator = Callable[[AdvantageInputs], torch.Tensor]
+
+#: Advantage estimators by name (``RLConfig.advantage``); a new one is one ``register`` call.
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """Outcome only: :func:`grpo_advantages` on every generated token (step rewards ignored)."""
+    a_out = grpo_advantages(inputs.outcome, inputs.group_ids, scale=inputs.scale, eps=inputs.eps)
+    rows = int(a_out.numel())
+    return broadcast_to_tokens(a_out, [torch.zeros(0)] * rows, [[]] * rows, inputs.loss_mask)
+
+
+@ADVANTAGE_ESTIMATORS.register("dual")
+def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """ProRAG's Eq. 7-8, :func:`dual_granularity_advantages`: ``A_out + beta * A_proc`` on the
+    tokens of each scored step, ``A_out`` on the other generated tokens. Without step rewards
+    (or ``beta = 0``) it equals ``grpo``."""
+    rewards, spans = inputs.steps()
+    return dual_granularity_advantages(
+        inputs.outcome,
+        rewards,
+        spans,
+        inputs.loss_mask,
+        inputs.group_ids,
+        inputs.beta,
+        inputs.process_norm,
+        scale=inputs.scale,
+        eps=inputs.eps,
+    )
+
+
+@ADVANTAGE_ESTIMATORS.register("cpgrpo")
+def cpgrpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """CP-Search's CPGRPO: ``|A_out| * pr`` on the tokens of each scored step (``pr`` its step
+    reward, :func:`cpgrpo_advantages`); generated tokens outside every scored step keep ``A_out``
+    itself (no process reward to take a sign from), as ``dual`` leaves them; ``beta`` unused."""
+    rewards, spans = inputs.steps()
+    a_out = grpo_advantages(inputs.outcome, inputs.group_ids, scale=inputs.scale, eps=inputs.eps)
+    signed = [cpgrpo_advantages(a_out[i].expand(r.numel()), r.to(torch.float32)) for i, r in enumerate(rewards)]
+    return broadcast_to_tokens(a_out, signed, spans, inputs.loss_mask)
+
+
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
     "DEFAULT_EPS",
+    "AdvantageEstimator",
+    "AdvantageInputs",
     "PROCESS_NORMS",
     "ProcessNorm",
     "broadcast_to_tokens",
     "cpgrpo_advantages",
+    "cpgrpo_estimator",
+    "dual_estimator",
     "dual_granularity_advantages",
     "dual_step_advantages",
     "group_normalize",
     "grpo_advantages",
+    "grpo_estimator",
     "process_advantages",
     "step_token_counts",
 ]

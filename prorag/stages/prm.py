@@ -35,18 +35,16 @@ from prorag.core.errors import DataError
 from prorag.core.metrics import ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
 from prorag.data.records import Record
+from prorag.method.rewards.process import StepScorer
 from prorag.stages.training import MetricsFile, TrainingConfig, resume_training
 from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
-    REWARD_KINDS,
+    PRM_KINDS,
     ProcessRewardModel,
-    RewardKind,
-    StepScorer,
-    last_token_rewards,
     length_batches,
-    likelihood_rewards,
     pad_batch,
     reward_model_from_policy,
+    separating_threshold,
     span_means,
     step_token_count,
     token_logprobs,
@@ -145,11 +143,11 @@ class PRMConfig(TrainingConfig):
     # `"likelihood"`: the policy's causal LM itself, scoring a step by `likelihood_beta` times its mean token log-probability
     # (SimPO's length-normalised implicit reward), trained with the same Eq. 4; its zero point is fitted on the training pairs
     # after training (separating_threshold). See prorag.supervision.reward_model for why it exists.
-    kind: RewardKind = field(
+    kind: str = field(
         default="head",
         metadata={
             "help": (
-                "`head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
+                "A name in PRM_KINDS. `head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
                 "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4."
             )
         },
@@ -188,12 +186,14 @@ class PRMConfig(TrainingConfig):
                 raise ValueError(f"PRMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
-        if self.kind not in REWARD_KINDS:
-            raise ValueError(f"PRMConfig.kind must be one of {REWARD_KINDS}, got {self.kind!r}")
+        if self.kind not in PRM_KINDS:
+            raise ValueError(f"PRMConfig.kind must be one of {PRM_KINDS.names()}, got {self.kind!r}")
         if not self.likelihood_beta > 0:
             raise ValueError(f"PRMConfig.likelihood_beta must be > 0, got {self.likelihood_beta}")
-        if self.kind == "likelihood" and self.append_eos:
-            raise ValueError("PRMConfig.append_eos reads a head on an appended EOS; the likelihood kind has no head")
+        try:
+            PRM_KINDS.get(self.kind).check_settings(append_eos=self.append_eos, beta=self.likelihood_beta)
+        except ValueError as err:
+            raise ValueError(f"PRMConfig: {err}") from None
         if self.if_no_pairs not in ("error", "untrained"):
             raise ValueError(f"PRMConfig.if_no_pairs must be 'error' or 'untrained', got {self.if_no_pairs!r}")
 
@@ -346,24 +346,20 @@ def pair_wins(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 
 class PairwiseRewardTrainer(RewardTrainer):
-    """TRL's ``RewardTrainer`` with the reward read at the last attended token (``kind="head"``)
-    or from the step's mean likelihood (``kind="likelihood"``, scale ``beta``; the zero point
-    does not enter Eq. 4), and per-pair metrics (see the module docstring for why)."""
+    """TRL's ``RewardTrainer`` with the rewards its PRM's kind reads
+    (:meth:`~prorag.supervision.reward_model.ProcessRewardModel.pair_logits`: the head at the last
+    attended token, or the step's scaled mean likelihood) and per-pair metrics (see the module
+    docstring for why). ``scorer`` is the PRM being trained (its model is the trainer's)."""
 
-    def __init__(self, *args: Any, kind: RewardKind = "head", beta: float = 1.0, **kwargs: Any) -> None:
-        self.kind: RewardKind = kind
-        self.beta = float(beta)
+    def __init__(self, *args: Any, scorer: ProcessRewardModel, **kwargs: Any) -> None:
+        self.scorer = scorer
         super().__init__(*args, **kwargs)
 
     def compute_loss(
         self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
         mode = "train" if self.model.training else "eval"
-        if self.kind == "likelihood":
-            steps = inputs["step_lengths"].tolist()
-            rewards = likelihood_rewards(model, inputs["input_ids"], inputs["attention_mask"], steps, beta=self.beta)
-        else:
-            rewards = last_token_rewards(model, inputs["input_ids"], inputs["attention_mask"])
+        rewards = self.scorer.pair_logits(model, inputs["input_ids"], inputs["attention_mask"], inputs["step_lengths"].tolist())
         chosen, rejected = torch.chunk(rewards, chunks=2)
         loss = pairwise_loss(chosen, rejected)
         if self.args.center_rewards_coefficient is not None:
@@ -457,10 +453,7 @@ def make_prm_trainer(
 
     run = Path(run_dir)
     if not config.train_backbone:
-        if scorer.kind == "likelihood":
-            raise ValueError("train_backbone=False trains a head alone; the likelihood kind has none")
-        backbone = getattr(scorer.model, scorer.model.base_model_prefix)
-        backbone.requires_grad_(False)
+        scorer.freeze_backbone()
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget(), *extra_callbacks]
     return PairwiseRewardTrainer(
         model=scorer.model,
@@ -470,8 +463,7 @@ def make_prm_trainer(
         eval_dataset=Dataset.from_list(eval_examples) if eval_examples else None,
         processing_class=scorer.tokenizer,
         callbacks=callbacks,
-        kind=scorer.kind,
-        beta=scorer.beta,
+        scorer=scorer,
     )
 
 
@@ -526,37 +518,6 @@ def policy_step_likelihoods(
         means = span_means(logp, range(len(rows)), [e - counts[i] for e, i in zip(ends, rows, strict=True)], ends)
         out[torch.tensor(rows)] = means.cpu()
     return out
-
-
-def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -> float:
-    """The threshold ``t`` that classifies the most scores right as ``positive`` (> t) or
-    ``negative`` (<= t): the midpoint of the best cut between two consecutive distinct scores
-    (ties broken towards the cut nearest the middle of the sorted scores); 0 without scores.
-
-    The likelihood kind's zero point: Eq. 4 only sees differences, so the logit's 0 must be
-    placed afterwards, here where the training pairs' chosen and rejected steps part best.
-    """
-    scored = sorted([(float(x), 1) for x in positive] + [(float(x), 0) for x in negative])
-    if not scored:
-        return 0.0
-    # Cut k puts scored[:k] at or below t: right = negatives among them + positives after them.
-    n_pos = sum(label for _, label in scored)
-    best_k, best_right, neg_below, pos_below = 0, n_pos, 0, 0
-    middle = len(scored) / 2
-    for k in range(1, len(scored) + 1):
-        value, label = scored[k - 1]
-        neg_below += 1 - label
-        pos_below += label
-        if k < len(scored) and scored[k][0] == value:
-            continue  # equal scores cannot be cut apart
-        right = neg_below + (n_pos - pos_below)
-        if right > best_right or (right == best_right and abs(k - middle) < abs(best_k - middle)):
-            best_k, best_right = k, right
-    if best_k == 0:
-        return scored[0][0] - 1.0
-    if best_k == len(scored):
-        return scored[-1][0] + 1.0
-    return (scored[best_k - 1][0] + scored[best_k][0]) / 2
 
 
 def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], records: Sequence[Record]) -> dict[str, float]:
@@ -743,21 +704,17 @@ def train_prm(
         if chosen_step != trainer.state.global_step:
             scorer.model.load_state_dict(selection[0].best_state)
         log.info("kept the weights of step %s (validation accuracy %.3f)", chosen_step, selection[0].best_accuracy)
-    if scorer.kind == "likelihood" and train_pairs:
-        chosen, rejected = held_out_scores(scorer, train_pairs, config.eval_batch_size)
-        scorer.offset = separating_threshold(chosen.tolist(), rejected.tolist()) / scorer.beta
-        log.info("likelihood PRM: zero point at mean log-probability %.4f (fitted on the training pairs)", scorer.offset)
+    if scorer.needs_zero_point and train_pairs:
+        scorer.fit_zero_point(*held_out_scores(scorer, train_pairs, config.eval_batch_size))
     if held_out:
         chosen, rejected = held_out_scores(scorer, held_out, config.eval_batch_size)
         row = {"step": trainer.state.global_step, "epoch": trainer.state.epoch}
         row |= {f"eval_{k}": v for k, v in pair_metrics(chosen, rejected).items()}
         row["eval_pairs"] = len(held_out)
-        row["kind"] = scorer.kind
+        row |= scorer.summary()
         if selection:
             row["selected_step"] = selection[0].best_step
             row["validation_accuracy"] = selection[0].best_accuracy
-        if scorer.kind == "likelihood":
-            row["likelihood_offset"] = scorer.offset
         if config.likelihood_baseline:
             row |= likelihood_baseline_metrics(init, held_out, scorer, config)
         with JsonlAppender(run / "metrics.jsonl") as f:

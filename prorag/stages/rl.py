@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -36,10 +36,11 @@ from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
-from prorag.method.advantages import PROCESS_NORMS, ProcessNorm, broadcast_to_tokens, dual_step_advantages, step_token_counts
+from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
+from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.retrieval.base import Retriever
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
@@ -113,12 +114,21 @@ class RLConfig(TrainingConfig):
     )
 
     # --- rewards and advantages
-    process_reward: Literal["prm", "none"] = field(
+    process_reward: str = field(
         default="prm",
         metadata={
             "help": (
-                '`"prm"`: ProRAG\'s step rewards from the PRM; `"none"`: outcome only (the GRPO baseline; `beta` is '
-                "then ignored and the PRM never called)."
+                "Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM) or `none` "
+                "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called)."
+            )
+        },
+    )
+    advantage: str = field(
+        default="dual",
+        metadata={
+            "help": (
+                "How rewards become token advantages, a name in ADVANTAGE_ESTIMATORS: `dual` (Eq. 7-8, ProRAG), "
+                "`grpo` (outcome only), `cpgrpo` (CP-Search's |A| * pr)."
             )
         },
     )
@@ -217,7 +227,8 @@ class RLConfig(TrainingConfig):
 
     def __post_init__(self) -> None:
         choices = {
-            "process_reward": ("prm", "none"),
+            "process_reward": STEP_REWARD_SOURCES.names(),
+            "advantage": ADVANTAGE_ESTIMATORS.names(),
             "process_norm": PROCESS_NORMS,
             "prm_scope": PRM_SCOPES,
             "loss_aggregation": PPO_AGGREGATIONS,
@@ -234,9 +245,9 @@ class RLConfig(TrainingConfig):
 
     @property
     def uses_prm(self) -> bool:
-        """Whether step rewards are computed (they only matter with ``beta > 0``, but are
-        logged whenever a PRM is in use)."""
-        return self.process_reward == "prm"
+        """Whether step rewards are computed (any source but ``"none"``; they only matter with
+        ``beta > 0`` for ``dual``, but are logged whenever a source is in use)."""
+        return self.process_reward != "none"
 
     @property
     def effective_beta(self) -> float:
@@ -400,11 +411,13 @@ def score_batch(
     golds: Sequence[Sequence[str]],
     tokenizer: Any,
     config: RLConfig,
-    scorer: Any | None,
+    scorer: StepRewardSource | None,
+    records: Sequence[Record] | None = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
-    (the PRM scores every action of every trajectory in one batched call; skipped without a
-    scorer), answer F1/EM and I_traj as the outcome reward reads them, searches per trajectory."""
+    (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
+    call; skipped without a source), answer F1/EM and I_traj as the outcome reward reads them,
+    searches per trajectory. ``records`` (one per trajectory) go to the source."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
@@ -414,35 +427,31 @@ def score_batch(
     seconds = 0.0
     if scorer is not None:
         start = time.perf_counter()
-        logits = _score_trajectories(scorer, trajectories, config.prm_batch_size)
+        logits = scorer(list(trajectories), records)
         steps = trajectory_step_rewards(list(trajectories), logits, config.step_reward)
         seconds = time.perf_counter() - start
     return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
-
-
-def _score_trajectories(scorer: Any, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
-    """``scorer.score_trajectories``, with the batch size when the scorer takes one (a
-    :class:`~prorag.supervision.reward_model.ProcessRewardModel` does, a :class:`StepScorer` need not)."""
-    try:
-        return scorer.score_trajectories(list(trajectories), batch_size=batch_size)
-    except TypeError:
-        return scorer.score_trajectories(list(trajectories))
 
 
 class ProcessSupervisedGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with rollouts from the rollout engine and ProRAG's ``(B, T)``
     dual-granularity advantages (see the module docstring for what is overridden and why).
 
-    ``rl_config`` gives the advantage settings (``beta``, ``process_norm``, ``scale_advantages``)
-    and the reward forms; ``scorer`` is the PRM (any object with ``score_trajectories``, e.g. a
-    :class:`~prorag.supervision.reward_model.ProcessRewardModel`), ``None`` for the outcome-only baseline.
+    ``rl_config`` gives the advantage estimator and its settings (``advantage``, ``beta``,
+    ``process_norm``, ``scale_advantages``) and the reward forms; ``scorer`` gives the step rewards:
+    a step-reward source (:data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES`) or any object
+    with ``score_trajectories`` (e.g. a :class:`~prorag.supervision.reward_model.ProcessRewardModel`),
+    ``None`` for the outcome-only baseline.
     """
 
     def __init__(self, *args: Any, rl_config: RLConfig, scorer: Any | None = None, **kwargs: Any) -> None:
         if rl_config.uses_prm and scorer is None:
-            raise ValueError("process_reward='prm' needs a PRM scorer (or set process_reward='none')")
+            raise ValueError(
+                f"process_reward={rl_config.process_reward!r} needs a step-reward source (or set process_reward='none')"
+            )
         self.rl_config = rl_config
-        self.scorer = scorer if rl_config.uses_prm else None
+        self.scorer = as_step_source(scorer, rl_config.prm_batch_size) if rl_config.uses_prm else None
+        self.estimator = ADVANTAGE_ESTIMATORS.get(rl_config.advantage)
         self.generation_rows: list[dict[str, Any]] | None = None
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
         super().__init__(*args, **kwargs)
@@ -462,50 +471,57 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         trajectories = [row.get("trajectory") for row in inputs]
         if any(t is None for t in trajectories):
             raise RuntimeError("the rollout function returned no trajectories (TRL merges them into the rows)")
+        rollout = self.rollout_func
+        records = [rollout.records[int(row["record_index"])] for row in inputs] if isinstance(rollout, EngineRollout) else None
         scored = score_batch(
-            trajectories, [row["golden_answers"] for row in inputs], self.processing_class, self.rl_config, self.scorer
+            trajectories, [row["golden_answers"] for row in inputs], self.processing_class, self.rl_config, self.scorer, records
         )
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
         groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
-        output["advantages"] = self._dual_advantages(trajectories, scored, groups, loss_mask)
+        output["advantages"] = self._advantages(trajectories, scored, groups, loss_mask)
         self._log_rollout_metrics(scored)
         return output
 
-    def _dual_advantages(
+    def _advantages(
         self, trajectories: list[Trajectory], scored: ScoredBatch, groups: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
-        """The ``(B, T)`` advantages of this process's rows, from the groups gathered over all
-        processes (a group's G rows may live on different processes)."""
+        """The ``(B, T)`` advantages of this process's rows: the configured estimator
+        (``rl_config.advantage``) on the whole groups, gathered over all processes (a group's G
+        rows may live on different processes; loss masks are padded to the longest), then this
+        process's rows and columns."""
         from accelerate.utils import gather_object
 
         cfg = self.rl_config
         judged = [prm_judged_actions(t.actions, cfg.prm_scope) if cfg.uses_prm else [] for t in trajectories]
         spans = [[t.actions[i].span for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
         step_rewards = [[r[i] for i in keep] for r, keep in zip(scored.step_rewards, judged, strict=True)]
-        lengths = step_token_counts(spans, loss_mask.cpu()) if cfg.process_norm == "token" else None
-        local = len(trajectories)
+        mask = loss_mask.cpu()
+        local, width = mask.shape
         if self.accelerator.num_processes > 1:
             outcome_all = gather_object(scored.outcome)
             groups_all = gather_object(groups.tolist())
             steps_all = gather_object(step_rewards)
-            lengths_all = gather_object([x.tolist() for x in lengths]) if lengths is not None else None
+            spans_all = gather_object(spans)
+            masks = gather_object(mask.tolist())
+            mask_all = torch.zeros(len(masks), max(len(m) for m in masks), dtype=mask.dtype)
+            for i, row in enumerate(masks):
+                mask_all[i, : len(row)] = torch.tensor(row, dtype=mask.dtype)
         else:
-            outcome_all, groups_all, steps_all = scored.outcome, groups.tolist(), step_rewards
-            lengths_all = [x.tolist() for x in lengths] if lengths is not None else None
-        a_out, per_step = dual_step_advantages(
-            torch.tensor(outcome_all, dtype=torch.float32),
-            [torch.tensor(s, dtype=torch.float32) for s in steps_all],
-            torch.tensor(groups_all, dtype=torch.long),
-            cfg.effective_beta,
-            cfg.process_norm,
-            [torch.tensor(n, dtype=torch.float32) for n in lengths_all] if lengths_all is not None else None,
+            outcome_all, groups_all, steps_all, spans_all, mask_all = scored.outcome, groups.tolist(), step_rewards, spans, mask
+        inputs = AdvantageInputs(
+            outcome=torch.tensor(outcome_all, dtype=torch.float32),
+            group_ids=torch.tensor(groups_all, dtype=torch.long),
+            loss_mask=mask_all,
+            step_rewards=[torch.tensor(s, dtype=torch.float32) for s in steps_all],
+            step_spans=[[tuple(x) for x in row] for row in spans_all],
+            beta=cfg.effective_beta,
+            process_norm=cfg.process_norm,
             scale=cfg.scale_advantages,
         )
         mine = local_rows(self.accelerator.process_index, local)
-        adv = broadcast_to_tokens(a_out[mine], per_step[mine], spans, loss_mask.cpu())
-        return adv.to(loss_mask.device)
+        return self.estimator(inputs)[mine, :width].to(loss_mask.device)
 
     def _log_rollout_metrics(self, scored: ScoredBatch) -> None:
         """Per-step means over every process's rows (averaged again over logging steps by TRL)."""
@@ -658,13 +674,10 @@ def train_rl(
         log.info("beta = 0 and no PRM: the outcome-only GRPO baseline (process_reward='none')")
         config = replace(config, process_reward="none")
     if config.uses_prm and scorer is None:
-        if not config.prm:
-            raise ValueError("process_reward='prm' needs a PRM: pass `scorer` or set `prm` (or use process_reward='none')")
         from accelerate import PartialState
 
-        from prorag.supervision.reward_model import ProcessRewardModel
-
-        scorer = ProcessRewardModel.load(config.prm, device=str(PartialState().device))  # this process's device
+        # e.g. "prm": the PRM at config.prm, on this process's device
+        scorer = STEP_REWARD_SOURCES.get(config.process_reward)(config, device=str(PartialState().device))
 
     write_json(run / "rl_config.json", asdict(config))
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)

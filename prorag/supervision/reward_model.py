@@ -22,10 +22,11 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from prorag.core.registry import Registry
 from prorag.method.rewards.process import StepScorer
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
@@ -39,11 +40,6 @@ log = logging.getLogger(__name__)
 SETTINGS_FILE = "reward_model.json"
 #: Longest input (context + step) in tokens: the reference code's ``max_seq_length``.
 DEFAULT_MAX_LENGTH = 4096
-
-#: What a PRM's score is read from: a scalar ``head`` on the last hidden state (the paper), or
-#: the causal LM's mean ``likelihood`` of the step (see the module docstring).
-RewardKind = Literal["head", "likelihood"]
-REWARD_KINDS: tuple[str, ...] = ("head", "likelihood")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -203,41 +199,6 @@ def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
 # ----------------------------------------------------------------------------- building one
 
 
-def reward_model_from_policy(
-    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0, kind: RewardKind = "head"
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A fresh reward model on the backbone of a policy checkpoint (or a training run folder).
-
-    The policy is loaded with :func:`~prorag.models.checkpoints.load_policy` (so the tags are registered and
-    the pad token set exactly as for the policy), then its backbone weights are copied into a
-    ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``; the causal
-    LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in a forked RNG
-    (same seed, same head; the caller's random state is untouched). ``kind="likelihood"``: the
-    policy itself, causal LM head kept (its config says ``num_labels=1``, which TRL's reward
-    trainer checks and a causal LM ignores).
-    """
-    from transformers import AutoModelForSequenceClassification
-
-    from prorag.models.checkpoints import load_policy
-
-    if kind not in REWARD_KINDS:
-        raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
-    causal, tokenizer = load_policy(str(policy), dtype=dtype)
-    config = causal.config
-    config.num_labels = 1
-    if kind == "likelihood":
-        config.pad_token_id = tokenizer.pad_token_id
-        return causal, tokenizer
-    config.pad_token_id = tokenizer.pad_token_id
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForSequenceClassification.from_config(config, dtype=causal.dtype)
-    backbone = getattr(model, model.base_model_prefix)
-    backbone.load_state_dict(getattr(causal, causal.base_model_prefix).state_dict(), strict=True)
-    del causal
-    return model, tokenizer
-
-
 def model_folder(path: str | os.PathLike[str]) -> Path:
     """The reward model folder ``path`` names: itself, or the ``prm/`` of a ``prorag prm`` run."""
     folder = Path(path)
@@ -246,17 +207,39 @@ def model_folder(path: str | os.PathLike[str]) -> Path:
     return folder
 
 
-# ----------------------------------------------------------------------------- the scorer
+def reward_model_from_policy(
+    policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0, kind: str = "head"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A fresh reward model of ``kind`` (:data:`PRM_KINDS`) on a policy checkpoint (or a training
+    run folder), built by that kind's :meth:`ProcessRewardModel.model_from_policy`."""
+    return PRM_KINDS.get(kind).model_from_policy(policy, dtype=dtype, seed=seed)
+
+
+# ----------------------------------------------------------------------------- the scorers
 
 
 class ProcessRewardModel:
     """R_phi with its tokenizer and input settings: batched scoring of (context, step) pairs.
 
-    ``max_length`` bounds every input (:func:`truncate_left`); ``append_eos`` appends the
-    tokenizer's EOS after the step and reads the score there (see the module docstring).
-    ``kind`` says how the logit is read (:data:`RewardKind`); ``beta`` and ``offset`` are the
-    ``likelihood`` kind's scale and zero point (unused by the head).
+    The shared plumbing (inputs, batching, :meth:`score_trajectories`, save and load) lives
+    here; how a logit is read is a subclass's, one per kind in :data:`PRM_KINDS`:
+    :class:`HeadRewardModel` (``"head"``, the paper) and :class:`LikelihoodRewardModel`
+    (``"likelihood"``). ``ProcessRewardModel(model, tokenizer, kind=...)`` builds the subclass of
+    ``kind`` (default ``"head"``), and :meth:`load` the one of the saved kind, so callers never
+    branch on the kind. ``max_length`` bounds every input (:func:`truncate_left`);
+    ``append_eos`` appends the tokenizer's EOS after the step and reads the score there;
+    ``beta`` and ``offset`` are the likelihood kind's scale and zero point (saved by every kind).
     """
+
+    #: The name of the kind in :data:`PRM_KINDS` and in the saved settings.
+    kind: ClassVar[str] = ""
+    #: Whether :meth:`fit_zero_point` has anything to fit (the pairwise loss sets no zero point).
+    needs_zero_point: ClassVar[bool] = False
+
+    def __new__(cls, *args: Any, kind: str | None = None, **kwargs: Any) -> ProcessRewardModel:
+        if cls is ProcessRewardModel:
+            cls = PRM_KINDS.get(kind or "head")
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -265,27 +248,77 @@ class ProcessRewardModel:
         *,
         max_length: int = DEFAULT_MAX_LENGTH,
         append_eos: bool = False,
-        kind: RewardKind = "head",
+        kind: str | None = None,
         beta: float = 1.0,
         offset: float = 0.0,
     ) -> None:
-        if kind not in REWARD_KINDS:
-            raise ValueError(f"unknown reward model kind {kind!r}; expected one of {REWARD_KINDS}")
+        if kind is not None and kind != self.kind:
+            raise ValueError(f"a {type(self).__name__} is of kind {self.kind!r}, not {kind!r}")
+        self.check_settings(append_eos=append_eos, beta=beta)
         if append_eos and tokenizer.eos_token_id is None:
             raise ValueError("append_eos needs a tokenizer with an EOS token")
-        if append_eos and kind == "likelihood":
-            raise ValueError("append_eos reads a head on an appended EOS; the likelihood kind reads the step's own tokens")
         if tokenizer.pad_token_id is None:
             raise ValueError("the reward model's tokenizer needs a pad token")
-        if not beta > 0:
-            raise ValueError(f"beta must be > 0, got {beta}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.append_eos = bool(append_eos)
-        self.kind: RewardKind = kind
         self.beta = float(beta)
         self.offset = float(offset)
+
+    # ---- what a kind defines
+
+    @classmethod
+    def check_settings(cls, *, append_eos: bool, beta: float) -> None:
+        """``ValueError`` for settings this kind cannot use (also checked by ``PRMConfig``)."""
+        if not beta > 0:
+            raise ValueError(f"beta must be > 0, got {beta}")
+
+    @classmethod
+    def model_from_policy(
+        cls, policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """A fresh model of this kind on the policy checkpoint ``policy``, to train."""
+        raise NotImplementedError
+
+    @classmethod
+    def model_from_folder(cls, folder: Path, dtype: str | torch.dtype) -> PreTrainedModel:
+        """The model of a folder written by :meth:`save`."""
+        raise NotImplementedError
+
+    def pair_logits(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]
+    ) -> torch.Tensor:
+        """``(B,)`` logits of right-padded rows whose steps are their last ``step_lengths`` tokens,
+        with gradients, under ``model`` (the trainer's, possibly wrapped): what Eq. 4 sees."""
+        raise NotImplementedError
+
+    def batch_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]) -> torch.Tensor:
+        """``(B,)`` scores of right-padded rows (:meth:`pair_logits` with the fitted zero point)."""
+        return self.pair_logits(self.model, input_ids, attention_mask, step_lengths)
+
+    def action_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_lengths: Sequence[int],
+        actions: Sequence[Sequence[tuple[int, int]]],
+    ) -> list[list[float]]:
+        """The score of every action ``(start, end)`` (completion coordinates) of each row, a
+        whole trajectory of ``prompt_lengths[b]`` prompt tokens, from one forward pass."""
+        raise NotImplementedError
+
+    def freeze_backbone(self) -> None:
+        """Train the head alone (``PRMConfig.train_backbone=False``)."""
+        raise ValueError(f"train_backbone=False trains a head alone; the {self.kind} kind has none")
+
+    def fit_zero_point(self, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
+        """Place the logit's 0 from the chosen and rejected training steps' scores (a no-op for a
+        kind whose zero point the loss already sets, :attr:`needs_zero_point` False)."""
+
+    def summary(self) -> dict[str, Any]:
+        """What the PRM stage logs about the trained scorer (its kind, a fitted zero point)."""
+        return {"kind": self.kind}
 
     # ---- inputs
 
@@ -322,13 +355,7 @@ class ProcessRewardModel:
         try:
             for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                if self.kind == "likelihood":
-                    lengths = [len(steps[i]) for i in rows]
-                    logits = likelihood_rewards(
-                        self.model, ids.to(device), mask.to(device), lengths, beta=self.beta, offset=self.offset
-                    )
-                else:
-                    logits = last_token_rewards(self.model, ids.to(device), mask.to(device))
+                logits = self.batch_logits(ids.to(device), mask.to(device), [len(steps[i]) for i in rows])
                 out[torch.tensor(rows)] = logits.cpu()
         finally:
             self.model.train(was_training)
@@ -348,11 +375,10 @@ class ProcessRewardModel:
         ``y.completion_ids[a.span[0]:a.span[1]]``.
 
         The PRM is causal, so the input of action ``a`` is a prefix of the trajectory and its
-        score is the head on the trajectory's hidden state at the action's last token: one
-        forward pass per trajectory scores all its actions (:func:`action_end_rewards`), instead
-        of one pass per action over an ever longer context. That is exact whenever no input
-        needs cutting and no EOS is appended; other trajectories (longer than ``max_length``,
-        or with ``append_eos``) go through :meth:`score` action by action.
+        score can be read from one forward pass over the trajectory (:meth:`action_logits`),
+        instead of one pass per action over an ever longer context. That is exact whenever no
+        input needs cutting and no EOS is appended; other trajectories (longer than
+        ``max_length``, or with ``append_eos``) go through :meth:`score` action by action.
         """
         out: list[list[float] | None] = [None] * len(trajectories)
         whole: list[int] = []
@@ -383,16 +409,7 @@ class ProcessRewardModel:
     @torch.inference_mode()
     def _score_in_one_pass(self, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
         """Every action of each trajectory from one forward pass over the trajectory."""
-        inputs: list[list[int]] = []
-        reads: list[list[int]] = []
-        spans: list[list[tuple[int, int]]] = []
-        for traj in trajectories:
-            end = max(a.span[1] for a in traj.actions)
-            inputs.append([*traj.prompt_ids, *traj.completion_ids[:end]])
-            # An empty action is read on the token before it, as score() reads an empty step.
-            reads.append([len(traj.prompt_ids) + a.span[1] - 1 for a in traj.actions])
-            # The likelihood kind: each action's tokens, never the input's first (nothing predicts it).
-            spans.append([(max(1, len(traj.prompt_ids) + a.span[0]), len(traj.prompt_ids) + a.span[1]) for a in traj.actions])
+        inputs = [[*t.prompt_ids, *t.completion_ids[: max(a.span[1] for a in t.actions)]] for t in trajectories]
         was_training = self.model.training
         self.model.eval()
         device = next(self.model.parameters()).device
@@ -400,24 +417,13 @@ class ProcessRewardModel:
         try:
             for rows in length_batches([len(x) for x in inputs], batch_size):
                 ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                if self.kind == "likelihood":
-                    scores = self._action_likelihoods(ids.to(device), mask.to(device), [spans[i] for i in rows])
-                else:
-                    scores = action_end_rewards(self.model, ids.to(device), mask.to(device), [reads[i] for i in rows])
-                for i, row in zip(rows, scores, strict=True):
+                prompts = [len(trajectories[i].prompt_ids) for i in rows]
+                actions = [[a.span for a in trajectories[i].actions] for i in rows]
+                for i, row in zip(rows, self.action_logits(ids.to(device), mask.to(device), prompts, actions), strict=True):
                     out[i] = row
         finally:
             self.model.train(was_training)
         return out
-
-    def _action_likelihoods(
-        self, ids: torch.Tensor, mask: torch.Tensor, spans: Sequence[Sequence[tuple[int, int]]]
-    ) -> list[list[float]]:
-        """The likelihood kind's logit of each ``(start, end)`` token span of each row, from one pass."""
-        logp = token_logprobs(self.model, ids, mask)
-        rows = [b for b, row in enumerate(spans) for _ in row]
-        means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
-        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), [len(row) for row in spans])
 
     # ---- files
 
@@ -463,11 +469,10 @@ class ProcessRewardModel:
         cls, path: str | os.PathLike[str], device: str | None = None, *, dtype: str | torch.dtype = "auto"
     ) -> ProcessRewardModel:
         """Load a folder written by :meth:`save` (or a ``prorag prm`` run folder: its ``prm/``),
-        in eval mode, on ``device`` (default: CPU)."""
-        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+        as the class of its saved kind, in eval mode, on ``device`` (default: CPU)."""
+        from transformers import AutoTokenizer
 
         from prorag.core.errors import DataError
-        from prorag.models.checkpoints import as_dtype
 
         folder = model_folder(path)
         settings_path = folder / SETTINGS_FILE
@@ -475,35 +480,206 @@ class ProcessRewardModel:
             raise DataError(str(folder), f"not a process reward model folder (no {SETTINGS_FILE})")
         settings: dict[str, Any] = json.loads(settings_path.read_text(encoding="utf-8"))
         kind = settings.get("kind", "head")
-        if kind not in REWARD_KINDS:
-            raise DataError(str(settings_path), f"field 'kind': expected one of {REWARD_KINDS}, got {kind!r}")
+        if kind not in PRM_KINDS:
+            raise DataError(str(settings_path), f"field 'kind': expected one of {PRM_KINDS.names()}, got {kind!r}")
+        kind_class = PRM_KINDS.get(kind)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        if kind == "likelihood":
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=as_dtype(dtype))
-        else:
-            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
-            if getattr(model.config, "num_labels", None) != 1:
-                raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
+        model = kind_class.model_from_folder(folder, dtype)
         if device is not None:
             model.to(device)
         model.eval()
-        return cls(
+        return kind_class(
             model,
             tokenizer,
             max_length=int(settings["max_length"]),
             append_eos=bool(settings.get("append_eos", False)),
-            kind=kind,
             beta=float(settings.get("beta", 1.0)),
             offset=float(settings.get("offset", 0.0)),
         )
 
 
+#: The kinds of process reward model, by the name saved in :data:`SETTINGS_FILE`.
+PRM_KINDS: Registry[type[ProcessRewardModel]] = Registry("reward model kind")
+
+
+@PRM_KINDS.register("head")
+class HeadRewardModel(ProcessRewardModel):
+    """The paper's R_phi: the policy's backbone with a new scalar head, read on the step's last
+    token (or on an appended EOS, ``append_eos``)."""
+
+    kind: ClassVar[str] = "head"
+
+    @classmethod
+    def model_from_policy(
+        cls, policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """The policy is loaded with :func:`~prorag.models.load_policy` (so the tags are registered
+        and the pad token set exactly as for the policy), then its backbone weights are copied
+        into an ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``;
+        the causal LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in
+        a forked RNG (same seed, same head; the caller's random state is untouched)."""
+        from transformers import AutoModelForSequenceClassification
+
+        from prorag.models import load_policy
+
+        causal, tokenizer = load_policy(str(policy), dtype=dtype)
+        config = causal.config
+        config.num_labels = 1
+        config.pad_token_id = tokenizer.pad_token_id
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForSequenceClassification.from_config(config, dtype=causal.dtype)
+        backbone = getattr(model, model.base_model_prefix)
+        backbone.load_state_dict(getattr(causal, causal.base_model_prefix).state_dict(), strict=True)
+        del causal
+        return model, tokenizer
+
+    @classmethod
+    def model_from_folder(cls, folder: Path, dtype: str | torch.dtype) -> PreTrainedModel:
+        """A sequence-classification model with one label (a ``DataError`` otherwise)."""
+        from transformers import AutoModelForSequenceClassification
+
+        from prorag.core.errors import DataError
+        from prorag.models import as_dtype
+
+        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
+        if getattr(model.config, "num_labels", None) != 1:
+            raise DataError(str(folder / "config.json"), f"field 'num_labels': expected 1, got {model.config.num_labels}")
+        return model
+
+    def pair_logits(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]
+    ) -> torch.Tensor:
+        """The head on each row's last real token (:func:`last_token_rewards`)."""
+        return last_token_rewards(model, input_ids, attention_mask)
+
+    def action_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_lengths: Sequence[int],
+        actions: Sequence[Sequence[tuple[int, int]]],
+    ) -> list[list[float]]:
+        """The head at each action's last token (:func:`action_end_rewards`); an empty action is
+        read on the token before it, as :meth:`score` reads an empty step."""
+        reads = [[p + end - 1 for _, end in row] for p, row in zip(prompt_lengths, actions, strict=True)]
+        return action_end_rewards(self.model, input_ids, attention_mask, reads)
+
+    def freeze_backbone(self) -> None:
+        """No gradient to the backbone: the head alone trains."""
+        getattr(self.model, self.model.base_model_prefix).requires_grad_(False)
+
+
+@PRM_KINDS.register("likelihood")
+class LikelihoodRewardModel(ProcessRewardModel):
+    """The policy's causal LM as R_phi: a step scores ``beta * (mean log p(step) - offset)``
+    (see the module docstring); the zero point ``offset`` is fitted after training."""
+
+    kind: ClassVar[str] = "likelihood"
+    needs_zero_point: ClassVar[bool] = True
+
+    @classmethod
+    def check_settings(cls, *, append_eos: bool, beta: float) -> None:
+        """No ``append_eos`` (there is no head to read on it), and ``beta > 0``."""
+        if append_eos:
+            raise ValueError("append_eos reads a head on an appended EOS; the likelihood kind reads the step's own tokens")
+        super().check_settings(append_eos=append_eos, beta=beta)
+
+    @classmethod
+    def model_from_policy(
+        cls, policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """The policy itself, causal LM head kept (its config says ``num_labels=1``, which TRL's
+        reward trainer checks and a causal LM ignores); ``seed`` is unused (nothing is drawn)."""
+        from prorag.models import load_policy
+
+        causal, tokenizer = load_policy(str(policy), dtype=dtype)
+        causal.config.num_labels = 1
+        causal.config.pad_token_id = tokenizer.pad_token_id
+        return causal, tokenizer
+
+    @classmethod
+    def model_from_folder(cls, folder: Path, dtype: str | torch.dtype) -> PreTrainedModel:
+        """A causal LM."""
+        from transformers import AutoModelForCausalLM
+
+        from prorag.models import as_dtype
+
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=as_dtype(dtype))
+
+    def pair_logits(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]
+    ) -> torch.Tensor:
+        """``beta * mean log p(step)`` (:func:`likelihood_rewards`): the zero point does not enter Eq. 4."""
+        return likelihood_rewards(model, input_ids, attention_mask, list(step_lengths), beta=self.beta)
+
+    def batch_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]) -> torch.Tensor:
+        """``beta * (mean log p(step) - offset)``."""
+        return likelihood_rewards(self.model, input_ids, attention_mask, step_lengths, beta=self.beta, offset=self.offset)
+
+    def action_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_lengths: Sequence[int],
+        actions: Sequence[Sequence[tuple[int, int]]],
+    ) -> list[list[float]]:
+        """Each action's tokens' mean log-probability, never the input's first token (nothing
+        predicts it), scaled and shifted, from one pass."""
+        spans = [[(max(1, p + a), p + b) for a, b in row] for p, row in zip(prompt_lengths, actions, strict=True)]
+        logp = token_logprobs(self.model, input_ids, attention_mask)
+        rows = [b for b, row in enumerate(spans) for _ in row]
+        means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
+        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), [len(row) for row in spans])
+
+    def fit_zero_point(self, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
+        """``offset``: where the training pairs' chosen and rejected steps part best
+        (:func:`separating_threshold` of their scores, read back as a mean log-probability)."""
+        self.offset = separating_threshold(chosen.tolist(), rejected.tolist()) / self.beta
+        log.info("likelihood PRM: zero point at mean log-probability %.4f (fitted on the training pairs)", self.offset)
+
+    def summary(self) -> dict[str, Any]:
+        return {"kind": self.kind, "likelihood_offset": self.offset}
+
+
+def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """The threshold ``t`` that classifies the most scores right as ``positive`` (> t) or
+    ``negative`` (<= t): the midpoint of the best cut between two consecutive distinct scores
+    (ties broken towards the cut nearest the middle of the sorted scores); 0 without scores.
+
+    The likelihood kind's zero point: Eq. 4 only sees differences, so the logit's 0 must be
+    placed afterwards, here where the training pairs' chosen and rejected steps part best.
+    """
+    scored = sorted([(float(x), 1) for x in positive] + [(float(x), 0) for x in negative])
+    if not scored:
+        return 0.0
+    # Cut k puts scored[:k] at or below t: right = negatives among them + positives after them.
+    n_pos = sum(label for _, label in scored)
+    best_k, best_right, neg_below, pos_below = 0, n_pos, 0, 0
+    middle = len(scored) / 2
+    for k in range(1, len(scored) + 1):
+        value, label = scored[k - 1]
+        neg_below += 1 - label
+        pos_below += label
+        if k < len(scored) and scored[k][0] == value:
+            continue  # equal scores cannot be cut apart
+        right = neg_below + (n_pos - pos_below)
+        if right > best_right or (right == best_right and abs(k - middle) < abs(best_k - middle)):
+            best_k, best_right = k, right
+    if best_k == 0:
+        return scored[0][0] - 1.0
+    if best_k == len(scored):
+        return scored[-1][0] + 1.0
+    return (scored[best_k - 1][0] + scored[best_k][0]) / 2
+
+
 __all__ = [
     "DEFAULT_MAX_LENGTH",
-    "REWARD_KINDS",
+    "PRM_KINDS",
     "SETTINGS_FILE",
+    "HeadRewardModel",
+    "LikelihoodRewardModel",
     "ProcessRewardModel",
-    "RewardKind",
     "StepScorer",
     "last_token_rewards",
     "length_batches",
@@ -516,5 +692,6 @@ __all__ = [
     "pad_batch",
     "reward_model_from_policy",
     "reward_probability",
+    "separating_threshold",
     "truncate_left",
 ]

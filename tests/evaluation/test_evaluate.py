@@ -230,3 +230,28 @@ def test_eval_on_real_benchmark_records(tmp_path: Path, benchmarks_dir: Path, wo
             assert metrics["retrieval_recall"] is not None  # MuSiQue carries gold paragraph ids
         else:
             assert metrics["retrieval_recall"] is None  # Bamboogle has no gold evidence
+
+
+def test_baselines_come_from_the_registry(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """Unknown names are refused with the known ones; a baseline registered in a test runs through
+    :func:`evaluate` with no edit to the harness (its prompts, its one action, its answers)."""
+    from prorag.evaluation.baselines import EVAL_BASELINES, NaiveBaseline
+
+    assert EVAL_BASELINES.names()[:2] == ["naive", "standard-rag"]
+    with pytest.raises(ValueError, match=r"EvalConfig.baseline must be one of \['naive', 'standard-rag'"):
+        EvalConfig(baseline="iter-retgen-typo")
+
+    @EVAL_BASELINES.register("test-always-kelo", replace=True)
+    class AlwaysKelo(NaiveBaseline):
+        def answer(self, traj: Any, tokenizer: Any) -> str | None:
+            return "Kelo"
+
+    model = make_tiny_model(world_tokenizer, seed=0)
+    cfg = EvalConfig(baseline="test-always-kelo", rollout=EvalRolloutConfig(batch_size=4, max_action_tokens=8))
+    assert cfg.rollout_config().max_actions == 1
+    metrics = evaluate(model, world_tokenizer, records[:3], tiny_retriever, tmp_path, cfg, progress=False)
+    rows = list(read_jsonl(tmp_path / "predictions.jsonl"))
+    assert metrics["n"] == 3 and [r["prediction"] for r in rows] == ["Kelo"] * 3
+    assert all(r["retrieval_steps"] == 0 for r in rows)

@@ -18,6 +18,7 @@ from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
+from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from prorag.method.losses import ppo_clip_loss
 from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
@@ -323,3 +324,32 @@ def test_one_and_two_processes_train_alike(
     # learning rate that float noise in g can change (up to 6e-5 seen here); a different sample
     # or batch moves weights by about the learning rate (3e-3).
     assert_same_training(runs[1], runs[2], load_file(policy / "model.safetensors"), keys, weight_atol=3e-4)
+
+
+# ----------------------------------------------------------------------------- registries
+
+
+def test_unknown_registry_names_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match=r"RLConfig.advantage must be one of \['grpo', 'dual', 'cpgrpo'"):
+        RLConfig(advantage="ppo")
+    with pytest.raises(ValueError, match=r"RLConfig.process_reward must be one of .*'none'.*'prm'"):
+        RLConfig(process_reward="oracle")
+
+
+@ADVANTAGE_ESTIMATORS.register("test-signed-outcome", replace=True)
+def signed_outcome(inputs: AdvantageInputs) -> torch.Tensor:
+    """A toy estimator: the sign of each row's outcome reward minus 0.5 on its generated tokens."""
+    return torch.sign(inputs.outcome - 0.5)[:, None] * inputs.loss_mask.float()
+
+
+def test_a_registered_estimator_is_used_without_editing_the_trainer(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, advantage="test-signed-outcome")
+    prm = FakePRM()
+    trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    batch = trainer._generate_and_score_completions(rows)
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    # Replayed gold trajectories answer right: outcome reward > 0.5, so +1 on every generated token.
+    assert torch.equal(batch["advantages"], mask.float()) and prm.calls == 1

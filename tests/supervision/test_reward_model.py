@@ -282,3 +282,20 @@ def test_load_refuses_a_policy_folder(policy_dir: Path) -> None:
 
     with pytest.raises(DataError, match="not a process reward model"):
         ProcessRewardModel.load(policy_dir)
+
+
+def test_each_kind_is_its_own_class(prm: ProcessRewardModel, lik: ProcessRewardModel, tmp_path: Path) -> None:
+    """``ProcessRewardModel(..., kind=...)`` and ``load`` give the class of the kind (PRM_KINDS);
+    a class refuses another kind's name."""
+    from prorag.supervision.reward_model import PRM_KINDS, HeadRewardModel, LikelihoodRewardModel
+
+    assert PRM_KINDS.names() == ["head", "likelihood"]
+    assert type(prm) is HeadRewardModel and type(lik) is LikelihoodRewardModel
+    assert (prm.kind, lik.kind, prm.needs_zero_point, lik.needs_zero_point) == ("head", "likelihood", False, True)
+    assert type(ProcessRewardModel.load(lik.save(tmp_path / "lik"))) is LikelihoodRewardModel
+    assert type(LikelihoodRewardModel.load(prm.save(tmp_path / "head"))) is HeadRewardModel, "load follows the saved kind"
+    with pytest.raises(ValueError, match="of kind 'head', not 'likelihood'"):
+        HeadRewardModel(prm.model, prm.tokenizer, kind="likelihood")
+    with pytest.raises(ValueError, match="likelihood kind has none"):
+        lik.freeze_backbone()
+    assert lik.summary() == {"kind": "likelihood", "likelihood_offset": -5.0} and prm.summary() == {"kind": "head"}

@@ -1,0 +1,68 @@
+"""The registered advantage estimators on one hand-computed batch: ``grpo`` (outcome only),
+``dual`` (Eq. 7-8) and ``cpgrpo`` (``|A| * pr``); ``dual`` without step rewards or with beta 0
+is ``grpo``; environment tokens and padding get 0; an unknown name lists the known ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
+
+# One group of two rows. Row 0: outcome 1, one step (tokens 0-1) of reward 2, an environment
+# token at 2, a generated token at 3 outside every step. Row 1: outcome 0, steps of reward -1
+# (token 0) and 3 (tokens 1-2), padding at 3.
+A = 1 / math.sqrt(2)  # outcomes [1, 0]: mean 0.5, sample std sqrt(0.5): A_out = [+A, -A]
+MASK = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 0]])
+
+
+def inputs(beta: float = 0.5, with_steps: bool = True) -> AdvantageInputs:
+    return AdvantageInputs(
+        outcome=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        loss_mask=MASK,
+        step_rewards=[torch.tensor([2.0]), torch.tensor([-1.0, 3.0])] if with_steps else None,
+        step_spans=[[(0, 2)], [(0, 1), (1, 3)]] if with_steps else None,
+        beta=beta,
+        eps=0.0,
+    )
+
+
+def test_registry_holds_the_three_built_in_estimators() -> None:
+    assert ADVANTAGE_ESTIMATORS.names()[:3] == ["grpo", "dual", "cpgrpo"]
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'dula'.*'grpo', 'dual', 'cpgrpo'.*did you mean 'dual'"):
+        ADVANTAGE_ESTIMATORS.get("dula")
+
+
+def test_grpo_is_the_outcome_advantage_on_generated_tokens() -> None:
+    got = ADVANTAGE_ESTIMATORS.get("grpo")(inputs())
+    assert torch.allclose(got, torch.tensor([[A, A, 0, A], [-A, -A, -A, 0]]))
+
+
+def test_dual_adds_beta_times_the_step_normalised_process_advantage() -> None:
+    # Step rewards of the group [2, -1, 3]: mean 4/3, sample std sqrt(13/3).
+    std = math.sqrt(13 / 3)
+    p = [(2 - 4 / 3) / std, (-1 - 4 / 3) / std, (3 - 4 / 3) / std]
+    expected = torch.tensor(
+        [
+            [A + 0.5 * p[0], A + 0.5 * p[0], 0.0, A],  # token 3: outside every step, A_out alone
+            [-A + 0.5 * p[1], -A + 0.5 * p[2], -A + 0.5 * p[2], 0.0],
+        ]
+    )
+    assert torch.allclose(ADVANTAGE_ESTIMATORS.get("dual")(inputs()), expected, atol=1e-6)
+
+
+def test_dual_without_process_signal_is_grpo() -> None:
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")(inputs())
+    dual = ADVANTAGE_ESTIMATORS.get("dual")
+    assert torch.equal(dual(inputs(beta=0.0)), grpo)
+    assert torch.equal(dual(inputs(with_steps=False)), grpo)
+
+
+def test_cpgrpo_takes_the_magnitude_from_the_outcome_and_the_sign_from_the_step() -> None:
+    got = ADVANTAGE_ESTIMATORS.get("cpgrpo")(inputs())
+    expected = torch.tensor([[2 * A, 2 * A, 0.0, A], [-1 * A, 3 * A, 3 * A, 0.0]])
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert (got[MASK == 0] == 0).all()

@@ -513,14 +513,14 @@ class HeadRewardModel(ProcessRewardModel):
     def model_from_policy(
         cls, policy: str | os.PathLike[str], *, dtype: str | torch.dtype = "float32", seed: int = 0
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        """The policy is loaded with :func:`~prorag.models.load_policy` (so the tags are registered
+        """The policy is loaded with :func:`~prorag.models.checkpoints.load_policy` (so the tags are registered
         and the pad token set exactly as for the policy), then its backbone weights are copied
         into an ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``;
         the causal LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in
         a forked RNG (same seed, same head; the caller's random state is untouched)."""
         from transformers import AutoModelForSequenceClassification
 
-        from prorag.models import load_policy
+        from prorag.models.checkpoints import load_policy
 
         causal, tokenizer = load_policy(str(policy), dtype=dtype)
         config = causal.config
@@ -540,7 +540,7 @@ class HeadRewardModel(ProcessRewardModel):
         from transformers import AutoModelForSequenceClassification
 
         from prorag.core.errors import DataError
-        from prorag.models import as_dtype
+        from prorag.models.checkpoints import as_dtype
 
         model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=as_dtype(dtype))
         if getattr(model.config, "num_labels", None) != 1:
@@ -591,7 +591,7 @@ class LikelihoodRewardModel(ProcessRewardModel):
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         """The policy itself, causal LM head kept (its config says ``num_labels=1``, which TRL's
         reward trainer checks and a causal LM ignores); ``seed`` is unused (nothing is drawn)."""
-        from prorag.models import load_policy
+        from prorag.models.checkpoints import load_policy
 
         causal, tokenizer = load_policy(str(policy), dtype=dtype)
         causal.config.num_labels = 1
@@ -603,7 +603,7 @@ class LikelihoodRewardModel(ProcessRewardModel):
         """A causal LM."""
         from transformers import AutoModelForCausalLM
 
-        from prorag.models import as_dtype
+        from prorag.models.checkpoints import as_dtype
 
         return AutoModelForCausalLM.from_pretrained(folder, dtype=as_dtype(dtype))
 

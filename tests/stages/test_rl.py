@@ -345,7 +345,8 @@ def signed_outcome(inputs: AdvantageInputs) -> torch.Tensor:
 def test_a_registered_estimator_is_used_without_editing_the_trainer(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
-    cfg = fast_config(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, advantage="test-signed-outcome")
+    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    cfg = fast_config(rollout=rollout, advantage="test-signed-outcome")
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
     rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]

@@ -40,6 +40,7 @@ from prorag.agent.schema import (
     parse_trajectory,
     render_env_turn,
 )
+from prorag.core.config import setting
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever
 
@@ -50,19 +51,17 @@ log = logging.getLogger(__name__)
 class RolloutConfig:
     """Settings of the rollout engine (defaults: inference, METHOD.md section 1)."""
 
-    max_actions: int = field(default=13, metadata={"help": "Actions per trajectory: 13 at inference, 11 during RL."})
-    max_action_tokens: int = field(default=128, metadata={"help": "Tokens the model may write in one action before it is cut."})
-    max_completion_tokens: int = field(
-        default=2048, metadata={"help": "Completion tokens (model and environment) per trajectory."}
-    )
-    top_k: int = field(default=3, metadata={"help": "Documents retrieved per sub-query."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0: off)."})
-    greedy: bool = field(default=False, metadata={"help": "Greedy decoding (temperature and top_p are then ignored)."})
-    batch_size: int = field(default=32, metadata={"help": "Trajectories the engine decodes together."})
-    seed: int = field(default=0, metadata={"help": "Seed of the sampling."})
-    prompt_style: PromptStyle | None = field(
-        default=None, metadata={"help": "`plain` or `chat`; by default chat when the tokenizer has a chat template."}
+    max_actions: int = setting(13, help="Actions per trajectory: 13 at inference, 11 during RL.")
+    max_action_tokens: int = setting(128, help="Tokens the model may write in one action before it is cut.")
+    max_completion_tokens: int = setting(2048, help="Completion tokens (model and environment) per trajectory.")
+    top_k: int = setting(3, help="Documents retrieved per sub-query.")
+    temperature: float = setting(1.0, help="Sampling temperature.")
+    top_p: float = setting(1.0, help="Nucleus sampling mass (1.0: off).")
+    greedy: bool = setting(False, help="Greedy decoding (temperature and top_p are then ignored).")
+    batch_size: int = setting(32, help="Trajectories the engine decodes together.")
+    seed: int = setting(0, help="Seed of the sampling.")
+    prompt_style: PromptStyle | None = setting(
+        None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
     )
 
 

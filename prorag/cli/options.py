@@ -29,6 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The ``--index`` option of every command that retrieves.
 IndexOption = Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")]
+#: The options every stage command that reads a policy, a PRM or records, or writes a run folder, spells alike.
+PolicyOption = Annotated[str, typer.Option(help="Policy: a checkpoint folder or a training run folder (its policy/).")]
+PRMOption = Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")]
+RecordsOption = Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL).")]
+RunDirOption = Annotated[Path, typer.Option(help="Run folder of the stage's outputs; rerunning resumes from it.")]
 
 app = typer.Typer(
     name="prorag",

@@ -8,13 +8,24 @@ one field each (:data:`SHORTCUTS`), with the precedence defaults < file < shortc
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from prorag.cli.options import ConfigSource, IndexOption, LLMEndpoint, app, config_command, friendly_errors, llm_endpoint_options
+from prorag.cli.options import (
+    ConfigSource,
+    IndexOption,
+    LLMEndpoint,
+    PolicyOption,
+    PRMOption,
+    RecordsOption,
+    RunDirOption,
+    app,
+    config_command,
+    friendly_errors,
+    llm_endpoint_options,
+)
 
 #: The one place the CLI names config fields: shortcut flag -> the field it sets, per command.
 #: Written against the config redesign's names (SFTDataConfig.k -> ``top_k``; RL/MCTS rollout
@@ -58,11 +69,6 @@ def stage_command(name: str, target: str, section: str) -> Callable[[Callable[..
 # ----------------------------------------------------------------------------- stage 1: SFT
 
 
-class TeacherKind(StrEnum):
-    template = "template"
-    llm = "llm"
-
-
 @stage_command("sft-data", "prorag.stages.sft_data:SFTDataConfig", "sft_data")
 @llm_endpoint_options
 def sft_data(
@@ -71,7 +77,7 @@ def sft_data(
     data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL); records without a gold decomposition are skipped.")],
     index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="Trajectory JSONL to append to (ids already in it are skipped).")],
-    teacher: Annotated[TeacherKind | None, typer.Option(help="Thoughts by: template (offline, the default) or llm.")] = None,
+    teacher: Annotated[str | None, typer.Option(help="Thoughts by: template (offline, the default) or llm.")] = None,
     k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N records of the file.")] = None,
 ) -> None:
@@ -119,16 +125,6 @@ def sft(
 # ----------------------------------------------------------------------------- evaluation
 
 
-class BaselineKind(StrEnum):
-    naive = "naive"
-    standard_rag = "standard-rag"
-
-
-class PromptStyle(StrEnum):
-    plain = "plain"
-    chat = "chat"
-
-
 @stage_command("eval", "prorag.evaluation.harness:EvalConfig", "eval")
 def eval_cmd(
     source: ConfigSource,
@@ -142,11 +138,11 @@ def eval_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
     k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
-    baseline: Annotated[BaselineKind | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Evaluate a simple baseline instead of the ProRAG loop.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch (default 32).")] = None,
     max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory (default 13, as at inference).")] = None,
     prompt_style: Annotated[
-        PromptStyle | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")
+        str | None, typer.Option(help="plain or chat (default: chat if the tokenizer has a template).")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed (greedy decoding by default) (default 0).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
@@ -231,16 +227,6 @@ def mcts_show(
         typer.echo("")
 
 
-class JudgeKind(StrEnum):
-    oracle = "oracle"
-    llm = "llm"
-
-
-class PairsPerSet(StrEnum):
-    one = "one"
-    all = "all"
-
-
 @stage_command("pairs", "prorag.stages.pairs:PairsConfig", "pairs")
 @llm_endpoint_options
 def pairs(
@@ -248,10 +234,10 @@ def pairs(
     endpoint: LLMEndpoint,
     trees: Annotated[Path, typer.Option(help="MCTS run folder or trees.jsonl.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Pairs JSONL to append to (sibling sets already paired are skipped).")],
-    judge: Annotated[JudgeKind | None, typer.Option(help="oracle (gold decompositions, offline; the default) or llm.")] = None,
+    judge: Annotated[str | None, typer.Option(help="oracle (gold decompositions, offline; the default) or llm.")] = None,
     min_visits: Annotated[int | None, typer.Option(help="Siblings take part with at least this many visits (default 2).")] = None,
     pairs_per_set: Annotated[
-        PairsPerSet | None,
+        str | None,
         typer.Option(help="one: the judge's pair (the paper, the default); all: every valid x invalid sibling (oracle)."),
     ] = None,
     agreement: Annotated[
@@ -316,8 +302,8 @@ def prm(
 @app.command("prm-audit")
 @friendly_errors
 def prm_audit(
-    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")],
-    policy: Annotated[str, typer.Option(help="pi_sft, whose fresh samples are scored: checkpoint or SFT run folder.")],
+    prm: PRMOption,
+    policy: PolicyOption,
     data: Annotated[Path, typer.Option(help="Records with gold decompositions (built-in world, MuSiQue) no stage trained on.")],
     index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="JSON file for the audit.")],
@@ -354,18 +340,17 @@ def prm_audit(
 @stage_command("rft", "prorag.stages.rft:RFTConfig", "rft")
 def rft(
     source: ConfigSource,
-    policy: Annotated[str, typer.Option(help="pi_sft: policy checkpoint folder or SFT run folder.")],
-    prm: Annotated[str, typer.Option(help="Process reward model folder (prorag prm).")],
-    data: Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL) of the training questions.")],
+    policy: PolicyOption,
+    prm: PRMOption,
+    data: RecordsOption,
     index: IndexOption,
-    run_dir: Annotated[
-        Path, typer.Option(help="Run folder: samples.jsonl, kept.jsonl, rft_counts.json, policy/ (resumes from it).")
-    ],
+    run_dir: RunDirOption,
     limit: Annotated[int | None, typer.Option(help="Only the first N questions (the config's limit).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
 ) -> None:
     """Stage 3: sample N trajectories per question from pi_sft, keep the correct ones, keep their
-    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft)."""
+    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft). --policy is
+    pi_sft; the run folder gets samples.jsonl, kept.jsonl, rft_counts.json and policy/."""
     from prorag.data.jsonl import read_json
     from prorag.stages.rft import run_rft_files
 
@@ -382,12 +367,10 @@ def rft(
 @stage_command("rl", "prorag.stages.rl:RLConfig", "rl")
 def rl_cmd(
     source: ConfigSource,
-    policy: Annotated[str, typer.Option(help="Policy to train (pi_rft; pi_sft for 'w/o refinement'): checkpoint or run folder.")],
-    data: Annotated[Path, typer.Option(help="Record file of the RL questions (disjoint from the SFT questions).")],
+    policy: PolicyOption,
+    data: RecordsOption,
     index: IndexOption,
-    run_dir: Annotated[
-        Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, learning_curve.csv, policy/ (resumes from it).")
-    ],
+    run_dir: RunDirOption,
     prm: Annotated[
         str | None, typer.Option(help="Process reward model folder (prorag prm); not needed with --process-reward none.")
     ] = None,
@@ -407,6 +390,9 @@ def rl_cmd(
     seed: Annotated[int | None, typer.Option(help="Seed (the config's seed).")] = None,
 ) -> None:
     """Stage 4: process-supervised GRPO with the dual-granularity advantage (pi_theta).
+
+    --policy is pi_rft (pi_sft for 'w/o refinement'); --data the RL questions, disjoint from the
+    SFT questions. The run folder gets checkpoints, metrics.jsonl, learning_curve.csv and policy/.
 
     With --process-reward none (or --beta 0) it is the paper's outcome-only GRPO baseline on the
     same machinery. Runs under `torchrun --nproc_per_node N -m prorag.cli rl ...` or `accelerate

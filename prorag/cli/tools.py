@@ -5,29 +5,23 @@ They take their few options directly (no stage config behind them).
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from prorag.cli.options import IndexOption, app, corpus_app, data_app, friendly_errors, models_app
+from prorag.data.benchmarks import FORMATS
+from prorag.retrieval.index import KINDS as INDEX_KINDS
 
 # ----------------------------------------------------------------------------- data
-
-
-class BenchmarkFormat(StrEnum):
-    hotpotqa = "hotpotqa"
-    twowiki = "2wiki"
-    musique = "musique"
-    flashrag = "flashrag"
 
 
 @data_app.command("convert")
 @friendly_errors
 def data_convert(
     input: Annotated[Path, typer.Argument(help="Benchmark file in its own published schema (JSON or JSONL).")],
-    format: Annotated[BenchmarkFormat, typer.Option("--format", "-f", help="Schema of the input file.")],
+    format: Annotated[Literal[FORMATS], typer.Option("--format", "-f", help="Schema of the input file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output FlashRAG JSONL record file.")],
 ) -> None:
     """Convert a HotpotQA / 2WikiMultihopQA / MuSiQue / FlashRAG file to prorag records.
@@ -38,7 +32,7 @@ def data_convert(
     from prorag.data.benchmarks import load_benchmark
     from prorag.data.jsonl import write_jsonl
 
-    loaded = load_benchmark(input, format.value)
+    loaded = load_benchmark(input, format)
     n = write_jsonl(out, (r.to_dict() for r in loaded.records))
     skipped = ", ".join(f"{v} {k}" for k, v in loaded.skipped.items() if v) or "none"
     typer.echo(f"wrote {n} records to {out} (skipped: {skipped})")
@@ -71,18 +65,12 @@ def corpus_build(
 # ----------------------------------------------------------------------------- world
 
 
-class WorldSize(StrEnum):
-    tiny = "tiny"
-    demo = "demo"
-    large = "large"
-
-
 @app.command("world")
 @friendly_errors
 def world(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
-    size: Annotated[WorldSize, typer.Option(help="tiny (tests), demo (CPU demo), large.")] = WorldSize.demo,
+    size: Annotated[str, typer.Option(help="tiny (tests), demo (CPU demo), large.")] = "demo",
     passages: Annotated[str, typer.Option(help="page (one passage per page) or fact (one per sentence, the demo's).")] = "page",
 ) -> None:
     """Generate the built-in fictional world: corpus.jsonl and train/dev/test record files.
@@ -93,20 +81,16 @@ def world(
     """
     from dataclasses import replace
 
-    from prorag.data.world import SIZES, build_world
+    from prorag.data.world import build_world
+    from prorag.data.world.generator import world_size
 
     if passages not in ("page", "fact"):
         raise ValueError(f"--passages must be page or fact, got {passages!r}")
-    summary = build_world(out, seed=seed, size=replace(SIZES[size.value], passages=passages))
+    summary = build_world(out, seed=seed, size=replace(world_size(size), passages=passages))
     typer.echo(summary.describe())
 
 
 # ----------------------------------------------------------------------------- retrieval
-
-
-class IndexKind(StrEnum):
-    bm25 = "bm25"
-    dense = "dense"
 
 
 @app.command("index")
@@ -114,7 +98,7 @@ class IndexKind(StrEnum):
 def index(
     corpus: Annotated[Path, typer.Option("--corpus", "-c", help="Corpus JSONL ({id, contents[, partition]}).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
-    kind: Annotated[IndexKind, typer.Option(help="bm25 (default) or dense.")] = IndexKind.bm25,
+    kind: Annotated[Literal[INDEX_KINDS], typer.Option(help="bm25 (default) or dense.")] = "bm25",
     model: Annotated[
         str | None, typer.Option(help="Dense: sentence-transformers model name or path (default: bundled all-MiniLM-L6-v2).")
     ] = None,
@@ -128,13 +112,13 @@ def index(
     info = build_index(
         corpus,
         out,
-        kind=kind.value,
+        kind=kind,
         model=model,
         query_prefix=query_prefix,
         passage_prefix=passage_prefix,
         batch_size=batch_size,
     )
-    typer.echo(f"built {kind.value} index of {info['num_passages']} passages in {info['build_seconds']:.1f}s -> {out}")
+    typer.echo(f"built {kind} index of {info['num_passages']} passages in {info['build_seconds']:.1f}s -> {out}")
 
 
 @app.command("retrieve")

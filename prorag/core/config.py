@@ -319,3 +319,12 @@ __all__ = [
     "parse_assignment",
     "replace_field",
 ]
+
+
+def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str) -> Any:
+    """A config field with its ``--help`` text (``beta: float = setting(0.3, help="...")``);
+    ``factory`` builds a mutable or nested default. The text lives in the field's metadata,
+    where :func:`field_help` and the command line read it."""
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.config import setting
 from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record, read_records
@@ -42,22 +43,20 @@ class EvalRolloutConfig(RolloutConfig):
     eval``, SFT's held-out rollouts) starts from these defaults, also when a YAML ``rollout:``
     block sets only some fields."""
 
-    greedy: bool = field(default=True, metadata={"help": "Greedy decoding (the paper's inference setting)."})
+    greedy: bool = setting(True, help="Greedy decoding (the paper's inference setting).")
 
 
 @dataclass
 class EvalConfig:
     """Settings of an evaluation run: which records, which loop, and the rollout settings."""
 
-    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first `limit` records."})
-    baseline: Baseline | None = field(
-        default=None, metadata={"help": "Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag)."}
+    limit: int | None = setting(None, help="Evaluate only the first `limit` records.")
+    baseline: Baseline | None = setting(
+        None, help="Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag)."
     )
-    rollout: EvalRolloutConfig = field(
-        default_factory=EvalRolloutConfig,
-        metadata={
-            "help": ("The engine's settings: documents per retrieval (`top_k`), caps, decoding, batch size, seed, prompt style.")
-        },
+    rollout: EvalRolloutConfig = setting(
+        factory=EvalRolloutConfig,
+        help="The engine's settings: documents per retrieval (`top_k`), caps, decoding, batch size, seed, prompt style.",
     )
 
     def __post_init__(self) -> None:

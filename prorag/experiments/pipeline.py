@@ -30,6 +30,7 @@ from typing import Any, Literal
 import yaml
 
 from prorag.agent.rollout import RolloutConfig
+from prorag.core.config import setting
 from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -71,42 +72,30 @@ RL_SYSTEMS: dict[str, tuple[str, bool]] = {
 class DataConfig:
     """Where the questions and the corpus come from, and how the questions are split."""
 
-    world: str | None = field(
-        default="demo",
-        metadata={
-            "help": (
-                "Build the built-in world of this size (`tiny`, `demo`, `large`) into `RUN/world`; `None`: use the files below."
-            )
-        },
+    world: str | None = setting(
+        "demo",
+        help="Build the built-in world of this size (`tiny`, `demo`, `large`) into `RUN/world`; `None`: use the files below.",
     )
-    world_seed: int = field(default=0, metadata={"help": "Seed of the built-in world."})
-    passages: Granularity = field(
-        default="fact",
-        metadata={
-            "help": (
-                "Built-in world passages: `fact` (one sentence each) or `page`. Sentences let a tiny model learn to "
-                "read within minutes on a CPU (see prorag.data.world.documents)."
-            )
-        },
+    world_seed: int = setting(0, help="Seed of the built-in world.")
+    passages: Granularity = setting(
+        "fact",
+        help="Built-in world passages: `fact` (one sentence each) or `page`. Sentences let a tiny model learn to "
+        "read within minutes on a CPU (see prorag.data.world.documents).",
     )
-    train_file: str | None = field(default=None, metadata={"help": "Training records (FlashRAG JSONL) when `world` is None."})
-    dev_file: str | None = field(default=None, metadata={"help": "Dev records (FlashRAG JSONL) when `world` is None."})
-    test_file: str | None = field(default=None, metadata={"help": "Test records (FlashRAG JSONL) when `world` is None."})
-    corpus_file: str | None = field(default=None, metadata={"help": "Corpus JSONL (`{id, contents}`) when `world` is None."})
-    sft_fraction: float = field(
-        default=0.5,
-        metadata={
-            "help": (
-                "Share of the training questions used for SFT (and its baselines); the rest is the pool of the later "
-                "stages, which SFT never sees."
-            )
-        },
+    train_file: str | None = setting(None, help="Training records (FlashRAG JSONL) when `world` is None.")
+    dev_file: str | None = setting(None, help="Dev records (FlashRAG JSONL) when `world` is None.")
+    test_file: str | None = setting(None, help="Test records (FlashRAG JSONL) when `world` is None.")
+    corpus_file: str | None = setting(None, help="Corpus JSONL (`{id, contents}`) when `world` is None.")
+    sft_fraction: float = setting(
+        0.5,
+        help="Share of the training questions used for SFT (and its baselines); the rest is the pool of the later "
+        "stages, which SFT never sees.",
     )
-    mcts_questions: int = field(default=64, metadata={"help": "Pool questions searched with MCTS (the paper: 728)."})
-    rft_questions: int | None = field(default=None, metadata={"help": "Pool questions sampled for RFT (None: all of the pool)."})
-    rl_questions: int | None = field(default=None, metadata={"help": "Pool questions of the RL stage (None: all of the pool)."})
-    dev_questions: int = field(default=200, metadata={"help": "Dev questions of SFT's held-out rollouts."})
-    test_questions: int | None = field(default=None, metadata={"help": "Test questions evaluated (None: all)."})
+    mcts_questions: int = setting(64, help="Pool questions searched with MCTS (the paper: 728).")
+    rft_questions: int | None = setting(None, help="Pool questions sampled for RFT (None: all of the pool).")
+    rl_questions: int | None = setting(None, help="Pool questions of the RL stage (None: all of the pool).")
+    dev_questions: int = setting(200, help="Dev questions of SFT's held-out rollouts.")
+    test_questions: int | None = setting(None, help="Test questions evaluated (None: all).")
 
     def __post_init__(self) -> None:
         if not 0.0 < self.sft_fraction < 1.0:
@@ -119,15 +108,12 @@ class DataConfig:
 class IndexConfig:
     """The retrieval index every stage searches."""
 
-    kind: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "`bm25` or `dense` retrieval."})
-    model: str | None = field(
-        default=None,
-        metadata={"help": "Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."},
+    kind: Literal["bm25", "dense"] = setting("bm25", help="`bm25` or `dense` retrieval.")
+    model: str | None = setting(
+        None, help="Dense: a sentence-transformers model name or path (default: the bundled all-MiniLM-L6-v2)."
     )
-    query_prefix: str = field(
-        default="", metadata={"help": "Text put before every query (dense models such as E5 want `query: `)."}
-    )
-    passage_prefix: str = field(default="", metadata={"help": "Text put before every passage (E5: `passage: `)."})
+    query_prefix: str = setting("", help="Text put before every query (dense models such as E5 want `query: `).")
+    passage_prefix: str = setting("", help="Text put before every passage (E5: `passage: `).")
 
 
 @dataclass
@@ -135,30 +121,23 @@ class PipelineConfig:
     """Every stage's settings in one file. ``top_k`` (documents per retrieval) is applied to
     every stage so that training, search and evaluation read the same number of documents."""
 
-    data: DataConfig = field(
-        default_factory=DataConfig, metadata={"help": "Where the questions and the corpus come from, and how they are split."}
+    data: DataConfig = setting(factory=DataConfig, help="Where the questions and the corpus come from, and how they are split.")
+    index: IndexConfig = setting(factory=IndexConfig, help="The retrieval index every stage searches.")
+    top_k: int = setting(3, help="Documents per retrieval, applied to every stage.")
+    sft_data: SFTDataConfig = setting(factory=SFTDataConfig, help="Stage 1's gold trajectories (`prorag sft-data`).")
+    sft: SFTConfig = setting(factory=SFTConfig, help="Stage 1: supervised fine-tuning.")
+    mcts: MCTSConfig = setting(factory=MCTSConfig, help="Stage 2: the tree search.")
+    pairs: PairsConfig = setting(factory=PairsConfig, help="Stage 2: the judged sibling-step pairs.")
+    prm: PRMConfig = setting(factory=PRMConfig, help="Stage 2: the process reward model.")
+    rft: RFTConfig = setting(factory=RFTConfig, help="Stage 3: rejection-sampling fine-tuning.")
+    rl: RLConfig = setting(factory=RLConfig, help="Stage 4: RL with dual-granularity advantages.")
+    eval: EvalConfig = setting(factory=EvalConfig, help="The evaluation of every system.")
+    systems: list[str] = setting(
+        factory=lambda: list(SYSTEMS), help="Systems to train and evaluate (rows of the results table), in table order."
     )
-    index: IndexConfig = field(default_factory=IndexConfig, metadata={"help": "The retrieval index every stage searches."})
-    top_k: int = field(default=3, metadata={"help": "Documents per retrieval, applied to every stage."})
-    sft_data: SFTDataConfig = field(
-        default_factory=SFTDataConfig, metadata={"help": "Stage 1's gold trajectories (`prorag sft-data`)."}
-    )
-    sft: SFTConfig = field(default_factory=SFTConfig, metadata={"help": "Stage 1: supervised fine-tuning."})
-    mcts: MCTSConfig = field(default_factory=MCTSConfig, metadata={"help": "Stage 2: the tree search."})
-    pairs: PairsConfig = field(default_factory=PairsConfig, metadata={"help": "Stage 2: the judged sibling-step pairs."})
-    prm: PRMConfig = field(default_factory=PRMConfig, metadata={"help": "Stage 2: the process reward model."})
-    rft: RFTConfig = field(default_factory=RFTConfig, metadata={"help": "Stage 3: rejection-sampling fine-tuning."})
-    rl: RLConfig = field(default_factory=RLConfig, metadata={"help": "Stage 4: RL with dual-granularity advantages."})
-    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"help": "The evaluation of every system."})
-    systems: list[str] = field(
-        default_factory=lambda: list(SYSTEMS),
-        metadata={"help": "Systems to train and evaluate (rows of the results table), in table order."},
-    )
-    seeds: list[int] = field(
-        default_factory=lambda: [0], metadata={"help": "Seeds of the RL systems (each is trained and evaluated once per seed)."}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the question splits and of every stage but the RL seeds."})
-    report: bool = field(default=True, metadata={"help": "Write `report.md` / `report.html` at the end."})
+    seeds: list[int] = setting(factory=lambda: [0], help="Seeds of the RL systems (each is trained and evaluated once per seed).")
+    seed: int = setting(0, help="Seed of the question splits and of every stage but the RL seeds.")
+    report: bool = setting(True, help="Write `report.md` / `report.html` at the end.")
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.systems if s not in SYSTEMS]

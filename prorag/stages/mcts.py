@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.schema import parse_token_actions
+from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json
 from prorag.data.records import Record, read_records
@@ -52,55 +53,34 @@ TerminalValue = Literal["binary", "f1"]
 class MCTSConfig:
     """Settings of the tree search (defaults: the paper's, METHOD.md section 2)."""
 
-    simulations: int = field(default=200, metadata={"help": "Selection rounds per tree."})
-    num_candidates: int = field(default=5, metadata={"help": "K: actions sampled per expansion (before duplicates are removed)."})
-    max_depth: int = field(default=10, metadata={"help": "Nodes at this depth (actions from the root) are not expanded."})
-    c_puct: float = field(default=2.5, metadata={"help": "Exploration weight of Eq. 2."})
-    gamma: float = field(
-        default=0.99, metadata={"help": "Discount of Eq. 3 per step between a node and the end of the evaluated trajectory."}
+    simulations: int = setting(200, help="Selection rounds per tree.")
+    num_candidates: int = setting(5, help="K: actions sampled per expansion (before duplicates are removed).")
+    max_depth: int = setting(10, help="Nodes at this depth (actions from the root) are not expanded.")
+    c_puct: float = setting(2.5, help="Exploration weight of Eq. 2.")
+    gamma: float = setting(0.99, help="Discount of Eq. 3 per step between a node and the end of the evaluated trajectory.")
+    simulation: Literal["greedy", "sample"] = setting(
+        "greedy",
+        help="How simulations complete a trajectory: greedily (the reference code) or by sampling at the expansion temperature.",
     )
-    simulation: Literal["greedy", "sample"] = field(
-        default="greedy",
-        metadata={
-            "help": (
-                "How simulations complete a trajectory: greedily (the reference code) or by sampling at the expansion"
-                " temperature."
-            )
-        },
+    terminal_value: TerminalValue = setting(
+        "binary",
+        help="`binary`: exact match of the final answer with a gold alias (the paper, v in {0,1}); `f1`: its token"
+        " F1 (the reference code).",
     )
-    terminal_value: TerminalValue = field(
-        default="binary",
-        metadata={
-            "help": (
-                "`binary`: exact match of the final answer with a gold alias (the paper, v in {0,1}); `f1`: its token"
-                " F1 (the reference code)."
-            )
-        },
+    prior: PriorKind = setting(
+        "policy",
+        help="`policy`: P(a|s) from the sampled actions' log-probabilities normalised over the siblings (the "
+        "paper); `uniform`: 1/K (the reference code).",
     )
-    prior: PriorKind = field(
-        default="policy",
-        metadata={
-            "help": (
-                "`policy`: P(a|s) from the sampled actions' log-probabilities normalised over the siblings (the "
-                "paper); `uniform`: 1/K (the reference code)."
-            )
-        },
+    trees_per_batch: int = setting(32, help="Trees searched in lock-step (their expansions and simulations share engine calls).")
+    rollout: RolloutConfig = setting(
+        factory=lambda: RolloutConfig(max_actions=13, temperature=0.9, top_p=0.95, batch_size=160),
+        help="The engine's settings: expansion sampling (the reference code's temperature 0.9, top-p 0.95), the "
+        "actions of a whole trajectory (a simulation from depth d gets `max_actions - d`), `top_k` and the "
+        "rows per forward batch (`trees_per_batch * num_candidates` puts a round's expansions in one). Its "
+        "`seed` and `greedy` are not used: `seed` and `simulation` are.",
     )
-    trees_per_batch: int = field(
-        default=32, metadata={"help": "Trees searched in lock-step (their expansions and simulations share engine calls)."}
-    )
-    rollout: RolloutConfig = field(
-        default_factory=lambda: RolloutConfig(max_actions=13, temperature=0.9, top_p=0.95, batch_size=160),
-        metadata={
-            "help": (
-                "The engine's settings: expansion sampling (the reference code's temperature 0.9, top-p 0.95), the "
-                "actions of a whole trajectory (a simulation from depth d gets `max_actions - d`), `top_k` and the "
-                "rows per forward batch (`trees_per_batch * num_candidates` puts a round's expansions in one). Its "
-                "`seed` and `greedy` are not used: `seed` and `simulation` are."
-            )
-        },
-    )
-    seed: int = field(default=0, metadata={"help": "Seeds the expansions and the simulations."})
+    seed: int = setting(0, help="Seeds the expansions and the simulations.")
 
     def __post_init__(self) -> None:
         for name in ("simulations", "num_candidates", "max_depth", "trees_per_batch"):

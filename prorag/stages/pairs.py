@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from prorag.agent.schema import STEP_OPEN
+from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
 from prorag.method.search_tree import Node, SearchTree, format_address, iter_paths, state_ids
@@ -34,30 +35,20 @@ log = logging.getLogger(__name__)
 class PairsConfig:
     """Settings of pair extraction (``prorag pairs``)."""
 
-    judge: Literal["oracle", "llm"] = field(
-        default="oracle",
-        metadata={
-            "help": (
-                "Who decides which sibling step is better: `oracle` (the gold decomposition) or `llm` (an "
-                "OpenAI-compatible judge)."
-            )
-        },
+    judge: Literal["oracle", "llm"] = setting(
+        "oracle",
+        help="Who decides which sibling step is better: `oracle` (the gold decomposition) or `llm` (an OpenAI-compatible judge).",
     )
     # `all`: also every other (valid, invalid) combination of the siblings, when the judge labels each sibling (the oracle; an
     # LLM judge names one pair, so it still gives one).
-    pairs_per_set: Literal["one", "all"] = field(
-        default="one",
-        metadata={
-            "help": "`one`: the judge's chosen and rejected step (the paper); `all`: every (valid, invalid) sibling combination."
-        },
+    pairs_per_set: Literal["one", "all"] = setting(
+        "one", help="`one`: the judge's chosen and rejected step (the paper); `all`: every (valid, invalid) sibling combination."
     )
-    min_visits: int = field(default=2, metadata={"help": "A sibling takes part only with at least this many visits (N)."})
-    llm: LLMTeacherConfig | None = field(
-        default=None, metadata={"help": "The LLM judge's server, model, concurrency, retries and reply cache (`judge: llm`)."}
+    min_visits: int = setting(2, help="A sibling takes part only with at least this many visits (N).")
+    llm: LLMTeacherConfig | None = setting(
+        None, help="The LLM judge's server, model, concurrency, retries and reply cache (`judge: llm`)."
     )
-    chunk_size: int = field(
-        default=256, metadata={"help": "Sibling sets judged per batch (the LLM judge runs a batch's requests concurrently)."}
-    )
+    chunk_size: int = setting(256, help="Sibling sets judged per batch (the LLM judge runs a batch's requests concurrently).")
 
     def __post_init__(self) -> None:
         if self.min_visits < 1:
@@ -168,13 +159,15 @@ def set_id(pair_id: str) -> str:
 
 @dataclass
 class PairsSummary:
+    """What a run judged: ``sibling_sets`` seen (``already_done`` of them paired by an earlier run),
+    ``judged``, ``pairs`` (sets that gave the judge's own pair) and ``extra_pairs`` (the further
+    valid x invalid combinations of ``pairs_per_set: all``)."""
+
     sibling_sets: int = 0
     already_done: int = 0
     judged: int = 0
     pairs: int = 0
-    """Sibling sets that gave a pair (the judge's own)."""
     extra_pairs: int = 0
-    """Further (valid, invalid) combinations written with ``pairs_per_set: all``."""
 
     def describe(self) -> str:
         extra = f" (+{self.extra_pairs} more combinations)" if self.extra_pairs else ""

@@ -21,7 +21,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 from trl import RewardConfig, RewardTrainer
 
 from prorag.agent.rollout import Trajectory
+from prorag.core.config import setting
 from prorag.core.errors import DataError
 from prorag.core.metrics import ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
@@ -63,115 +64,80 @@ class PRMConfig(TrainingConfig):
     """
 
     # --- model and data
-    init: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "The policy the PRM starts from (`pi_sft`): a checkpoint folder, a training run folder (its "
-                "`policy/`) or a hub id. `train_prm`'s `init` argument replaces it."
-            )
-        },
+    init: str | None = setting(
+        None,
+        help="The policy the PRM starts from (`pi_sft`): a checkpoint folder, a training run folder (its "
+        "`policy/`) or a hub id. `train_prm`'s `init` argument replaces it.",
     )
-    pairs_file: str | None = field(
-        default=None, metadata={"help": "The step-pairs JSONL (`prorag pairs`); `train_prm`'s `pairs` argument replaces it."}
+    pairs_file: str | None = setting(
+        None, help="The step-pairs JSONL (`prorag pairs`); `train_prm`'s `pairs` argument replaces it."
     )
-    max_length: int = field(
-        default=DEFAULT_MAX_LENGTH,
-        metadata={
-            "help": (
-                "Longest input (context + step) in tokens; longer ones are cut from the left. Capped by the model's "
-                "`max_position_embeddings`."
-            )
-        },
+    max_length: int = setting(
+        DEFAULT_MAX_LENGTH,
+        help="Longest input (context + step) in tokens; longer ones are cut from the left. Capped by the model's "
+        "`max_position_embeddings`.",
     )
-    append_eos: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Append EOS after the step and read the score there (the reference code); default: read it on the "
-                "step's closing tag."
-            )
-        },
+    append_eos: bool = setting(
+        False,
+        help="Append EOS after the step and read the score there (the reference code); default: read it on the "
+        "step's closing tag.",
     )
-    held_out_fraction: float = field(
-        default=0.05,
-        metadata={
-            "help": (
-                "Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least one "
-                "question when > 0; the reference code held out 2% of pairs at random)."
-            )
-        },
+    held_out_fraction: float = setting(
+        0.05,
+        help="Fraction of the *questions* whose pairs are held out for the pairwise accuracy (at least one "
+        "question when > 0; the reference code held out 2% of pairs at random).",
     )
     # With one, the model is scored on the validation pairs before training and every `eval_steps`, and the weights with the
     # best validation pairwise accuracy (then AUC) are the ones saved, the initial weights included (earliest on ties): a run
     # that only overfits keeps what it started from. The held-out pairs are never used to choose anything.
-    validation_fraction: float = field(
-        default=0.0, metadata={"help": "Fraction of the *training* questions set aside as a validation set (0: none, the paper)."}
+    validation_fraction: float = setting(
+        0.0, help="Fraction of the *training* questions set aside as a validation set (0: none, the paper)."
     )
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
-    epochs: float = field(default=3.0, metadata={"help": "Paper: three epochs."})
-    per_device_batch_size: int = field(default=8, metadata={"help": "Pairs per device and micro-batch (each is two sequences)."})
-    gradient_accumulation_steps: int = field(
-        default=4, metadata={"help": "Micro-batches per optimiser step (the reference code's 4)."}
-    )
-    save_steps: int = field(default=200, metadata={"help": "Checkpoint every this many optimiser steps."})
+    epochs: float = setting(3.0, help="Paper: three epochs.")
+    per_device_batch_size: int = setting(8, help="Pairs per device and micro-batch (each is two sequences).")
+    gradient_accumulation_steps: int = setting(4, help="Micro-batches per optimiser step (the reference code's 4).")
+    save_steps: int = setting(200, help="Checkpoint every this many optimiser steps.")
     # `False` trains only the scalar head on frozen features; the paper's "train the scalar regression head from the SFT
     # checkpoint" can be read either way.
-    train_backbone: bool = field(default=True, metadata={"help": "Fine-tune the whole model (default)."})
-    center_rewards_coefficient: float | None = field(
-        default=None, metadata={"help": "TRL's auxiliary `coef * mean(r^2)` that keeps rewards near 0 (off, as in the paper)."}
+    train_backbone: bool = setting(True, help="Fine-tune the whole model (default).")
+    center_rewards_coefficient: float | None = setting(
+        None, help="TRL's auxiliary `coef * mean(r^2)` that keeps rewards near 0 (off, as in the paper)."
     )
 
     # --- run
-    eval_steps: int | None = field(
-        default=None,
-        metadata={"help": "Held-out evaluation every this many steps (default: `save_steps`); always once at the end."},
+    eval_steps: int | None = setting(
+        None, help="Held-out evaluation every this many steps (default: `save_steps`); always once at the end."
     )
-    eval_batch_size: int = field(default=16, metadata={"help": "Pairs per batch of the held-out and validation scoring."})
-    if_no_pairs: Literal["error", "untrained"] = field(
-        default="error",
-        metadata={
-            "help": (
-                "When the judge found no pair (a policy too weak for any valid sibling step, as in a quick demo): "
-                '`"error"` stops; `"untrained"` logs a warning and saves the reward model as built from the policy (a'
-                " random head: its scores carry no process signal), so a pipeline with small budgets goes on, as "
-                "RFT's `if_nothing_kept: copy_policy` does."
-            )
-        },
+    eval_batch_size: int = setting(16, help="Pairs per batch of the held-out and validation scoring.")
+    if_no_pairs: Literal["error", "untrained"] = setting(
+        "error",
+        help="When the judge found no pair (a policy too weak for any valid sibling step, as in a quick demo): "
+        '`"error"` stops; `"untrained"` logs a warning and saves the reward model as built from the policy (a'
+        " random head: its scores carry no process signal), so a pipeline with small budgets goes on, as "
+        "RFT's `if_nothing_kept: copy_policy` does.",
     )
     # `"likelihood"`: the policy's causal LM itself, scoring a step by `likelihood_beta` times its mean token log-probability
     # (SimPO's length-normalised implicit reward), trained with the same Eq. 4; its zero point is fitted on the training pairs
     # after training (separating_threshold). See prorag.supervision.reward_model for why it exists.
-    kind: str = field(
-        default="head",
-        metadata={
-            "help": (
-                "A name in PRM_KINDS. `head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
-                "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4."
-            )
-        },
+    kind: str = setting(
+        "head",
+        help="A name in PRM_KINDS. `head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
+        "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4.",
     )
-    likelihood_beta: float = field(
-        default=1.0,
-        metadata={
-            "help": (
-                "The likelihood kind's scale: the logit of a step is `beta * (mean log p - offset)`, so the sigmoid "
-                "of a pair's margin is `sigmoid(beta * difference in mean log-probability)`."
-            )
-        },
+    likelihood_beta: float = setting(
+        1.0,
+        help="The likelihood kind's scale: the logit of a step is `beta * (mean log p - offset)`, so the sigmoid "
+        "of a pair's margin is `sigmoid(beta * difference in mean log-probability)`.",
     )
     # Costs one policy forward per held-out step; off for a policy too large to load beside the PRM.
-    likelihood_baseline: bool = field(
-        default=True,
-        metadata={
-            "help": (
-                "Also rank the held-out pairs by the init policy's own mean log-probability of each step "
-                "(policy_step_likelihoods) and log it as `eval_policy_likelihood_accuracy` / `_auc`: the reference a "
-                "trained PRM must beat to have learned more than the policy already prefers (MCTS siblings are policy"
-                " samples, and invalid ones are often its unlikely draws)."
-            )
-        },
+    likelihood_baseline: bool = setting(
+        True,
+        help="Also rank the held-out pairs by the init policy's own mean log-probability of each step "
+        "(policy_step_likelihoods) and log it as `eval_policy_likelihood_accuracy` / `_auc`: the reference a "
+        "trained PRM must beat to have learned more than the policy already prefers (MCTS siblings are policy"
+        " samples, and invalid ones are often its unlikely draws).",
     )
 
     def __post_init__(self) -> None:

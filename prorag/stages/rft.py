@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -51,66 +52,42 @@ class RFTConfig:
 
     # The paper gives no value; 8 is its RL group size `G`, and it makes a question whose samples are right a quarter of the
     # time yield a correct trajectory with probability 0.9 (`1 - 0.75**8`). Sampling cost grows linearly with it.
-    samples_per_question: int = field(default=8, metadata={"help": "`N`, trajectories sampled per question."})
-    rollout: RolloutConfig = field(
-        default_factory=RolloutConfig,
-        metadata={
-            "help": (
-                "The engine's settings: sampling at temperature 1.0 (no top-p), inference caps (13 actions), `top_k` "
-                "documents per search, rollout batch size (a chunk of questions fills one batch: `batch_size // N` "
-                "questions). Its `seed` is not used: the stage's `seed` is."
-            )
-        },
+    samples_per_question: int = setting(8, help="`N`, trajectories sampled per question.")
+    rollout: RolloutConfig = setting(
+        factory=RolloutConfig,
+        help="The engine's settings: sampling at temperature 1.0 (no top-p), inference caps (13 actions), `top_k` "
+        "documents per search, rollout batch size (a chunk of questions fills one batch: `batch_size // N` "
+        "questions). Its `seed` is not used: the stage's `seed` is.",
     )
-    correctness: Correctness = field(
-        default="em",
-        metadata={
-            "help": (
-                'Outcome filter: `"em"`, normalised exact match with any gold alias; `"f1"`, token F1 at least f1_threshold.'
-            )
-        },
+    correctness: Correctness = setting(
+        "em", help='Outcome filter: `"em"`, normalised exact match with any gold alias; `"f1"`, token F1 at least f1_threshold.'
     )
-    f1_threshold: float = field(
-        default=0.8, metadata={"help": 'F1 a trajectory needs to count as correct with `correctness="f1"`.'}
+    f1_threshold: float = setting(0.8, help='F1 a trajectory needs to count as correct with `correctness="f1"`.')
+    prm_threshold: float = setting(
+        0.0, help="An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's)."
     )
-    prm_threshold: float = field(
-        default=0.0,
-        metadata={"help": ("An action is kept when its PRM logit is strictly above this (0: sigmoid > 0.5, the paper's).")},
-    )
-    drop_malformed_actions: bool = field(
-        default=True, metadata={"help": "Also drop actions that are not well formed (I_step = 0), whatever their PRM score."}
+    drop_malformed_actions: bool = setting(
+        True, help="Also drop actions that are not well formed (I_step = 0), whatever their PRM score."
     )
     # See prorag.method.rewards.process.prm_judged_actions for why.
-    prm_scope: PRMScope = field(
-        default="all",
-        metadata={
-            "help": (
-                'Which actions the PRM filter judges: `"all"` (the paper: every action, the answer included) or '
-                '`"reasoning"` (a well-formed answer of a correct trajectory is kept on the outcome filter alone; the'
-                " PRM judges the searches and conclusions)."
-            )
-        },
+    prm_scope: PRMScope = setting(
+        "all",
+        help='Which actions the PRM filter judges: `"all"` (the paper: every action, the answer included) or '
+        '`"reasoning"` (a well-formed answer of a correct trajectory is kept on the outcome filter alone; the'
+        " PRM judges the searches and conclusions).",
     )
-    if_nothing_kept: Literal["error", "copy_policy"] = field(
-        default="error",
-        metadata={
-            "help": (
-                "When no (context, action) pair passes the filters (a policy too weak to answer any sampled question "
-                'right): `"error"` stops with the counts; `"copy_policy"` logs a warning and writes pi_sft unchanged '
-                "as pi_rft (fine-tuning on nothing is a no-op), so a pipeline with small budgets goes on."
-            )
-        },
+    if_nothing_kept: Literal["error", "copy_policy"] = setting(
+        "error",
+        help="When no (context, action) pair passes the filters (a policy too weak to answer any sampled question "
+        'right): `"error"` stops with the counts; `"copy_policy"` logs a warning and writes pi_sft unchanged '
+        "as pi_rft (fine-tuning on nothing is a no-op), so a pipeline with small budgets goes on.",
     )
-    limit: int | None = field(default=None, metadata={"help": "Use only the first `limit` questions of the record file."})
-    seed: int = field(default=0, metadata={"help": "Seeds the sampling (per chunk) and the fine-tuning (replaces `train.seed`)."})
-    train: SFTTrainingConfig = field(
-        default_factory=SFTTrainingConfig,
-        metadata={
-            "help": (
-                "The fine-tuning: stage 1's trainer settings (one epoch, lr 2e-5, reference loss weights by default);"
-                " its `seed` is replaced by seed."
-            )
-        },
+    limit: int | None = setting(None, help="Use only the first `limit` questions of the record file.")
+    seed: int = setting(0, help="Seeds the sampling (per chunk) and the fine-tuning (replaces `train.seed`).")
+    train: SFTTrainingConfig = setting(
+        factory=SFTTrainingConfig,
+        help="The fine-tuning: stage 1's trainer settings (one epoch, lr 2e-5, reference loss weights by default);"
+        " its `seed` is replaced by seed.",
     )
 
     def __post_init__(self) -> None:

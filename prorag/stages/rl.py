@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
@@ -61,168 +62,108 @@ class RLConfig(TrainingConfig):
     """
 
     # --- models
-    policy: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                'The policy to train (`pi_rft`, or `pi_sft` for the "w/o refinement" ablation): a checkpoint folder '
-                "or a training run folder (its `policy/`), loaded with load_policy."
-            )
-        },
+    policy: str | None = setting(
+        None,
+        help='The policy to train (`pi_rft`, or `pi_sft` for the "w/o refinement" ablation): a checkpoint folder '
+        "or a training run folder (its `policy/`), loaded with load_policy.",
     )
-    prm: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                'The frozen PRM (`prorag prm` output), loaded with ProcessRewardModel.load; unused with `process_reward="none"`.'
-            )
-        },
+    prm: str | None = setting(
+        None,
+        help='The frozen PRM (`prorag prm` output), loaded with ProcessRewardModel.load; unused with `process_reward="none"`.',
     )
 
     # --- data
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see "
-                "`exclude_ids_from` and the module docstring)."
-            )
-        },
+    train_file: str | None = setting(
+        None,
+        help="Record file (FlashRAG JSONL) of the RL questions; must not hold the SFT questions (see "
+        "`exclude_ids_from` and the module docstring).",
     )
-    exclude_ids_from: list[str] = field(
-        default_factory=list,
-        metadata={
-            "help": (
-                "JSONL files whose questions are dropped from `train_file`: each row's `question_id`, else its `id` "
-                "(record files, SFT trajectory files, step-pair files)."
-            )
-        },
+    exclude_ids_from: list[str] = setting(
+        factory=list,
+        help="JSONL files whose questions are dropped from `train_file`: each row's `question_id`, else its `id` "
+        "(record files, SFT trajectory files, step-pair files).",
     )
-    limit: int | None = field(default=None, metadata={"help": "Only the first N questions (after the exclusion)."})
-    index: str | None = field(default=None, metadata={"help": "Retrieval index folder or `http(s)://` URL (open_retriever)."})
+    limit: int | None = setting(None, help="Only the first N questions (after the exclusion).")
+    index: str | None = setting(None, help="Retrieval index folder or `http(s)://` URL (open_retriever).")
 
     # --- rollouts
-    group_size: int = field(default=8, metadata={"help": "G, trajectories sampled per question (the paper's 8)."})
-    rollout: RolloutConfig = field(
-        default_factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
-        metadata={
-            "help": (
-                "The engine's sampling settings (METHOD.md: 11 actions during RL); its `seed` and `greedy` are not "
-                "used: `seed` drives the sampling."
-            )
-        },
+    group_size: int = setting(8, help="G, trajectories sampled per question (the paper's 8).")
+    rollout: RolloutConfig = setting(
+        factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
+        help="The engine's sampling settings (METHOD.md: 11 actions during RL); its `seed` and `greedy` are not "
+        "used: `seed` drives the sampling.",
     )
 
     # --- rewards and advantages
-    process_reward: str = field(
-        default="prm",
-        metadata={
-            "help": (
-                "Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM) or `none` "
-                "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called)."
-            )
-        },
+    process_reward: str = setting(
+        "prm",
+        help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM) or `none` "
+        "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called).",
     )
-    advantage: str = field(
-        default="dual",
-        metadata={
-            "help": (
-                "How rewards become token advantages, a name in ADVANTAGE_ESTIMATORS: `dual` (Eq. 7-8, ProRAG), "
-                "`grpo` (outcome only), `cpgrpo` (CP-Search's |A| * pr)."
-            )
-        },
+    advantage: str = setting(
+        "dual",
+        help="How rewards become token advantages, a name in ADVANTAGE_ESTIMATORS: `dual` (Eq. 7-8, ProRAG), "
+        "`grpo` (outcome only), `cpgrpo` (CP-Search's |A| * pr).",
     )
-    beta: float = field(
-        default=0.3, metadata={"help": "Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3)."}
-    )
+    beta: float = setting(0.3, help="Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3).")
     # See prm_judged_actions.
-    prm_scope: PRMScope = field(
-        default="all",
-        metadata={
-            "help": (
-                'Which actions get a process term: `"all"` (the paper: every step, the answer included) or '
-                '`"reasoning"` (a well-formed answer is left to the outcome term: its tokens get `A_out` alone and '
-                "its step reward is not in the group's step statistics)."
-            )
-        },
+    prm_scope: PRMScope = setting(
+        "all",
+        help='Which actions get a process term: `"all"` (the paper: every step, the answer included) or '
+        '`"reasoning"` (a well-formed answer is left to the outcome term: its tokens get `A_out` alone and '
+        "its step reward is not in the group's step statistics).",
     )
-    process_norm: ProcessNorm = field(
-        default="step",
-        metadata={
-            "help": (
-                '`"step"`: step rewards standardised over the group\'s steps (the paper\'s Eq. 7); `"token"`: over the '
-                "group's generated tokens (the reference code; long steps weigh more)."
-            )
-        },
+    process_norm: ProcessNorm = setting(
+        "step",
+        help='`"step"`: step rewards standardised over the group\'s steps (the paper\'s Eq. 7); `"token"`: over the '
+        "group's generated tokens (the reference code; long steps weigh more).",
     )
-    scale_advantages: bool = field(
-        default=True, metadata={"help": "Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."}
+    scale_advantages: bool = setting(
+        True, help="Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."
     )
-    outcome_reward: OutcomeRewardConfig = field(
-        default_factory=OutcomeRewardConfig,
-        metadata={"help": "Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."},
+    outcome_reward: OutcomeRewardConfig = setting(
+        factory=OutcomeRewardConfig, help="Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."
     )
-    step_reward: StepRewardConfig = field(
-        default_factory=StepRewardConfig,
-        metadata={"help": "Eq. 5's form (`paper`: logit + nu1 I_step; `reference`: sigmoid(logit) + 1 / -2)."},
+    step_reward: StepRewardConfig = setting(
+        factory=StepRewardConfig, help="Eq. 5's form (`paper`: logit + nu1 I_step; `reference`: sigmoid(logit) + 1 / -2)."
     )
-    prm_batch_size: int = field(default=32, metadata={"help": "Trajectories per batch the PRM scores."})
+    prm_batch_size: int = setting(32, help="Trajectories per batch the PRM scores.")
 
     # --- loss (Eq. 9)
-    epsilon: float = field(
-        default=0.2, metadata={"help": "PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing."}
+    epsilon: float = setting(0.2, help="PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing.")
+    epsilon_high: float | None = setting(
+        None, help="Upper clip (DAPO's clip-higher); default `epsilon` (symmetric, as in Eq. 9)."
     )
-    epsilon_high: float | None = field(
-        default=None, metadata={"help": "Upper clip (DAPO's clip-higher); default `epsilon` (symmetric, as in Eq. 9)."}
+    beta_kl: float = setting(0.0, help="KL penalty to the initial policy; 0 as in the reference code (no reference model kept).")
+    loss_aggregation: PPOAggregation = setting(
+        "token_mean",
+        help="How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
+        "sum over tokens does, at a length-free scale; `sequence_mean` is TRL's `grpo`; `sum` is Eq. 9 up to "
+        "a constant (TRL's `dr_grpo`).",
     )
-    beta_kl: float = field(
-        default=0.0, metadata={"help": "KL penalty to the initial policy; 0 as in the reference code (no reference model kept)."}
+    num_iterations: int = setting(
+        1,
+        help="PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and clipping never "
+        "binds (on-policy GRPO); more make `pi_old` differ from `pi_theta`.",
     )
-    loss_aggregation: PPOAggregation = field(
-        default="token_mean",
-        metadata={
-            "help": (
-                "How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
-                "sum over tokens does, at a length-free scale; `sequence_mean` is TRL's `grpo`; `sum` is Eq. 9 up to "
-                "a constant (TRL's `dr_grpo`)."
-            )
-        },
-    )
-    num_iterations: int = field(
-        default=1,
-        metadata={
-            "help": (
-                "PPO epochs over each generation batch; with 1 the ratio is 1 at the only update and clipping never "
-                "binds (on-policy GRPO); more make `pi_old` differ from `pi_theta`."
-            )
-        },
-    )
-    mask_truncated_completions: bool = field(
-        default=False, metadata={"help": "Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."}
+    mask_truncated_completions: bool = setting(
+        False, help="Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."
     )
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
-    per_device_batch_size: int = field(
-        default=8,
-        metadata={
-            "help": (
-                "Trajectories per process per micro-step. Questions per optimiser step = `per_device_batch_size * "
-                "processes * gradient_accumulation_steps / group_size`."
-            )
-        },
+    per_device_batch_size: int = setting(
+        8,
+        help="Trajectories per process per micro-step. Questions per optimiser step = `per_device_batch_size * "
+        "processes * gradient_accumulation_steps / group_size`.",
     )
-    learning_rate: float = field(
-        default=1e-5, metadata={"help": "Peak learning rate (the reference code's, for LoRA on a real pretrained model)."}
-    )
-    lr_scheduler_type: str = field(
-        default="constant", metadata={"help": "Constant, as RL libraries (verl, OpenRLHF) run it by default."}
-    )
-    warmup_ratio: float = field(default=0.0, metadata={"help": "No warm-up."})
-    save_steps: int = field(default=50, metadata={"help": "Checkpoint every this many optimiser steps."})
-    logging_steps: int = field(default=1, metadata={"help": "Log every step: the learning curve is per step."})
-    lora: LoRAConfig = field(
-        default_factory=LoRAConfig,
-        metadata={"help": ("A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy.")},
+    learning_rate: float = setting(1e-5, help="Peak learning rate (the reference code's, for LoRA on a real pretrained model).")
+    lr_scheduler_type: str = setting("constant", help="Constant, as RL libraries (verl, OpenRLHF) run it by default.")
+    warmup_ratio: float = setting(0.0, help="No warm-up.")
+    save_steps: int = setting(50, help="Checkpoint every this many optimiser steps.")
+    logging_steps: int = setting(1, help="Log every step: the learning curve is per step.")
+    lora: LoRAConfig = setting(
+        factory=LoRAConfig,
+        help="A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy.",
     )
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from trl import SFTTrainer
 
 from prorag.agent.gold import GoldTrajectory, render_gold, tokenize_segments
 from prorag.agent.prompts import PromptStyle, prompt_token_ids
+from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import (
@@ -65,54 +66,37 @@ class SFTTrainingConfig(TrainingConfig):
     lr 2e-5), the loss weights, the example length, LoRA and the trainer's own options."""
 
     # --- examples
-    max_length: int = field(
-        default=2048,
-        metadata={
-            "help": ("Longest example in tokens (prompt + completion); longer ones are dropped or cut on the right (`overlong`).")
-        },
+    max_length: int = setting(
+        2048, help="Longest example in tokens (prompt + completion); longer ones are dropped or cut on the right (`overlong`)."
     )
-    overlong: Literal["drop", "truncate"] = field(
-        default="drop", metadata={"help": "`drop` an overlong example, or `truncate` it on the right (the prompt is never cut)."}
+    overlong: Literal["drop", "truncate"] = setting(
+        "drop", help="`drop` an overlong example, or `truncate` it on the right (the prompt is never cut)."
     )
 
     # --- loss
-    weight_scheme: WeightScheme = field(
-        default="reference",
-        metadata={
-            "help": ('`"reference"`: the reference code\'s per-tag weights; `"paper"`: Eq. 1, `control_lambda` on every tag.')
-        },
+    weight_scheme: WeightScheme = setting(
+        "reference", help='`"reference"`: the reference code\'s per-tag weights; `"paper"`: Eq. 1, `control_lambda` on every tag.'
     )
-    control_lambda: float = field(
-        default=DEFAULT_CONTROL_LAMBDA,
-        metadata={"help": 'Eq. 1\'s lambda (> 1) for `weight_scheme="paper"`; the paper gives no value.'},
+    control_lambda: float = setting(
+        DEFAULT_CONTROL_LAMBDA, help='Eq. 1\'s lambda (> 1) for `weight_scheme="paper"`; the paper gives no value.'
     )
-    tag_weights: dict[str, float] = field(
-        default_factory=dict, metadata={"help": 'Per-tag overrides of the scheme\'s weights, e.g. `{"</step>": 3.0}`.'}
+    tag_weights: dict[str, float] = setting(
+        factory=dict, help='Per-tag overrides of the scheme\'s weights, e.g. `{"</step>": 3.0}`.'
     )
-    reduction: Reduction = field(
-        default="weighted_mean",
-        metadata={"help": ('`"weighted_mean"` (reference code) or `"sum"` (Eq. 1, divided by the number of target tokens).')},
+    reduction: Reduction = setting(
+        "weighted_mean", help='`"weighted_mean"` (reference code) or `"sum"` (Eq. 1, divided by the number of target tokens).'
     )
 
     # --- trainer
-    lora: LoRAConfig = field(
-        default_factory=LoRAConfig,
-        metadata={
-            "help": (
-                "A LoRA adapter instead of full fine-tuning; the rows of the ten tags in the input embedding are trained too."
-            )
-        },
+    lora: LoRAConfig = setting(
+        factory=LoRAConfig,
+        help="A LoRA adapter instead of full fine-tuning; the rows of the ten tags in the input embedding are trained too.",
     )
-    group_by_length: bool = field(
-        default=False, metadata={"help": "Batch examples of similar length together (less padding, faster on CPU)."}
+    group_by_length: bool = setting(False, help="Batch examples of similar length together (less padding, faster on CPU).")
+    fused_lm_head: bool | Literal["auto"] = setting(
+        "auto", help='Compute the loss through TRL\'s fused LM head, without the full logits; `"auto"`: on CUDA.'
     )
-    fused_lm_head: bool | Literal["auto"] = field(
-        default="auto",
-        metadata={"help": 'Compute the loss through TRL\'s fused LM head, without the full logits; `"auto"`: on CUDA.'},
-    )
-    dataloader_num_workers: int = field(
-        default=0, metadata={"help": "Worker processes of the data loader (0: the main process)."}
-    )
+    dataloader_num_workers: int = setting(0, help="Worker processes of the data loader (0: the main process).")
 
     def __post_init__(self) -> None:
         choices = {"weight_scheme": WEIGHT_SCHEMES, "reduction": REDUCTIONS, "overlong": ("drop", "truncate")}
@@ -133,82 +117,58 @@ class SFTConfig(SFTTrainingConfig):
     data and the held-out checks."""
 
     # --- model
-    model: str = field(
-        default="tiny",
-        metadata={
-            "help": ('A local checkpoint folder or hub id, or `"tiny"` / `"small"` for a randomly initialised built-in model.')
-        },
+    model: str = setting(
+        "tiny", help='A local checkpoint folder or hub id, or `"tiny"` / `"small"` for a randomly initialised built-in model.'
     )
-    tokenizer: str | None = field(
-        default=None,
-        metadata={"help": ("Tokenizer folder for a built-in model; `train_sft`'s `tokenizer` argument takes precedence.")},
+    tokenizer: str | None = setting(
+        None, help="Tokenizer folder for a built-in model; `train_sft`'s `tokenizer` argument takes precedence."
     )
-    world_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": ("A built-in world folder whose texts train the tokenizer of a built-in model that has none (deterministic).")
-        },
+    world_dir: str | None = setting(
+        None, help="A built-in world folder whose texts train the tokenizer of a built-in model that has none (deterministic)."
     )
-    arch: Literal["llama", "qwen3"] = field(default="llama", metadata={"help": "Architecture of a built-in model."})
+    arch: Literal["llama", "qwen3"] = setting("llama", help="Architecture of a built-in model.")
 
     # --- what the model learns to write
-    target: Literal["prorag", "naive", "standard-rag"] = field(
-        default="prorag",
-        metadata={
-            "help": (
-                '`"prorag"`: the gold ProRAG trajectories; `"naive"` / `"standard-rag"`: the same questions as a '
-                "one-shot baseline's examples (evaluate it with `prorag eval --baseline`)."
-            )
-        },
+    target: Literal["prorag", "naive", "standard-rag"] = setting(
+        "prorag",
+        help='`"prorag"`: the gold ProRAG trajectories; `"naive"` / `"standard-rag"`: the same questions as a '
+        "one-shot baseline's examples (evaluate it with `prorag eval --baseline`).",
     )
 
     # --- data
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "JSONL of gold trajectories or of records (rendered with the retriever of `index`); `train_sft`'s "
-                "`trajectories` argument replaces it."
-            )
-        },
+    train_file: str | None = setting(
+        None,
+        help="JSONL of gold trajectories or of records (rendered with the retriever of `index`); `train_sft`'s "
+        "`trajectories` argument replaces it.",
     )
-    index: str | None = field(
-        default=None,
-        metadata={"help": ("Retrieval index folder or `http(s)://` URL: renders record files and runs the held-out rollouts.")},
+    index: str | None = setting(
+        None, help="Retrieval index folder or `http(s)://` URL: renders record files and runs the held-out rollouts."
     )
-    top_k: int = field(default=3, metadata={"help": "Documents per retrieval (rendering and held-out rollouts)."})
-    records_file: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Record file of the training questions when `train_file` holds trajectories: the held-out rollouts' "
-                "retrieval partitions and gold answers."
-            )
-        },
+    top_k: int = setting(3, help="Documents per retrieval (rendering and held-out rollouts).")
+    records_file: str | None = setting(
+        None,
+        help="Record file of the training questions when `train_file` holds trajectories: the held-out rollouts' "
+        "retrieval partitions and gold answers.",
     )
-    eval_file: str | None = field(
-        default=None,
-        metadata={"help": ("Held-out file (same kinds as `train_file`); unset: `eval_fraction` of the training trajectories.")},
+    eval_file: str | None = setting(
+        None, help="Held-out file (same kinds as `train_file`); unset: `eval_fraction` of the training trajectories."
     )
-    eval_fraction: float = field(
-        default=0.05, metadata={"help": "Share of the training trajectories held out (seeded) when there is no `eval_file`."}
+    eval_fraction: float = setting(
+        0.05, help="Share of the training trajectories held out (seeded) when there is no `eval_file`."
     )
-    missing_gold: Literal["keep", "drop"] = field(
-        default="keep", metadata={"help": "Keep or drop a trajectory in which the retriever missed a hop's gold page."}
+    missing_gold: Literal["keep", "drop"] = setting(
+        "keep", help="Keep or drop a trajectory in which the retriever missed a hop's gold page."
     )
-    prompt_style: PromptStyle | None = field(
-        default=None,
-        metadata={"help": ("`plain` or `chat`; default: chat when the tokenizer has a chat template (as the rollout engine).")},
+    prompt_style: PromptStyle | None = setting(
+        None, help="`plain` or `chat`; default: chat when the tokenizer has a chat template (as the rollout engine)."
     )
 
     # --- held-out checks
-    eval_steps: int | None = field(
-        default=None, metadata={"help": "Held-out loss every this many steps (default: `save_steps`); always once at the end."}
+    eval_steps: int | None = setting(
+        None, help="Held-out loss every this many steps (default: `save_steps`); always once at the end."
     )
-    eval_samples: int = field(
-        default=64, metadata={"help": "Held-out questions rolled out (greedy) at the end for the format-valid rate; 0 skips."}
-    )
-    eval_batch_size: int = field(default=32, metadata={"help": "Batch size of the held-out loss and of the rollouts."})
+    eval_samples: int = setting(64, help="Held-out questions rolled out (greedy) at the end for the format-valid rate; 0 skips.")
+    eval_batch_size: int = setting(32, help="Batch size of the held-out loss and of the rollouts.")
 
     def __post_init__(self) -> None:
         super().__post_init__()

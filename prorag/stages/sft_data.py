@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from prorag.agent.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
+from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record, read_records
 from prorag.retrieval.base import Hit, Retriever
@@ -36,19 +37,12 @@ TeacherKind = Literal["template", "llm"]
 class SFTDataConfig:
     """Settings of ``prorag sft-data``."""
 
-    teacher: TeacherKind = field(
-        default="template", metadata={"help": "Who writes the thoughts: `template` (offline) or `llm` (needs `llm`)."}
-    )
-    top_k: int = field(default=3, metadata={"help": "Documents per retrieval; use the `top_k` the policy will search with."})
-    limit: int | None = field(default=None, metadata={"help": "Only the first `limit` records of the file."})
-    chunk_size: int = field(
-        default=256, metadata={"help": "Records rendered (and sent to the LLM) together before their rows are appended."}
-    )
-    llm: LLMTeacherConfig | None = field(
-        default=None,
-        metadata={
-            "help": ('The LLM teacher\'s settings (`teacher="llm"`); a `cache_path` of None becomes `OUT.llm_cache.jsonl`.')
-        },
+    teacher: TeacherKind = setting("template", help="Who writes the thoughts: `template` (offline) or `llm` (needs `llm`).")
+    top_k: int = setting(3, help="Documents per retrieval; use the `top_k` the policy will search with.")
+    limit: int | None = setting(None, help="Only the first `limit` records of the file.")
+    chunk_size: int = setting(256, help="Records rendered (and sent to the LLM) together before their rows are appended.")
+    llm: LLMTeacherConfig | None = setting(
+        None, help='The LLM teacher\'s settings (`teacher="llm"`); a `cache_path` of None becomes `OUT.llm_cache.jsonl`.'
     )
 
     def __post_init__(self) -> None:

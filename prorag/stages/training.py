@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from transformers import TrainerCallback
 
+from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender
 
 log = logging.getLogger(__name__)
@@ -61,34 +62,28 @@ class TrainingConfig:
     :meth:`training_arguments` turns them into ``TrainingArguments`` keywords.
     """
 
-    dtype: str = field(
-        default="float32",
-        metadata={"help": 'Dtype the weights are loaded and trained in ("auto": the checkpoint\'s own).'},
+    dtype: str = setting("float32", help='Dtype the weights are loaded and trained in ("auto": the checkpoint\'s own).')
+    epochs: float = setting(1.0, help="Passes over the training data.")
+    max_steps: int = setting(-1, help="Optimiser steps; > 0 overrides epochs.")
+    max_minutes: float | None = setting(
+        None, help="Wall-clock budget of the training loop; training stops (and saves) once it is spent."
     )
-    epochs: float = field(default=1.0, metadata={"help": "Passes over the training data."})
-    max_steps: int = field(default=-1, metadata={"help": "Optimiser steps; > 0 overrides epochs."})
-    max_minutes: float | None = field(
-        default=None,
-        metadata={"help": "Wall-clock budget of the training loop; training stops (and saves) once it is spent."},
+    per_device_batch_size: int = setting(8, help="Examples per device and micro-batch.")
+    gradient_accumulation_steps: int = setting(1, help="Micro-batches per optimiser step.")
+    learning_rate: float = setting(2e-5, help="Peak learning rate of AdamW.")
+    lr_scheduler_type: str = setting("linear", help="Transformers' learning-rate schedule name.")
+    warmup_ratio: float = setting(0.03, help="Share of the total steps spent warming up the learning rate.")
+    weight_decay: float = setting(0.0, help="AdamW weight decay.")
+    max_grad_norm: float = setting(1.0, help="Gradient clipping norm.")
+    gradient_checkpointing: bool = setting(False, help="Recompute activations in the backward pass (pays only for large models).")
+    bf16: bool | Literal["auto"] = setting(
+        "auto", help='bf16 mixed precision; "auto": when a CUDA device supports it (never on CPU).'
     )
-    per_device_batch_size: int = field(default=8, metadata={"help": "Examples per device and micro-batch."})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimiser step."})
-    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "Transformers' learning-rate schedule name."})
-    warmup_ratio: float = field(default=0.03, metadata={"help": "Share of the total steps spent warming up the learning rate."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (pays only for large models)."}
-    )
-    bf16: bool | Literal["auto"] = field(
-        default="auto", metadata={"help": 'bf16 mixed precision; "auto": when a CUDA device supports it (never on CPU).'}
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the model initialisation and the data order."})
-    save_steps: int = field(default=500, metadata={"help": "Checkpoint every this many optimiser steps."})
-    save_total_limit: int | None = field(default=2, metadata={"help": "Checkpoints kept (None: all)."})
-    logging_steps: int = field(default=10, metadata={"help": "Log the metrics every this many steps."})
-    report_to: str | list[str] = field(default="none", metadata={"help": 'Trainer\'s report_to ("none", "wandb", ...).'})
+    seed: int = setting(0, help="Seed of the model initialisation and the data order.")
+    save_steps: int = setting(500, help="Checkpoint every this many optimiser steps.")
+    save_total_limit: int | None = setting(2, help="Checkpoints kept (None: all).")
+    logging_steps: int = setting(10, help="Log the metrics every this many steps.")
+    report_to: str | list[str] = setting("none", help='Trainer\'s report_to ("none", "wandb", ...).')
 
     def training_arguments(self, run_dir: str | Path) -> dict[str, Any]:
         """The ``TrainingArguments`` keywords every stage sets the same way: checkpoints in
@@ -131,13 +126,12 @@ class LoRAConfig:
     """A LoRA adapter instead of full fine-tuning (merged into the saved policy); YAML
     ``lora: {enabled: true, r: 16}``."""
 
-    enabled: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of every weight."})
-    r: int = field(default=16, metadata={"help": "Rank of the adapter."})
-    alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / r)."})
-    dropout: float = field(default=0.05, metadata={"help": "Dropout on the adapter's input."})
-    target_modules: str | list[str] = field(
-        default="all-linear",
-        metadata={"help": 'Modules given an adapter (peft\'s "all-linear": every linear layer but the head).'},
+    enabled: bool = setting(False, help="Train a LoRA adapter instead of every weight.")
+    r: int = setting(16, help="Rank of the adapter.")
+    alpha: int = setting(32, help="LoRA alpha (the update is scaled by alpha / r).")
+    dropout: float = setting(0.05, help="Dropout on the adapter's input.")
+    target_modules: str | list[str] = setting(
+        "all-linear", help='Modules given an adapter (peft\'s "all-linear": every linear layer but the head).'
     )
 
     def peft_config(self, **extra: Any) -> Any:

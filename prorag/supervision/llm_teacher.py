@@ -35,6 +35,7 @@ import httpx
 
 from prorag.agent.gold import Hop
 from prorag.agent.schema import TAGS
+from prorag.core.config import setting
 from prorag.core.metrics import normalize_answer
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
@@ -55,35 +56,28 @@ _TAG_LIKE = re.compile(r"<\s*/?\s*(?:" + "|".join(sorted({re.escape(t.strip("</>
 class LLMTeacherConfig:
     """Settings of the LLM teacher (``prorag sft-data --teacher llm``)."""
 
-    base_url: str
-    """API root, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``; requests go
-    to ``{base_url}/chat/completions``."""
-    model: str
-    """Model name as the server knows it (``gpt-4o`` in the paper)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the key (never the key itself: configs get shared)."""
-    concurrency: int = 8
-    """Requests in flight at once."""
-    max_retries: int = 5
-    """Retries of one thought after its first request (errors and rejected replies alike)."""
-    backoff_base_s: float = 1.0
-    """First retry waits about this long, doubling each time (with jitter) up to ``backoff_max_s``."""
-    backoff_max_s: float = 60.0
-    max_retry_after_s: float = 300.0
-    """Cap on a server's ``Retry-After``."""
-    timeout_s: float = 60.0
-    """Per-request timeout (connect, read, write, pool)."""
-    temperature: float = 0.0
-    max_tokens: int = 128
-    """Completion tokens per thought; a reply cut by it is rejected (retried)."""
-    max_thought_chars: int = 400
-    """Longest accepted thought, in characters."""
-    cache_path: str | None = None
-    """Reply cache (JSONL); ``prorag sft-data`` defaults it to ``OUT.llm_cache.jsonl``. None: no cache."""
-    price_input_per_1k: float | None = None
-    """Price of 1,000 prompt tokens, for the cost estimate (any currency)."""
-    price_output_per_1k: float | None = None
-    """Price of 1,000 completion tokens."""
+    base_url: str = setting(
+        help="API root, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8000/v1`; requests go to "
+        "`{base_url}/chat/completions`."
+    )
+    model: str = setting(help="Model name as the server knows it (`gpt-4o` in the paper).")
+    api_key_env: str = setting(
+        "OPENAI_API_KEY", help="Environment variable holding the key (never the key itself: configs get shared)."
+    )
+    concurrency: int = setting(8, help="Requests in flight at once.")
+    max_retries: int = setting(5, help="Retries of one request after the first (errors and rejected replies alike).")
+    backoff_base_s: float = setting(1.0, help="First retry waits about this long, doubling (with jitter) up to `backoff_max_s`.")
+    backoff_max_s: float = setting(60.0, help="Longest wait between two retries.")
+    max_retry_after_s: float = setting(300.0, help="Cap on a server's `Retry-After`.")
+    timeout_s: float = setting(60.0, help="Per-request timeout (connect, read, write, pool).")
+    temperature: float = setting(0.0, help="Sampling temperature of the model's replies.")
+    max_tokens: int = setting(128, help="Completion tokens per reply; a reply cut by it is rejected (retried).")
+    max_thought_chars: int = setting(400, help="Longest accepted thought, in characters.")
+    cache_path: str | None = setting(
+        None, help="Reply cache (JSONL); `prorag sft-data` defaults it to `OUT.llm_cache.jsonl`. None: no cache."
+    )
+    price_input_per_1k: float | None = setting(None, help="Price of 1,000 prompt tokens, for the cost estimate (any currency).")
+    price_output_per_1k: float | None = setting(None, help="Price of 1,000 completion tokens.")
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://", self.base_url):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from torch import Tensor
 
 from prorag.core.registry import Registry
 from prorag.method.rewards.process import StepScorer
@@ -218,6 +219,11 @@ def reward_model_from_policy(
 # ----------------------------------------------------------------------------- the scorers
 
 
+#: The ``(start, end)`` spans of each row's actions (completion coordinates), and one score per action.
+Spans = Sequence[Sequence[tuple[int, int]]]
+Scores = list[list[float]]
+
+
 class ProcessRewardModel:
     """R_phi with its tokenizer and input settings: batched scoring of (context, step) pairs.
 
@@ -297,13 +303,7 @@ class ProcessRewardModel:
         """``(B,)`` scores of right-padded rows (:meth:`pair_logits` with the fitted zero point)."""
         return self.pair_logits(self.model, input_ids, attention_mask, step_lengths)
 
-    def action_logits(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        prompt_lengths: Sequence[int],
-        actions: Sequence[Sequence[tuple[int, int]]],
-    ) -> list[list[float]]:
+    def action_logits(self, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans) -> Scores:
         """The score of every action ``(start, end)`` (completion coordinates) of each row, a
         whole trajectory of ``prompt_lengths[b]`` prompt tokens, from one forward pass."""
         raise NotImplementedError
@@ -553,13 +553,7 @@ class HeadRewardModel(ProcessRewardModel):
         """The head on each row's last real token (:func:`last_token_rewards`)."""
         return last_token_rewards(model, input_ids, attention_mask)
 
-    def action_logits(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        prompt_lengths: Sequence[int],
-        actions: Sequence[Sequence[tuple[int, int]]],
-    ) -> list[list[float]]:
+    def action_logits(self, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans) -> Scores:
         """The head at each action's last token (:func:`action_end_rewards`); an empty action is
         read on the token before it, as :meth:`score` reads an empty step."""
         reads = [[p + end - 1 for _, end in row] for p, row in zip(prompt_lengths, actions, strict=True)]
@@ -617,13 +611,7 @@ class LikelihoodRewardModel(ProcessRewardModel):
         """``beta * (mean log p(step) - offset)``."""
         return likelihood_rewards(self.model, input_ids, attention_mask, step_lengths, beta=self.beta, offset=self.offset)
 
-    def action_logits(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        prompt_lengths: Sequence[int],
-        actions: Sequence[Sequence[tuple[int, int]]],
-    ) -> list[list[float]]:
+    def action_logits(self, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans) -> Scores:
         """Each action's tokens' mean log-probability, never the input's first token (nothing
         predicts it), scaled and shifted, from one pass."""
         spans = [[(max(1, p + a), p + b) for a, b in row] for p, row in zip(prompt_lengths, actions, strict=True)]

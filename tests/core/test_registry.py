@@ -39,7 +39,9 @@ def test_builtins_are_imported_on_first_lookup(tmp_path, monkeypatch):
     host = types.ModuleType("registry_test_host")
     host.REG = Registry("thing", builtins=("registry_test_plugin",))
     monkeypatch.setitem(sys.modules, "registry_test_host", host)
-    (tmp_path / "registry_test_plugin.py").write_text("import registry_test_host\nregistry_test_host.REG.register('from-plugin')(42)\n")
+    (tmp_path / "registry_test_plugin.py").write_text(
+        "import registry_test_host\nregistry_test_host.REG.register('from-plugin')(42)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert host.REG.get("from-plugin") == 42
     assert host.REG.names() == ["from-plugin"]

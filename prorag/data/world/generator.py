@@ -127,13 +127,18 @@ def to_record(q: Question, world: World, split: str, index: int) -> Record:
     return Record(f"{world.id}-q{index:04d}", q.text, [q.answer], meta)
 
 
+def world_size(name: str) -> WorldConfig:
+    """The settings of a named size (:data:`SIZES`); an unknown name is a ``ValueError`` listing them."""
+    if name not in SIZES:
+        raise ValueError(f"unknown world size {name!r}; expected one of {sorted(SIZES)}")
+    return SIZES[name]
+
+
 def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "demo") -> WorldSummary:
     """Generate the world and write ``corpus.jsonl``, ``train/dev/test.jsonl`` and ``world.json``."""
     t0 = time.perf_counter()
     if isinstance(size, str):
-        if size not in SIZES:
-            raise ValueError(f"unknown world size {size!r}; expected one of {sorted(SIZES)}")
-        cfg = SIZES[size]
+        cfg = world_size(size)
     else:
         cfg = size
     out = Path(out_dir)

@@ -5,17 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prorag.experiments.report import table
 from prorag.experiments.report.plots import Plot
 from prorag.experiments.report.results import reference_system
-from prorag.experiments.report.table import (
-    METRIC_DESCRIPTIONS,
-    TableRow,
-    info_rows,
-    sweep_rows,
-    sweep_table,
-    table_cells,
-    table_header,
-)
+from prorag.experiments.report.table import TableRow
 
 
 def _md(text: str) -> str:
@@ -37,14 +30,14 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
         "Test-set results of every system of this run (the paper's Table 2 on this data). "
         "Scores are in percent; with several seeds a cell reads mean ± std over seeds.",
         "",
-        *(f"- **{name}**: {what}" for name, what in METRIC_DESCRIPTIONS.items()),
+        *(f"- **{name}**: {what}" for name, what in table.METRIC_DESCRIPTIONS.items()),
         "",
-        *_md_table(table_header(), [table_cells(r, reference) for r in rows]),
+        *_md_table(table.table_header(), [table.table_cells(r, reference) for r in rows]),
         "",
     ]
     for key, title, col in (("beta_sweep", "Beta sweep (Table 3)", "beta"), ("topk", "Documents per search (Figure 5)", "top-k")):
         if results.get(key):
-            out += [f"## {title}", "", *_md_table(*sweep_table(sweep_rows(results[key]), col)), ""]
+            out += [f"## {title}", "", *_md_table(*table.sweep_table(table.sweep_rows(results[key]), col)), ""]
     steps_rows = []
     for name in results["order"]:
         for d in results["systems"][name]["metrics"].get("retrieval_steps_distribution") or []:
@@ -64,7 +57,7 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
     if plots:
         out += ["## Plots", ""]
         out += [f"![{_md(p.caption)}](plots/{p.name})  \n{p.caption}\n" for p in plots]
-    walls, world = info_rows(results)
+    walls, world = table.info_rows(results)
     if walls:
         out += ["## Wall time per stage", "", *_md_table(["Stage", "Wall time"], walls), ""]
     if world:

@@ -17,11 +17,12 @@ an answer, plus the format penalty.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import extract_answer, i_traj
+from prorag.core.config import setting
 from prorag.core.metrics import f1_score
 
 OutcomeForm = Literal["paper", "reference"]
@@ -44,26 +45,18 @@ FINISHED_STOP_REASONS = frozenset({"answer", "eos"})
 class OutcomeRewardConfig:
     """Which form of Eq. 6 to compute, and its settings."""
 
-    form: OutcomeForm = field(
-        default="paper",
-        metadata={
-            "help": ('`"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)`.')
-        },
+    form: OutcomeForm = setting(
+        "paper", help='`"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)`.'
     )
-    nu2: float = field(
-        default=1.0,
-        metadata={"help": ("The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus.")},
+    nu2: float = setting(
+        1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
     )
     # `None`: strict for the reference form, the project's grammar (two searches in a row and conclusions without a search
     # allowed, prorag.agent.schema) for the paper's form, whose text only asks for "the complete reasoning-action workflow".
-    strict_grammar: bool | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate); "
-                "`None`: strict for the reference form only."
-            )
-        },
+    strict_grammar: bool | None = setting(
+        None,
+        help="Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate); "
+        "`None`: strict for the reference form only.",
     )
 
     def __post_init__(self) -> None:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from prorag.agent.rollout import ActionRecord, Trajectory
+from prorag.core.config import setting
 
 
 @runtime_checkable
@@ -49,13 +50,11 @@ REFERENCE_STEP_PENALTY = -2.0
 class StepRewardConfig:
     """Which form of Eq. 5 to compute, and its settings."""
 
-    form: StepForm = field(
-        default="paper",
-        metadata={"help": ('`"paper"`: `logit + nu1 * I_step`; `"reference"`: `sigmoid(logit) + (1 if I_step else -2)`.')},
+    form: StepForm = setting(
+        "paper", help='`"paper"`: `logit + nu1 * I_step`; `"reference"`: `sigmoid(logit) + (1 if I_step else -2)`.'
     )
-    nu1: float = field(
-        default=1.0,
-        metadata={"help": ("The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus.")},
+    nu1: float = setting(
+        1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
     )
 
     def __post_init__(self) -> None:

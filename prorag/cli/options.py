@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import importlib
 import inspect
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -142,32 +141,19 @@ class ConfigSource:
         return rest if dot and head == self.section and head not in names and "=" in rest else assignment
 
 
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return "required"
+def field_lines(cls: type, expand: bool = True) -> list[str]:
+    """One line per settable field of ``cls``: ``name (type, default D): help``
+    (:func:`~prorag.core.config.field_help`); nested configs field by field (``rollout.top_k``)
+    when ``expand``, else as one line each."""
+    from prorag.core.config import field_help
 
-
-def field_lines(cls: type, prefix: str = "", expand: bool = True) -> list[str]:
-    """One line per settable field of ``cls``: ``name (type, default D): help``; nested config
-    dataclasses with a default are listed field by field (``rollout.top_k``) when ``expand``."""
-    from prorag.core.config import describe_type
-
-    hints = typing.get_type_hints(cls)
-    lines = []
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        tp, default = hints[f.name], _default_of(f)
-        if expand and dataclasses.is_dataclass(default) and not isinstance(default, type):
-            lines += field_lines(type(default), f"{prefix}{f.name}.", expand)
-            continue
-        shown = type(default).__name__ if dataclasses.is_dataclass(default) else repr(default)
-        text = f.metadata.get("help", "")
-        lines.append(f"{prefix}{f.name} ({describe_type(tp)}, default {shown})" + (f": {text}" if text else ""))
-    return lines
+    rows = field_help(cls)
+    names = [name for name, *_ in rows]
+    if expand:
+        rows = [r for r in rows if not any(n.startswith(r[0] + ".") for n in names)]
+    else:
+        rows = [r for r in rows if "." not in r[0]]
+    return [f"{name} ({tp}, default {default or tp})" + (f": {text}" if text else "") for name, tp, default, text in rows]
 
 
 def _escape(text: str) -> str:
@@ -186,7 +172,7 @@ def _config_command_class(target: str, section: str, expand: bool) -> type[Typer
         @property  # type: ignore[override]
         def epilog(self) -> str:
             head = f"Settable with --set KEY=VALUE (KEY may start with '{section}.'); precedence: {PRECEDENCE}."
-            return _escape(head + "\n\n" + "\n".join(field_lines(_load_class(target), "", expand)))
+            return _escape(head + "\n\n" + "\n".join(field_lines(_load_class(target), expand)))
 
         @epilog.setter
         def epilog(self, value: str | None) -> None:

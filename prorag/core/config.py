@@ -59,11 +59,6 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def describe_type(tp: Any) -> str:
-    """A type annotation as the error messages and ``--help`` write it (``int or null``)."""
-    return _describe(tp)
-
-
 def _coerce(value: Any, tp: Any) -> Any:
     """``value`` checked against ``tp`` (and converted where YAML's typing is ambiguous)."""
     if tp is Any:
@@ -312,7 +307,6 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 __all__ = [
     "apply_overrides",
     "config_from_dict",
-    "describe_type",
     "field_help",
     "load_config",
     "load_config_with_overrides",

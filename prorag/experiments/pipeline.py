@@ -68,6 +68,12 @@ RL_SYSTEMS: dict[str, tuple[str, bool]] = {
 }
 
 
+SplitMode = Literal["worlds", "questions", "pool"]
+SPLIT_MODES: tuple[str, ...] = ("worlds", "questions", "pool")
+#: The training splits, in the order they are cut (dev and test come from their own files).
+TRAIN_SPLITS: tuple[str, ...] = ("sft", "rft", "mcts", "rl")
+
+
 @dataclass
 class DataConfig:
     """Where the questions and the corpus come from, and how the questions are split."""
@@ -86,20 +92,47 @@ class DataConfig:
     dev_file: str | None = setting(None, help="Dev records (FlashRAG JSONL) when `world` is None.")
     test_file: str | None = setting(None, help="Test records (FlashRAG JSONL) when `world` is None.")
     corpus_file: str | None = setting(None, help="Corpus JSONL (`{id, contents}`) when `world` is None.")
+    split: SplitMode | None = setting(
+        None,
+        help="How training questions become the stages' splits (see plan_splits): `worlds` (whole training worlds "
+        "per stage: SFT+RFT, MCTS/PRM, RL; needs each record's `metadata.partition`), `questions` (the same by "
+        "question, for real data), `pool` (the old layout: MCTS, RFT and RL questions are prefixes of one pool). "
+        "None: `worlds` with a built-in world, else `questions`.",
+    )
+    sft_share: float = setting(
+        0.6,
+        help="Share of the training worlds (`split: worlds`) or questions (`questions`) for SFT and RFT; "
+        "`sft_fraction` of their questions train SFT, the rest are RFT's.",
+    )
+    mcts_share: float = setting(
+        0.2, help="Share of the training worlds or questions for MCTS and the PRM; the rest (at least one) are RL's."
+    )
     sft_fraction: float = setting(
         0.5,
-        help="Share of the training questions used for SFT (and its baselines); the rest is the pool of the later "
-        "stages, which SFT never sees.",
+        help="Share of the SFT worlds' questions used for SFT (and its baselines); RFT samples the rest, which SFT "
+        "never sees (`split: pool`: share of all training questions, the rest is the later stages' pool).",
     )
-    mcts_questions: int = setting(64, help="Pool questions searched with MCTS (the paper: 728).")
-    rft_questions: int | None = setting(None, help="Pool questions sampled for RFT (None: all of the pool).")
-    rl_questions: int | None = setting(None, help="Pool questions of the RL stage (None: all of the pool).")
+    mcts_questions: int = setting(64, help="MCTS-split questions searched with MCTS (the paper: 728).")
+    rft_questions: int | None = setting(None, help="RFT-split questions sampled for RFT (None: all of them).")
+    rl_questions: int | None = setting(None, help="RL-split questions of the RL stage (None: all of them).")
     dev_questions: int = setting(200, help="Dev questions of SFT's held-out rollouts.")
     test_questions: int | None = setting(None, help="Test questions evaluated (None: all).")
 
     def __post_init__(self) -> None:
         if not 0.0 < self.sft_fraction < 1.0:
             raise ValueError(f"data.sft_fraction must be in (0, 1), got {self.sft_fraction}")
+        if self.split is not None and self.split not in SPLIT_MODES:
+            raise ValueError(f"data.split must be one of {SPLIT_MODES} or null, got {self.split!r}")
+        if not (0.0 < self.sft_share and 0.0 < self.mcts_share and self.sft_share + self.mcts_share < 1.0):
+            raise ValueError(
+                f"data.sft_share and data.mcts_share must be > 0 with a sum < 1 (the rest is RL's), "
+                f"got {self.sft_share} and {self.mcts_share}"
+            )
+
+    @property
+    def split_mode(self) -> SplitMode:
+        """:attr:`split`, with None resolved: ``worlds`` for a built-in world, else ``questions``."""
+        return self.split or ("worlds" if self.world is not None else "questions")
         if self.world is None and not (self.train_file and self.test_file and self.corpus_file):
             raise ValueError("data: without a built-in world, set train_file, test_file and corpus_file")
 
@@ -227,6 +260,122 @@ def split_questions(records: Sequence[Record], sft_fraction: float, seed: int) -
     return order[:cut], order[cut:]
 
 
+def question_key(question: str) -> str:
+    """A question as the splits compare them: lower case, spacing folded, so that two records
+    asking the same question count as one question."""
+    return " ".join(question.lower().split())
+
+
+def split_unit(record: Record, mode: SplitMode) -> str:
+    """What goes to one split as a whole: the record's world (``worlds``: its retrieval partition)
+    or its question text (``questions``: records asking the same question stay together)."""
+    if mode != "worlds":
+        return question_key(record.question)
+    if record.partition is None:
+        raise ValueError(
+            f"data.split: worlds needs every training record's metadata.partition (its world); record {record.id!r} "
+            "has none (real data: use data.split: questions)"
+        )
+    return record.partition
+
+
+def share_counts(units: int, sft_share: float, mcts_share: float) -> tuple[int, int, int]:
+    """How many of ``units`` shuffled units go to (SFT and RFT, MCTS and PRM, RL): MCTS and RL
+    get their shares rounded but at least one each, SFT the rest, so that a three-world world
+    still has every split; fewer units than three cannot be split.
+
+    >>> share_counts(20, 0.6, 0.2), share_counts(3, 0.6, 0.2)
+    ((12, 4, 4), (1, 1, 1))
+    """
+    mcts = max(1, round(units * mcts_share))
+    rl = max(1, round(units * (1.0 - sft_share - mcts_share)))
+    if units - mcts - rl < 1:
+        raise ValueError(f"data.split: {units} training worlds or questions cannot give SFT, MCTS and RL one each")
+    return units - mcts - rl, mcts, rl
+
+
+def _shuffled(items: Sequence[Any], seed: int, purpose: str) -> list[Any]:
+    out = list(items)
+    random.Random(f"prorag-split-{seed}-{purpose}").shuffle(out)
+    return out
+
+
+def _cut_by_question(records: Sequence[Record], count: int) -> tuple[list[Record], list[Record]]:
+    """The records of the first ``count`` distinct questions (in the order given) and the rest."""
+    first = set(list(dict.fromkeys(question_key(r.question) for r in records))[:count])
+    return [r for r in records if question_key(r.question) in first], [
+        r for r in records if question_key(r.question) not in first
+    ]
+
+
+@dataclass
+class Splits:
+    """The question files of a run (``sft``, ``rft``, ``mcts``, ``rl``, ``dev``, ``test``; ``pool``
+    in the old layout) and ``splits/manifest.json``'s content."""
+
+    records: dict[str, list[Record]]
+    manifest: dict[str, Any]
+
+
+def plan_splits(
+    train: Sequence[Record], dev: Sequence[Record] | None, test: Sequence[Record], data: DataConfig, seed: int
+) -> Splits:
+    """Cut the training questions into the stages' splits (``data.split_mode``).
+
+    ``worlds`` and ``questions`` (issue 17): the units (worlds, or distinct question texts) are
+    shuffled with ``seed`` and dealt to SFT+RFT, MCTS/PRM and RL by :func:`share_counts`, so no
+    RL question shares a world with an SFT, RFT, MCTS or PRM question: RL trains on held-out
+    queries, as in the paper, and pi_rft has not been fine-tuned on its own answers to them.
+    RFT takes the SFT worlds' questions SFT did not train on (``1 - sft_fraction``), not worlds
+    of its own: RFT refines pi_sft on the distribution it was trained for, and every world it
+    would take is one fewer for RL and MCTS. Training questions whose text is a dev or test
+    question are dropped. ``dev=None`` (real data without a dev file) carves ``dev_questions``
+    from the training questions first. ``pool``: the old layout (MCTS, RFT and RL questions are
+    prefixes of one pool), to reproduce earlier runs.
+    """
+    mode = data.split_mode
+    if mode == "pool":
+        sft, pool = split_questions(train, data.sft_fraction, seed)
+        records = {
+            "sft": sft,
+            "pool": pool,
+            "mcts": pool[: data.mcts_questions],
+            "rft": pool[: data.rft_questions] if data.rft_questions else pool,
+            "rl": pool[: data.rl_questions] if data.rl_questions else pool,
+            "dev": list(dev if dev is not None else test)[: data.dev_questions],
+        }
+        manifest: dict[str, Any] = {}
+    else:
+        held = {question_key(r.question) for r in [*(dev or []), *test]}
+        clean = [r for r in train if question_key(r.question) not in held]
+        manifest = {"dropped_as_dev_or_test": len(train) - len(clean)}
+        if dev is None:
+            dev, clean = _cut_by_question(_shuffled(clean, seed, "dev"), data.dev_questions)
+        by_unit: dict[str, list[Record]] = {}
+        for r in clean:
+            by_unit.setdefault(split_unit(r, mode), []).append(r)
+        units = _shuffled(sorted(by_unit), seed, mode)
+        n_sft, n_mcts, _ = share_counts(len(units), data.sft_share, data.mcts_share)
+        groups = {"sft": units[:n_sft], "mcts": units[n_sft : n_sft + n_mcts], "rl": units[n_sft + n_mcts :]}
+        pools = {name: _shuffled([r for u in group for r in by_unit[u]], seed, name) for name, group in groups.items()}
+        sft, rft = _cut_by_question(
+            pools["sft"], round(len({question_key(r.question) for r in pools["sft"]}) * data.sft_fraction)
+        )
+        records = {
+            "sft": sft,
+            "rft": rft[: data.rft_questions] if data.rft_questions else rft,
+            "mcts": pools["mcts"][: data.mcts_questions],
+            "rl": pools["rl"][: data.rl_questions] if data.rl_questions else pools["rl"],
+            "dev": list(dev)[: data.dev_questions],
+        }
+        if mode == "worlds":
+            manifest["worlds"] = {name: sorted(groups[name]) for name in ("sft", "mcts", "rl")} | {"rft": sorted(groups["sft"])}
+    records["test"] = list(test)[: data.test_questions] if data.test_questions else list(test)
+    if mode == "worlds":
+        manifest.setdefault("worlds", {}).update({s: sorted({r.partition or "" for r in records[s]}) for s in ("dev", "test")})
+    return Splits(records, {"split": mode, "seed": seed, "counts": {k: len(v) for k, v in records.items()}, **manifest})
+
+
 # ----------------------------------------------------------------------------- stage runner
 
 
@@ -323,17 +472,16 @@ def stage_splits(run: Run, files: dict[str, Path]) -> None:
     cfg = run.config
 
     def make() -> None:
-        sft, pool = split_questions(read_records(files["train"]), cfg.data.sft_fraction, cfg.seed)
-        out = run.path("splits")
-        write_records(out / "sft.jsonl", sft)
-        write_records(out / "pool.jsonl", pool)
-        write_records(out / "mcts.jsonl", pool[: cfg.data.mcts_questions])
-        write_records(out / "rft.jsonl", pool[: cfg.data.rft_questions] if cfg.data.rft_questions else pool)
-        write_records(out / "rl.jsonl", pool[: cfg.data.rl_questions] if cfg.data.rl_questions else pool)
-        dev = read_records(files["dev"])[: cfg.data.dev_questions]
-        write_records(out / "dev.jsonl", dev)
+        has_dev = files["dev"] != files["test"]
         test = read_records(files["test"])
-        write_records(out / "test.jsonl", test[: cfg.data.test_questions] if cfg.data.test_questions else test)
+        splits = plan_splits(
+            read_records(files["train"]), read_records(files["dev"]) if has_dev else None, test, cfg.data, cfg.seed
+        )
+        out = run.path("splits")
+        for name, records in splits.records.items():
+            write_records(out / f"{name}.jsonl", records)
+        write_json(out / "manifest.json", splits.manifest)
+        run.progress("splits: " + json.dumps(splits.manifest["counts"]))
 
     run.stage("splits", {"data": asdict(cfg.data), "seed": cfg.seed}, make)
 
@@ -645,6 +793,9 @@ def demo_config(quick: bool = False) -> PipelineConfig:
         data=DataConfig(
             world="demo",
             passages="fact",
+            # Whole worlds per stage (issue 17): 12 of the 20 training worlds for SFT (60% of their
+            # questions) and RFT (the rest), 4 for MCTS and the PRM, 4 for RL.
+            split="worlds",
             sft_fraction=0.6,
             mcts_questions=32 if quick else 256,
             rft_questions=64 if quick else None,
@@ -743,5 +894,11 @@ __all__ = [
     "resolve",
     "results_table",
     "run_pipeline",
+    "SPLIT_MODES",
+    "Splits",
+    "plan_splits",
+    "question_key",
+    "share_counts",
     "split_questions",
+    "split_unit",
 ]

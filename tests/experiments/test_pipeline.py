@@ -18,7 +18,17 @@ import yaml
 from prorag.core.config import load_config
 from prorag.data.jsonl import read_json, read_jsonl
 from prorag.data.records import Record
-from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, non_default_fields, split_questions
+from prorag.experiments.pipeline import (
+    DataConfig,
+    PipelineConfig,
+    demo_config,
+    fingerprint,
+    non_default_fields,
+    plan_splits,
+    question_key,
+    share_counts,
+    split_questions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +90,84 @@ def test_split_is_seeded_and_disjoint() -> None:
     assert not {r.id for r in sft} & {r.id for r in pool}
     assert [r.id for r in split_questions(records, 0.6, seed=0)[0]] == [r.id for r in sft]
     assert [r.id for r in split_questions(records, 0.6, seed=1)[0]] != [r.id for r in sft]
+
+
+def _world_records(worlds: int, per_world: int, prefix: str = "w") -> list[Record]:
+    return [
+        Record(f"{prefix}{w}-q{i}", f"Who is {prefix}{w} person {i}?", ["a"], {"partition": f"{prefix}{w}"})
+        for w in range(worlds)
+        for i in range(per_world)
+    ]
+
+
+def _assert_disjoint(records: dict[str, list[Record]]) -> None:
+    names = sorted(records)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not {r.id for r in records[a]} & {r.id for r in records[b]}, (a, b)
+            assert not {question_key(r.question) for r in records[a]} & {question_key(r.question) for r in records[b]}, (a, b)
+
+
+def test_world_splits_hold_whole_worlds_out_for_rl_and_mcts() -> None:
+    train = _world_records(10, 20)
+    dev, test = _world_records(1, 5, "dev"), _world_records(1, 5, "test")
+    # A training question that is also a test question (same text, other case and spacing) is dropped.
+    train.append(Record("dup", "WHO is  test0 person 1?", ["a"], {"partition": "w0"}))
+    data = DataConfig(world="tiny", sft_share=0.6, mcts_share=0.2, sft_fraction=0.5, mcts_questions=30, dev_questions=4)
+    splits = plan_splits(train, dev, test, data, seed=0)
+    r, m = splits.records, splits.manifest
+    assert m["split"] == "worlds" and m["dropped_as_dev_or_test"] == 1
+    # 10 worlds: 6 for SFT + RFT, 2 for MCTS, 2 for RL; SFT trains on half of the SFT worlds' 120 questions.
+    assert m["counts"] == {"sft": 60, "rft": 60, "mcts": 30, "rl": 40, "dev": 4, "test": 5}
+    _assert_disjoint(r)
+    worlds = {name: {x.partition for x in rows} for name, rows in r.items()}
+    assert worlds["rft"] <= worlds["sft"] and len(worlds["sft"]) == 6
+    assert not worlds["rl"] & (worlds["sft"] | worlds["mcts"]) and not worlds["mcts"] & worlds["sft"]
+    assert sorted(worlds["rl"]) == m["worlds"]["rl"] and sorted(worlds["mcts"]) == m["worlds"]["mcts"]
+    # Same seed, same splits; another seed deals the worlds differently.
+    again = plan_splits(train, dev, test, data, seed=0)
+    assert {k: [x.id for x in v] for k, v in again.records.items()} == {k: [x.id for x in v] for k, v in r.items()}
+    assert plan_splits(train, dev, test, data, seed=1).manifest["worlds"] != m["worlds"]
+
+
+def test_world_splits_of_the_built_in_world(tmp_path: Path) -> None:
+    from prorag.data.records import read_records
+    from prorag.data.world import build_world
+
+    build_world(tmp_path, 0, "tiny")
+    files = {s: read_records(tmp_path / f"{s}.jsonl") for s in ("train", "dev", "test")}
+    splits = plan_splits(files["train"], files["dev"], files["test"], DataConfig(world="tiny"), seed=0)
+    _assert_disjoint(splits.records)
+    sft_worlds = {r.partition for r in splits.records["sft"]}
+    assert not sft_worlds & {r.partition for r in splits.records["rl"]}
+    assert all(splits.records[s] for s in ("sft", "rft", "mcts", "rl"))
+
+
+def test_question_splits_for_real_data_are_disjoint_and_carve_a_dev_split() -> None:
+    train = [Record(f"q{i}", f"question {i}?", ["a"], {}) for i in range(100)]
+    train.append(Record("q-copy", "Question 3?", ["a"], {}))  # the same question under another id
+    test = [Record("t0", "question 99?", ["a"], {})]
+    data = DataConfig(world=None, train_file="t", test_file="t", corpus_file="c", dev_questions=10, sft_fraction=0.5)
+    splits = plan_splits(train, None, test, data, seed=0)
+    assert splits.manifest["split"] == "questions" and splits.manifest["dropped_as_dev_or_test"] == 1
+    _assert_disjoint(splits.records)
+    assert len(splits.records["dev"]) >= 10 and sum(len(v) for v in splits.records.values()) == 101
+    with pytest.raises(ValueError, match="metadata.partition"):
+        plan_splits(train, None, test, replace(data, split="worlds"), seed=0)
+
+
+def test_pool_split_keeps_the_old_layout() -> None:
+    train = _world_records(4, 10)
+    data = DataConfig(world="tiny", split="pool", sft_fraction=0.5, mcts_questions=5, rft_questions=8)
+    r = plan_splits(train, None, _world_records(1, 3, "t"), data, seed=0).records
+    assert [x.id for x in r["mcts"]] == [x.id for x in r["pool"][:5]] and [x.id for x in r["rl"]] == [x.id for x in r["pool"]]
+
+
+def test_share_counts_give_every_split_a_unit() -> None:
+    assert share_counts(20, 0.6, 0.2) == (12, 4, 4)
+    assert share_counts(3, 0.6, 0.2) == (1, 1, 1)
+    with pytest.raises(ValueError, match="cannot give"):
+        share_counts(2, 0.6, 0.2)
 
 
 @pytest.mark.parametrize("name,quick", [("demo.yaml", False), ("demo_quick.yaml", True)])

@@ -4,7 +4,10 @@ GRPO's baseline is the group of G trajectories of one question. ProRAG (docs/MET
 gives token ``k`` of step ``t`` of trajectory ``i`` the advantage
 ``A[i,t,k] = A_out[i] + beta * A_proc[i,t]``, outcome rewards standardised over the G trajectories
 and step rewards over the steps of all G. ``process_norm="step"`` (paper, default) counts each step
-once; ``"token"`` (reference code) takes the statistics over generated tokens, so long steps weigh more.
+once; ``"token"`` (reference code) takes the statistics over generated tokens, so long steps weigh more;
+``"step_kind"`` standardises within (group, step kind) -- searches against searches, conclusions against
+conclusions, answers against answers -- since Eq. 4 only taught the PRM to rank siblings, not a search
+against an answer at another depth.
 
 Pieces, each usable alone (the trainer gathers groups across processes between them):
 :func:`group_normalize`, :func:`grpo_advantages`, :func:`process_advantages`,
@@ -26,10 +29,10 @@ import torch
 
 from prorag.core.registry import Registry
 
-ProcessNorm = Literal["step", "token"]
+ProcessNorm = Literal["step", "token", "step_kind"]
 
-#: The two ways :func:`process_advantages` normalises the step rewards.
-PROCESS_NORMS: tuple[str, ...] = ("step", "token")
+#: The ways :func:`process_advantages` normalises the step rewards.
+PROCESS_NORMS: tuple[str, ...] = ("step", "token", "step_kind")
 
 #: Added to the standard deviation before dividing (a group whose rewards all agree gets 0).
 DEFAULT_EPS = 1e-6
@@ -80,6 +83,22 @@ def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool 
     return group_normalize(outcome, group_ids, scale=scale, eps=eps)
 
 
+def kind_groups(groups: torch.Tensor, step_kinds: Sequence[Sequence[str | None]]) -> torch.Tensor:
+    """``(N,)`` ids of (group, step kind) for the flattened steps of :func:`process_advantages`:
+    two steps share an id iff they share a group and a kind (``None``, a malformed action, is
+    a kind of its own).
+
+    >>> kind_groups(torch.tensor([0, 0, 1]), [["search", "answer"], ["search"]]).tolist()
+    [1, 0, 3]
+    """
+    flat = [str(k) for row in step_kinds for k in row]
+    if len(flat) != groups.numel():
+        raise ValueError(f"{len(flat)} step kinds for {groups.numel()} step rewards")
+    names = {k: i for i, k in enumerate(sorted(set(flat)))}
+    kinds = torch.tensor([names[k] for k in flat], dtype=torch.long, device=groups.device)
+    return groups.to(torch.long) * max(1, len(names)) + kinds
+
+
 def process_advantages(
     step_rewards: Sequence[torch.Tensor],
     group_ids: torch.Tensor,
@@ -88,6 +107,7 @@ def process_advantages(
     *,
     scale: bool = True,
     eps: float = DEFAULT_EPS,
+    step_kinds: Sequence[Sequence[str | None]] | None = None,
 ) -> list[torch.Tensor]:
     """``A_proc`` of Eq. 7: the step rewards of each trajectory, standardised over all the steps
     of the trajectory's group.
@@ -95,7 +115,9 @@ def process_advantages(
     ``step_rewards[i]`` is ``(S_i,)``, the rewards of the ``S_i`` steps of trajectory ``i``
     (``S_i`` may be 0); ``group_ids`` is ``(B,)``. With ``process_norm="token"`` each step
     weighs its number of generated tokens, ``step_lengths[i]`` (``(S_i,)``), which is then
-    required. Returns one ``(S_i,)`` float32 tensor per trajectory.
+    required; with ``"step_kind"`` the statistics are those of the steps of the same group and
+    kind (``step_kinds[i]``, the kind of each step, then required; :func:`kind_groups`).
+    Returns one ``(S_i,)`` float32 tensor per trajectory.
     """
     if process_norm not in PROCESS_NORMS:
         raise ValueError(f"process_norm must be one of {PROCESS_NORMS}, got {process_norm!r}")
@@ -111,6 +133,10 @@ def process_advantages(
         if [int(n.numel()) for n in step_lengths] != counts:
             raise ValueError("step_lengths must have one entry per step reward")
         weights = torch.cat([n.reshape(-1).to(torch.float32) for n in step_lengths]).to(flat.device)
+    if process_norm == "step_kind":
+        if step_kinds is None:
+            raise ValueError("process_norm='step_kind' needs step_kinds (the kind of each step)")
+        groups = kind_groups(groups, step_kinds)
     normalized = group_normalize(flat, groups, weights, scale=scale, eps=eps)
     return list(normalized.split(counts))
 
@@ -125,6 +151,7 @@ def dual_step_advantages(
     *,
     scale: bool = True,
     eps: float = DEFAULT_EPS,
+    step_kinds: Sequence[Sequence[str | None]] | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Eq. 8 per step: returns ``A_out`` ``(B,)`` and, per trajectory, ``A_out[i] + beta *
     A_proc[i, t]`` for each of its steps ``(S_i,)``.
@@ -134,7 +161,7 @@ def dual_step_advantages(
     broadcast only its own rows. ``beta = 0`` gives ``A_out`` on every step: plain GRPO.
     """
     a_out = grpo_advantages(outcome, group_ids, scale=scale, eps=eps)
-    a_proc = process_advantages(step_rewards, group_ids, step_lengths, process_norm, scale=scale, eps=eps)
+    a_proc = process_advantages(step_rewards, group_ids, step_lengths, process_norm, scale=scale, eps=eps, step_kinds=step_kinds)
     return a_out, [a_out[i] + beta * p for i, p in enumerate(a_proc)]
 
 
@@ -181,6 +208,7 @@ def dual_granularity_advantages(
     process_norm: ProcessNorm = "step",
     scale: bool = True,
     eps: float = DEFAULT_EPS,
+    step_kinds: Sequence[Sequence[str | None]] | None = None,
 ) -> torch.Tensor:
     """ProRAG's token-level advantages ``(B, T)`` (Eq. 7-8), from ``(B,)`` outcome rewards, the
     step rewards ``(S_i,)`` and step spans of each row, the ``(B, T)`` loss mask (1 on tokens the
@@ -188,11 +216,14 @@ def dual_granularity_advantages(
 
     ``process_norm="step"`` standardises the step rewards over the group's steps (the paper);
     ``"token"`` over the group's generated tokens (the reference code: a step weighs its token
-    count, :func:`step_token_counts`). ``beta = 0`` equals :func:`grpo_advantages` broadcast
+    count, :func:`step_token_counts`); ``"step_kind"`` over the group's steps of the same kind
+    (``step_kinds``). ``beta = 0`` equals :func:`grpo_advantages` broadcast
     to the generated tokens.
     """
     lengths = step_token_counts(step_spans, loss_mask) if process_norm == "token" else None
-    a_out, per_step = dual_step_advantages(outcome, step_rewards, group_ids, beta, process_norm, lengths, scale=scale, eps=eps)
+    a_out, per_step = dual_step_advantages(
+        outcome, step_rewards, group_ids, beta, process_norm, lengths, scale=scale, eps=eps, step_kinds=step_kinds
+    )
     return broadcast_to_tokens(a_out, per_step, step_spans, loss_mask)
 
 
@@ -219,8 +250,10 @@ class AdvantageInputs:
     ``outcome`` ``(B,)`` outcome rewards; ``group_ids`` ``(B,)``; ``loss_mask`` ``(B, T)`` (1 on
     tokens the model generated, 0 on environment tokens and padding); ``step_rewards[i]``
     ``(S_i,)`` and ``step_spans[i]`` (``S_i`` completion spans, end exclusive) the scored steps
-    of row ``i``, or ``None`` for no step rewards (outcome only). ``beta`` weighs the process
-    term; ``process_norm`` and ``scale``/``eps`` are as in :func:`dual_granularity_advantages`.
+    of row ``i``, or ``None`` for no step rewards (outcome only); ``step_kinds[i]`` the kind of
+    each of those steps (``search``/``conclude``/``answer``, ``None`` if malformed), needed by
+    ``process_norm="step_kind"``. ``beta`` weighs the process term; ``process_norm`` and
+    ``scale``/``eps`` are as in :func:`dual_granularity_advantages`.
     """
 
     outcome: torch.Tensor
@@ -232,6 +265,7 @@ class AdvantageInputs:
     process_norm: ProcessNorm = "step"
     scale: bool = True
     eps: float = DEFAULT_EPS
+    step_kinds: Sequence[Sequence[str | None]] | None = None
 
     def steps(self) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
         """``(step_rewards, step_spans)`` with ``None`` read as no step in any row."""
@@ -272,6 +306,7 @@ def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
         inputs.process_norm,
         scale=inputs.scale,
         eps=inputs.eps,
+        step_kinds=inputs.step_kinds,
     )
 
 
@@ -302,6 +337,7 @@ __all__ = [
     "group_normalize",
     "grpo_advantages",
     "grpo_estimator",
+    "kind_groups",
     "process_advantages",
     "step_token_counts",
 ]

@@ -97,8 +97,10 @@ class RLConfig(TrainingConfig):
     # --- rewards and advantages
     process_reward: str = setting(
         "prm",
-        help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM) or `none` "
-        "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called).",
+        help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM), `none` "
+        "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
+        "+1/-1 verdict per step: needs gold decompositions) or `shuffled` (the PRM's scores permuted within each "
+        "group: the control arm).",
     )
     advantage: str = setting(
         "dual",
@@ -116,7 +118,8 @@ class RLConfig(TrainingConfig):
     process_norm: ProcessNorm = setting(
         "step",
         help='`"step"`: step rewards standardised over the group\'s steps (the paper\'s Eq. 7); `"token"`: over the '
-        "group's generated tokens (the reference code; long steps weigh more).",
+        "group's generated tokens (the reference code; long steps weigh more); `step_kind`: over the group's "
+        "steps of the same kind (search, conclude, answer).",
     )
     scale_advantages: bool = setting(
         True, help="Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."
@@ -125,7 +128,9 @@ class RLConfig(TrainingConfig):
         factory=OutcomeRewardConfig, help="Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."
     )
     step_reward: StepRewardConfig = setting(
-        factory=StepRewardConfig, help="Eq. 5's form (`paper`: logit + nu1 I_step; `reference`: sigmoid(logit) + 1 / -2)."
+        factory=lambda: StepRewardConfig(form="bounded"),
+        help="Eq. 5's form: `bounded` (default: sigmoid(logit) + nu1 I_step), `paper` (logit + nu1 I_step, unbounded) "
+        "or `reference` (sigmoid(logit) + 1 / -2).",
     )
     prm_batch_size: int = setting(32, help="Trajectories per batch the PRM scores.")
 
@@ -354,11 +359,12 @@ def score_batch(
     config: RLConfig,
     scorer: StepRewardSource | None,
     records: Sequence[Record] | None = None,
+    group_ids: Sequence[int] | None = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
     (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
     call; skipped without a source), answer F1/EM and I_traj as the outcome reward reads them,
-    searches per trajectory. ``records`` (one per trajectory) go to the source."""
+    searches per trajectory. ``records`` and ``group_ids`` (one per trajectory) go to the source."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
@@ -368,7 +374,7 @@ def score_batch(
     seconds = 0.0
     if scorer is not None:
         start = time.perf_counter()
-        logits = scorer(list(trajectories), records)
+        logits = scorer(list(trajectories), records, **({"group_ids": list(group_ids)} if group_ids is not None else {}))
         steps = trajectory_step_rewards(list(trajectories), logits, config.step_reward)
         seconds = time.perf_counter() - start
     return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
@@ -414,13 +420,12 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             raise RuntimeError("the rollout function returned no trajectories (TRL merges them into the rows)")
         rollout = self.rollout_func
         records = [rollout.records[int(row["record_index"])] for row in inputs] if isinstance(rollout, EngineRollout) else None
-        scored = score_batch(
-            trajectories, [row["golden_answers"] for row in inputs], self.processing_class, self.rl_config, self.scorer, records
-        )
+        groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
+        golds = [row["golden_answers"] for row in inputs]
+        scored = score_batch(trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist())
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
-        groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
         output["advantages"] = self._advantages(trajectories, scored, groups, loss_mask)
         self._log_rollout_metrics(scored)
         return output
@@ -438,6 +443,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         judged = [prm_judged_actions(t.actions, cfg.prm_scope) if cfg.uses_prm else [] for t in trajectories]
         spans = [[t.actions[i].span for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
         step_rewards = [[r[i] for i in keep] for r, keep in zip(scored.step_rewards, judged, strict=True)]
+        kinds = [[t.actions[i].kind for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
         mask = loss_mask.cpu()
         local, width = mask.shape
         if self.accelerator.num_processes > 1:
@@ -445,12 +451,14 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             groups_all = gather_object(groups.tolist())
             steps_all = gather_object(step_rewards)
             spans_all = gather_object(spans)
+            kinds_all = gather_object(kinds)
             masks = gather_object(mask.tolist())
             mask_all = torch.zeros(len(masks), max(len(m) for m in masks), dtype=mask.dtype)
             for i, row in enumerate(masks):
                 mask_all[i, : len(row)] = torch.tensor(row, dtype=mask.dtype)
         else:
             outcome_all, groups_all, steps_all, spans_all, mask_all = scored.outcome, groups.tolist(), step_rewards, spans, mask
+            kinds_all = kinds
         inputs = AdvantageInputs(
             outcome=torch.tensor(outcome_all, dtype=torch.float32),
             group_ids=torch.tensor(groups_all, dtype=torch.long),
@@ -460,6 +468,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             beta=cfg.effective_beta,
             process_norm=cfg.process_norm,
             scale=cfg.scale_advantages,
+            step_kinds=kinds_all,
         )
         mine = local_rows(self.accelerator.process_index, local)
         return self.estimator(inputs)[mine, :width].to(loss_mask.device)

@@ -66,3 +66,19 @@ def test_cpgrpo_takes_the_magnitude_from_the_outcome_and_the_sign_from_the_step(
     expected = torch.tensor([[2 * A, 2 * A, 0.0, A], [-1 * A, 3 * A, 3 * A, 0.0]])
     assert torch.allclose(got, expected, atol=1e-6)
     assert (got[MASK == 0] == 0).all()
+
+
+def test_dual_standardises_within_group_and_step_kind() -> None:
+    # Searches [2, -1] (row 0, row 1): mean 0.5, sample std sqrt(4.5): A_proc = [+A, -A]; the one
+    # answer (3) has nothing to compare with: A_proc 0. With beta 0.5, A_out = [+A, -A]:
+    # row 0's search 1.5 A, row 1's search -1.5 A, its answer -A; the token outside steps keeps A_out.
+    batch = AdvantageInputs(
+        **{**inputs().__dict__, "process_norm": "step_kind", "step_kinds": [["search"], ["search", "answer"]]}
+    )
+    got = ADVANTAGE_ESTIMATORS.get("dual")(batch)
+    want = torch.tensor([[1.5 * A, 1.5 * A, 0.0, A], [-1.5 * A, -A, -A, 0.0]])
+    assert torch.allclose(got, want, atol=1e-6)
+    plain = ADVANTAGE_ESTIMATORS.get("dual")(inputs())
+    assert not torch.allclose(plain, want, atol=1e-3)  # over all steps, the answer's 3 is compared with the searches
+    with pytest.raises(ValueError, match="needs step_kinds"):
+        ADVANTAGE_ESTIMATORS.get("dual")(AdvantageInputs(**{**inputs().__dict__, "process_norm": "step_kind"}))

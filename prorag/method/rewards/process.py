@@ -1,11 +1,15 @@
 """The step reward of ProRAG's RL stage (docs/METHOD.md §2, Eq. 5): one number per action.
 
     paper (Eq. 5):   r_step = R_phi(c, s) + nu1 * I_step(s)          (R_phi: the PRM's logit)
+    bounded:         r_step = sigmoid(R_phi(c, s)) + nu1 * I_step(s)
     reference code:  r_step = sigmoid(R_phi(c, s)) + (+1 if I_step(s) else -2)
 
-The paper's form is the default (``StepRewardConfig(form="reference")`` for the other). In the
-reference form a malformed step always scores below a well-formed one; in the paper's the raw
-logit is unbounded and a confident PRM can outweigh the format bonus. The paper gives no value for
+The paper's form is :class:`StepRewardConfig`'s default; the RL stage defaults to ``bounded``
+(``RLConfig.step_reward``). In the paper's form the raw logit is unbounded: a confident PRM can
+outweigh the format bonus, and a few extreme logits dominate the group's step statistics. The
+bounded form keeps Eq. 5's ``nu1`` and reads the PRM as the probability that the step is the
+better one (the Bradley-Terry reading of Eq. 4), in (0, 1); the reference form also punishes a
+malformed step below any well-formed one. The paper gives no value for
 ``nu1``; 1.0 is the reference code's bonus.
 
 ``I_step`` comes from the token-level actions (:func:`~prorag.agent.schema.parse_token_actions`),
@@ -32,11 +36,11 @@ class StepScorer(Protocol):
     def score_trajectories(self, trajectories: Sequence[Trajectory]) -> list[list[float]]: ...
 
 
-StepForm = Literal["paper", "reference"]
+StepForm = Literal["paper", "bounded", "reference"]
 PRMScope = Literal["all", "reasoning"]
 
 #: The forms of :class:`StepRewardConfig`.
-STEP_FORMS: tuple[str, ...] = ("paper", "reference")
+STEP_FORMS: tuple[str, ...] = ("paper", "bounded", "reference")
 
 #: The values of ``prm_scope`` (RFT's step filter, RL's process term).
 PRM_SCOPES: tuple[str, ...] = ("all", "reasoning")
@@ -51,7 +55,9 @@ class StepRewardConfig:
     """Which form of Eq. 5 to compute, and its settings."""
 
     form: StepForm = setting(
-        "paper", help='`"paper"`: `logit + nu1 * I_step`; `"reference"`: `sigmoid(logit) + (1 if I_step else -2)`.'
+        "paper",
+        help='`"paper"`: `logit + nu1 * I_step`; `"bounded"`: `sigmoid(logit) + nu1 * I_step`; `"reference"`: '
+        "`sigmoid(logit) + (1 if I_step else -2)`.",
     )
     nu1: float = setting(
         1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
@@ -77,11 +83,15 @@ def step_reward(prm_logit: float, well_formed: bool, config: StepRewardConfig) -
     2.5
     >>> step_reward(0.0, False, StepRewardConfig(form="reference"))
     -1.5
+    >>> step_reward(0.0, True, StepRewardConfig(form="bounded", nu1=2.0))
+    2.5
     """
     if not math.isfinite(prm_logit):
         raise ValueError(f"the PRM logit must be finite, got {prm_logit}")
     if config.form == "paper":
         return float(prm_logit) + config.nu1 * float(well_formed)
+    if config.form == "bounded":
+        return _sigmoid(float(prm_logit)) + config.nu1 * float(well_formed)
     return _sigmoid(float(prm_logit)) + (REFERENCE_STEP_BONUS if well_formed else REFERENCE_STEP_PENALTY)
 
 

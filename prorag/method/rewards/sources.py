@@ -1,17 +1,19 @@
 """Where the per-action (step) scores of an RL batch come from: the ``STEP_REWARD_SOURCES`` registry.
 
 A source turns the trajectories of a batch (and their records, for sources that read the gold
-evidence) into one raw score per action; Eq. 5 (:mod:`prorag.method.rewards.process`: form,
+evidence, and their group ids, for sources that compare a question's G trajectories) into one
+raw score per action; Eq. 5 (:mod:`prorag.method.rewards.process`: form,
 ``nu1``) and ``prm_scope`` are applied afterwards by the trainer, whatever the source. A source
 is built by a factory registered under its name (``RLConfig.process_reward``), called as
 ``factory(config, device=...)`` with the RL config; a factory returning ``None`` means no step
 rewards (``"none"``: outcome only). The registry lives here, in the method layer, so that the
-trainer (stages) and sources of any layer above (the learned PRM in
-:mod:`prorag.supervision.step_rewards`, which registers ``"prm"`` on first look-up) reach it.
+trainer (stages) and sources of any layer above (:mod:`prorag.supervision.step_rewards`, which
+registers ``"prm"``, ``"oracle"`` and ``"shuffled"`` on first look-up) reach it.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -23,9 +25,15 @@ from prorag.method.rewards.process import StepScorer
 
 class StepRewardSource(Protocol):
     """Raw per-action scores of a batch: one list per trajectory, one float per action, in order.
-    ``records[i]`` is the question of ``trajectories[i]`` (``None`` where the caller has none)."""
+    ``records[i]`` is the question of ``trajectories[i]`` and ``group_ids[i]`` its group (the G
+    trajectories of one question share one; ``None`` where the caller has none)."""
 
-    def __call__(self, trajectories: Sequence[Trajectory], records: Sequence[Record] | None = None) -> list[list[float]]: ...
+    def __call__(
+        self,
+        trajectories: Sequence[Trajectory],
+        records: Sequence[Record] | None = None,
+        group_ids: Sequence[int] | None = None,
+    ) -> list[list[float]]: ...
 
 
 #: ``factory(config, device=None)`` -> a source, or ``None`` for no step rewards.
@@ -44,7 +52,12 @@ class ScorerSteps:
         self.scorer = scorer
         self.batch_size = int(batch_size)
 
-    def __call__(self, trajectories: Sequence[Trajectory], records: Sequence[Record] | None = None) -> list[list[float]]:
+    def __call__(
+        self,
+        trajectories: Sequence[Trajectory],
+        records: Sequence[Record] | None = None,
+        group_ids: Sequence[int] | None = None,
+    ) -> list[list[float]]:
         try:
             return self.scorer.score_trajectories(list(trajectories), batch_size=self.batch_size)  # type: ignore[call-arg]
         except TypeError:
@@ -61,10 +74,64 @@ def as_step_source(scorer: Any, batch_size: int = 32) -> StepRewardSource:
     raise TypeError(f"{type(scorer).__name__} is neither a step-reward source nor has score_trajectories")
 
 
+def shuffle_within_groups(scores: Sequence[Sequence[float]], group_ids: Sequence[int], rng: random.Random) -> list[list[float]]:
+    """``scores`` (one list per trajectory) with the scores of each group's steps permuted among
+    that group's steps (pooled over its trajectories), each trajectory keeping its number of
+    actions: the group's step rewards keep their values, and so their statistics and their
+    spread in the advantage, but no longer say which step earned which.
+
+    >>> shuffle_within_groups([[1.0, 2.0], [3.0], [9.0]], [0, 0, 1], random.Random(0))
+    [[1.0, 3.0], [2.0], [9.0]]
+    """
+    if len(scores) != len(group_ids):
+        raise ValueError(f"{len(group_ids)} group ids for {len(scores)} trajectories")
+    out = [list(map(float, row)) for row in scores]
+    for group in sorted(set(group_ids), key=str):
+        rows = [i for i, g in enumerate(group_ids) if g == group]
+        pooled = [x for i in rows for x in out[i]]
+        rng.shuffle(pooled)
+        for i in rows:
+            out[i], pooled = pooled[: len(out[i])], pooled[len(out[i]) :]
+    return out
+
+
+class ShuffledSteps:
+    """The control arm: another source's scores (the learned PRM's) permuted within each group by
+    :func:`shuffle_within_groups`, from a stream seeded by ``seed`` and the call's index (each
+    batch its own permutation, the same run the same permutations). Needs ``group_ids``."""
+
+    def __init__(self, inner: StepRewardSource, seed: int = 0) -> None:
+        self.inner = inner
+        self.seed = int(seed)
+        self.calls = 0
+
+    def __call__(
+        self,
+        trajectories: Sequence[Trajectory],
+        records: Sequence[Record] | None = None,
+        group_ids: Sequence[int] | None = None,
+    ) -> list[list[float]]:
+        if group_ids is None:
+            raise ValueError("process_reward='shuffled' permutes scores within groups: the caller must pass group_ids")
+        scores = self.inner(trajectories, records)
+        rng = random.Random(f"prorag-shuffled-steps/{self.seed}/{self.calls}")
+        self.calls += 1
+        return shuffle_within_groups(scores, group_ids, rng)
+
+
 @STEP_REWARD_SOURCES.register("none")
 def no_step_rewards(config: Any, *, device: str | None = None) -> None:
     """Outcome only (the GRPO baseline): no source, the trainer computes no step reward."""
     return None
 
 
-__all__ = ["STEP_REWARD_SOURCES", "ScorerSteps", "StepRewardFactory", "StepRewardSource", "as_step_source", "no_step_rewards"]
+__all__ = [
+    "STEP_REWARD_SOURCES",
+    "ScorerSteps",
+    "ShuffledSteps",
+    "StepRewardFactory",
+    "StepRewardSource",
+    "as_step_source",
+    "no_step_rewards",
+    "shuffle_within_groups",
+]

@@ -36,6 +36,10 @@ def test_pure_formula_in_both_forms() -> None:
     assert step_reward(0.0, True, StepRewardConfig(form="reference", nu1=9.0)) == pytest.approx(1.5)
     assert step_reward(-1000.0, False, REFERENCE) == pytest.approx(-2.0)
     assert step_reward(1000.0, False, REFERENCE) < step_reward(-1000.0, True, REFERENCE)
+    # bounded: sigmoid(logit) + nu1 * I_step, in (0, 1 + nu1) however confident the PRM
+    bounded = StepRewardConfig(form="bounded", nu1=0.5)
+    assert step_rewards([2.0, -1.0, 0.0], [True, False, True], bounded) == pytest.approx([0.5 + sig2, sig_1, 1.0])
+    assert 0.0 <= step_reward(-1000.0, False, bounded) < step_reward(1000.0, True, bounded) <= 1.5
     with pytest.raises(ValueError, match="logits"):
         step_rewards([1.0], [True, False])
     with pytest.raises(ValueError, match="finite"):

@@ -28,7 +28,7 @@ class Batched:
 
 
 def test_built_in_sources_and_errors() -> None:
-    assert {"none", "prm"} <= set(STEP_REWARD_SOURCES.names())
+    assert {"none", "prm", "oracle", "shuffled"} <= set(STEP_REWARD_SOURCES.names())
     assert STEP_REWARD_SOURCES.get("none")(SimpleNamespace()) is None
     with pytest.raises(ValueError, match="needs a PRM"):
         STEP_REWARD_SOURCES.get("prm")(SimpleNamespace(prm=None, prm_batch_size=4))
@@ -47,3 +47,64 @@ def test_a_scorer_becomes_a_source() -> None:
     assert as_step_source(source) is source
     with pytest.raises(TypeError):
         as_step_source(3)
+
+
+def _chain_trajectory(actions: int = 5) -> Any:
+    """The judge tests' chain question answered in five actions (search, conclude, redundant
+    search, unsupported conclusion, guessed answer), as text with tags and ``actions`` stand-ins."""
+    from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
+
+    def then(action: str) -> str:
+        return action[len(step_opener()) :]
+
+    docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
+    text = (
+        render_search("I need the director.", "Saenax director")
+        + render_env_turn(docs)
+        + then(render_conclude("Saenax was directed by Siril.", "Siril"))
+        + render_env_turn()
+        + then(render_search("Again.", "Saenax director"))
+        + render_env_turn(docs)
+        + then(render_conclude("I guess.", "Tamal"))
+        + render_env_turn()
+        + " So the answer is Krirek. </step><answer> Krirek </answer>"
+    )
+    return SimpleNamespace(text=text, actions=[None] * actions)
+
+
+def test_oracle_source_gives_the_judges_verdict_on_every_step() -> None:
+    from prorag.data.records import Record
+    from tests.supervision.test_judge import CHAIN
+
+    oracle = STEP_REWARD_SOURCES.get("oracle")(SimpleNamespace())
+    # Valid search and conclusion; a redundant search, an unsupported conclusion, a guessed answer.
+    assert oracle([_chain_trajectory()], [CHAIN]) == [[1.0, 1.0, -1.0, -1.0, -1.0]]
+    # Token-level actions that do not match the text's: undecided, 0 on each.
+    assert oracle([_chain_trajectory(actions=4)], [CHAIN], group_ids=[0]) == [[0.0] * 4]
+    with pytest.raises(ValueError, match="needs the record"):
+        oracle([_chain_trajectory()], None)
+    with pytest.raises(ValueError, match="record 'r1' has no gold decomposition"):
+        oracle([_chain_trajectory()], [Record("r1", "q?", ["a"], {})])
+
+
+def test_shuffled_source_permutes_scores_within_groups_only() -> None:
+    from prorag.method.rewards.sources import ShuffledSteps
+
+    scores = [[1.0, 2.0, 3.0], [4.0], [5.0, 6.0], [10.0, 20.0], [30.0]]
+    groups = [7, 7, 7, 8, 8]
+
+    def inner(trajectories: Sequence[Any], records: Sequence[Any] | None = None) -> list[list[float]]:
+        return [list(s) for s in scores]
+
+    source = ShuffledSteps(inner, seed=3)
+    first = source(["t"] * 5, None, group_ids=groups)
+    assert [len(r) for r in first] == [3, 1, 2, 2, 1]  # every trajectory keeps its number of actions
+    assert sorted(x for r in first[:3] for x in r) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # group 7's values, permuted
+    assert sorted(x for r in first[3:] for x in r) == [10.0, 20.0, 30.0]
+    second = source(["t"] * 5, None, group_ids=groups)
+    assert first != scores and second != first  # each batch its own permutation
+    assert ShuffledSteps(inner, seed=3)(["t"] * 5, None, group_ids=groups) == first  # same seed, same permutations
+    with pytest.raises(ValueError, match="group_ids"):
+        source(["t"] * 5, None)
+    with pytest.raises(ValueError, match="'shuffled' needs a PRM"):
+        STEP_REWARD_SOURCES.get("shuffled")(SimpleNamespace(prm=None, prm_batch_size=4, seed=0))

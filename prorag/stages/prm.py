@@ -124,7 +124,8 @@ class PRMConfig(TrainingConfig):
     kind: str = setting(
         "head",
         help="A name in PRM_KINDS. `head` (the paper): the policy's backbone with a new scalar head on the step's last token; `likelihood`: "
-        "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4.",
+        "the policy's LM scoring a step by its mean token log-probability, trained with Eq. 4; `likelihood_ratio`: "
+        "`likelihood_beta * (mean log p_phi - mean log p_init)`, the same against the frozen init policy (0 at the start).",
     )
     likelihood_beta: float = setting(
         1.0,
@@ -615,6 +616,7 @@ def train_prm(
         append_eos=config.append_eos,
         kind=config.kind,
         beta=config.likelihood_beta,
+        reference=init,
     )
     if not pairs:
         if config.if_no_pairs == "error":

@@ -10,7 +10,11 @@ reproduces the reference code's EOS read-out and is saved with the model.
 ``kind="likelihood"`` (option) keeps the LM head: ``beta * (mean log p(step) - offset)``, SimPO's
 length-normalised implicit reward, trained with the same Eq. 4 loss. MCTS siblings are the policy's
 own samples, so its likelihood already ranks them well (measured in docs/LOG.md); ``offset`` is
-fitted after training so that RFT's ``logit > 0`` keeps its meaning. Saved as a transformers folder
+fitted after training so that RFT's ``logit > 0`` keeps its meaning. ``kind="likelihood_ratio"``
+scores ``beta * (mean log pi_phi(step) - mean log pi_ref(step))`` against the frozen init policy
+pi_ref (pi_sft): the plain likelihood kind that keeps near-initial weights gives, to first order,
+log pi_sft(step), whose policy gradient in RL pulls the policy back to pi_sft (a -KL - entropy
+term); the ratio is 0 at initialisation and carries only what Eq. 4 taught. Saved as a transformers folder
 plus ``reward_model.json``; :meth:`ProcessRewardModel.load` serves RFT and RL through
 :meth:`~ProcessRewardModel.score_trajectories` (:class:`StepScorer`).
 """
@@ -191,6 +195,19 @@ def likelihood_rewards(
     return float(beta) * (means - float(offset))
 
 
+def action_likelihoods(
+    model: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans
+) -> tuple[Tensor, list[int]]:
+    """The mean log-probability of every action ``(start, end)`` (completion coordinates) of each
+    row, a whole trajectory of ``prompt_lengths[b]`` prompt tokens, from one forward pass (never
+    the input's first token, which nothing predicts): a flat ``(N,)`` tensor and each row's count."""
+    spans = [[(max(1, p + a), p + b) for a, b in row] for p, row in zip(prompt_lengths, actions, strict=True)]
+    logp = token_logprobs(model, input_ids, attention_mask)
+    rows = [b for b, row in enumerate(spans) for _ in row]
+    means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
+    return means, [len(row) for row in spans]
+
+
 def reward_probability(logits: torch.Tensor | Sequence[float]) -> torch.Tensor:
     """``sigmoid(logit)``: the probability that a step is the better one of a pair (the
     Bradley-Terry reading of the pairwise loss; RFT keeps steps above 0.5, i.e. logit > 0)."""
@@ -234,7 +251,9 @@ class ProcessRewardModel:
     ``kind`` (default ``"head"``), and :meth:`load` the one of the saved kind, so callers never
     branch on the kind. ``max_length`` bounds every input (:func:`truncate_left`);
     ``append_eos`` appends the tokenizer's EOS after the step and reads the score there;
-    ``beta`` and ``offset`` are the likelihood kind's scale and zero point (saved by every kind).
+    ``beta`` and ``offset`` are the likelihood kind's scale and zero point (saved by every kind);
+    ``reference`` the policy the PRM started from (saved when set, as an absolute path), which
+    the ratio kind compares with.
     """
 
     #: The name of the kind in :data:`PRM_KINDS` and in the saved settings.
@@ -257,6 +276,7 @@ class ProcessRewardModel:
         kind: str | None = None,
         beta: float = 1.0,
         offset: float = 0.0,
+        reference: str | os.PathLike[str] | None = None,
     ) -> None:
         if kind is not None and kind != self.kind:
             raise ValueError(f"a {type(self).__name__} is of kind {self.kind!r}, not {kind!r}")
@@ -271,6 +291,7 @@ class ProcessRewardModel:
         self.append_eos = bool(append_eos)
         self.beta = float(beta)
         self.offset = float(offset)
+        self.reference = str(reference) if reference is not None else None
 
     # ---- what a kind defines
 
@@ -440,6 +461,8 @@ class ProcessRewardModel:
             "beta": self.beta,
             "offset": self.offset,
         }
+        if self.reference is not None:
+            settings["reference"] = str(Path(self.reference).resolve())
         return save_checkpoint(
             self.model, self.tokenizer, out_dir, extra_files={SETTINGS_FILE: json.dumps(settings, indent=2) + "\n"}
         )
@@ -495,6 +518,7 @@ class ProcessRewardModel:
             append_eos=bool(settings.get("append_eos", False)),
             beta=float(settings.get("beta", 1.0)),
             offset=float(settings.get("offset", 0.0)),
+            reference=settings.get("reference"),
         )
 
 
@@ -612,13 +636,10 @@ class LikelihoodRewardModel(ProcessRewardModel):
         return likelihood_rewards(self.model, input_ids, attention_mask, step_lengths, beta=self.beta, offset=self.offset)
 
     def action_logits(self, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans) -> Scores:
-        """Each action's tokens' mean log-probability, never the input's first token (nothing
-        predicts it), scaled and shifted, from one pass."""
-        spans = [[(max(1, p + a), p + b) for a, b in row] for p, row in zip(prompt_lengths, actions, strict=True)]
-        logp = token_logprobs(self.model, input_ids, attention_mask)
-        rows = [b for b, row in enumerate(spans) for _ in row]
-        means = span_means(logp, rows, [a for row in spans for a, _ in row], [b for row in spans for _, b in row])
-        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), [len(row) for row in spans])
+        """Each action's tokens' mean log-probability (:func:`action_likelihoods`), scaled and
+        shifted, from one pass."""
+        means, sizes = action_likelihoods(self.model, input_ids, attention_mask, prompt_lengths, actions)
+        return split_rows((self.beta * (means - self.offset)).cpu().tolist(), sizes)
 
     def fit_zero_point(self, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
         """``offset``: where the training pairs' chosen and rejected steps part best
@@ -628,6 +649,54 @@ class LikelihoodRewardModel(ProcessRewardModel):
 
     def summary(self) -> dict[str, Any]:
         return {"kind": self.kind, "likelihood_offset": self.offset}
+
+
+@PRM_KINDS.register("likelihood_ratio")
+class LikelihoodRatioRewardModel(LikelihoodRewardModel):
+    """The likelihood kind as a ratio to the init policy: a step scores ``beta * (mean log
+    pi_phi(step) - mean log pi_ref(step))`` (see the module docstring), 0 for every step at
+    initialisation. pi_ref is the policy folder ``reference`` (the PRM stage's ``init``, saved
+    as an absolute path in the settings), loaded once, frozen, on the model's device; Eq. 4 trains
+    pi_phi alone (pi_ref's terms carry no gradient). 0 is the ratio's own zero point (as likely
+    as under pi_sft): no offset is fitted."""
+
+    kind: ClassVar[str] = "likelihood_ratio"
+    needs_zero_point: ClassVar[bool] = False
+
+    def reference_model(self, device: torch.device) -> PreTrainedModel:
+        """pi_ref on ``device``, loaded with :func:`~prorag.models.checkpoints.load_policy` on first use."""
+        ref = getattr(self, "_reference_model", None)
+        if ref is None:
+            if not self.reference:
+                raise ValueError("the likelihood_ratio kind needs `reference`: the init policy (pi_sft) folder")
+            from prorag.models.checkpoints import load_policy
+
+            ref, _ = load_policy(self.reference)
+            ref.requires_grad_(False).eval()
+            self._reference_model = ref
+        return ref.to(device)
+
+    def pair_logits(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]
+    ) -> torch.Tensor:
+        """``beta * (mean log pi_phi(step) - mean log pi_ref(step))``, gradients through pi_phi only."""
+        own = likelihood_rewards(model, input_ids, attention_mask, list(step_lengths))
+        with torch.no_grad():
+            ref = likelihood_rewards(self.reference_model(input_ids.device), input_ids, attention_mask, list(step_lengths))
+        return self.beta * (own - ref)
+
+    def batch_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, step_lengths: Sequence[int]) -> torch.Tensor:
+        """:meth:`pair_logits` under the scorer's model."""
+        return self.pair_logits(self.model, input_ids, attention_mask, step_lengths)
+
+    def action_logits(self, input_ids: Tensor, attention_mask: Tensor, prompt_lengths: Sequence[int], actions: Spans) -> Scores:
+        """Each action's mean log-probability under pi_phi minus under pi_ref, scaled, from one pass of each."""
+        own, sizes = action_likelihoods(self.model, input_ids, attention_mask, prompt_lengths, actions)
+        ref, _ = action_likelihoods(self.reference_model(input_ids.device), input_ids, attention_mask, prompt_lengths, actions)
+        return split_rows((self.beta * (own - ref)).cpu().tolist(), sizes)
+
+    def summary(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reference": self.reference}
 
 
 def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -> float:
@@ -666,7 +735,9 @@ __all__ = [
     "PRM_KINDS",
     "SETTINGS_FILE",
     "HeadRewardModel",
+    "LikelihoodRatioRewardModel",
     "LikelihoodRewardModel",
+    "action_likelihoods",
     "ProcessRewardModel",
     "StepScorer",
     "last_token_rewards",

@@ -20,6 +20,7 @@ from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from prorag.method.losses import ppo_clip_loss
+from prorag.method.rewards.process import StepRewardConfig
 from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
@@ -138,6 +139,7 @@ def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(
     cfg = fast_config(
         rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
         prm_scope="reasoning",
+        step_reward=StepRewardConfig(form="paper"),  # RL's default is the bounded form
     )
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
@@ -332,8 +334,32 @@ def test_one_and_two_processes_train_alike(
 def test_unknown_registry_names_are_clear_errors() -> None:
     with pytest.raises(ValueError, match=r"RLConfig.advantage must be one of \['grpo', 'dual', 'cpgrpo'"):
         RLConfig(advantage="ppo")
-    with pytest.raises(ValueError, match=r"RLConfig.process_reward must be one of .*'none'.*'prm'"):
-        RLConfig(process_reward="oracle")
+    with pytest.raises(ValueError, match=r"RLConfig.process_reward must be one of .*'none'.*'prm'.*'shuffled'.*'oracle'"):
+        RLConfig(process_reward="orcale")
+
+
+def test_oracle_source_by_name_with_step_kind_norm(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """``process_reward: oracle`` is picked by name (no trainer edit): every step of the replayed
+    gold trajectories is judged valid (+1), and ``process_norm: step_kind`` runs through the trainer."""
+    from prorag.method.rewards.sources import STEP_REWARD_SOURCES
+
+    cfg = fast_config(
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        process_reward="oracle",
+        process_norm="step_kind",
+    )
+    source = STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, source
+    )
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    adv = trainer._generate_and_score_completions(rows)["advantages"]
+    trajs = [r["trajectory"] for r in rows]
+    verdicts = source(trajs, [records[int(r["record_index"])] for r in rows])
+    assert all(v == [1.0] * len(t.actions) for v, t in zip(verdicts, trajs, strict=True)) and verdicts[0]
+    assert torch.isfinite(adv).all()
 
 
 @ADVANTAGE_ESTIMATORS.register("test-signed-outcome", replace=True)

@@ -289,7 +289,7 @@ def test_each_kind_is_its_own_class(prm: ProcessRewardModel, lik: ProcessRewardM
     a class refuses another kind's name."""
     from prorag.supervision.reward_model import PRM_KINDS, HeadRewardModel, LikelihoodRewardModel
 
-    assert PRM_KINDS.names() == ["head", "likelihood"]
+    assert PRM_KINDS.names() == ["head", "likelihood", "likelihood_ratio"]
     assert type(prm) is HeadRewardModel and type(lik) is LikelihoodRewardModel
     assert (prm.kind, lik.kind, prm.needs_zero_point, lik.needs_zero_point) == ("head", "likelihood", False, True)
     assert type(ProcessRewardModel.load(lik.save(tmp_path / "lik"))) is LikelihoodRewardModel
@@ -299,3 +299,44 @@ def test_each_kind_is_its_own_class(prm: ProcessRewardModel, lik: ProcessRewardM
     with pytest.raises(ValueError, match="likelihood kind has none"):
         lik.freeze_backbone()
     assert lik.summary() == {"kind": "likelihood", "likelihood_offset": -5.0} and prm.summary() == {"kind": "head"}
+
+
+def test_likelihood_ratio_kind_is_zero_at_init_and_a_scaled_difference_after(policy_dir: Path, tmp_path: Path) -> None:
+    """``likelihood_ratio``: beta * (mean log pi_phi(step) - mean log pi_ref(step)), pi_ref the
+    init policy: 0 on every step before training; after a change to pi_phi, the difference of the
+    two models' mean step log-probabilities (each read by the plain likelihood kind), times beta;
+    gradients reach pi_phi only; the reference survives a save and load."""
+    from prorag.supervision.reward_model import LikelihoodRatioRewardModel
+
+    model, tok = reward_model_from_policy(policy_dir, kind="likelihood_ratio")
+    ratio = ProcessRewardModel(model.eval(), tok, max_length=64, kind="likelihood_ratio", beta=2.0, reference=policy_dir)
+    assert isinstance(ratio, LikelihoodRatioRewardModel) and not ratio.needs_zero_point
+    contexts, steps = [_ids(9), _ids(4, start=120), _ids(15, start=7)], [_ids(3, start=300), _ids(6, start=60), [41]]
+    assert ratio.score(contexts, steps).tolist() == [0.0, 0.0, 0.0]
+    traj = _trajectory(_ids(5), _ids(12, start=90), [(0, 5), (5, 12)], ["search", "answer"])
+    assert ratio.score_trajectories([traj]) == [[0.0, 0.0]]
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    ref_model, _ = reward_model_from_policy(policy_dir, kind="likelihood")
+    own = ProcessRewardModel(model, tok, max_length=64, kind="likelihood").score(contexts, steps)
+    ref = ProcessRewardModel(ref_model.eval(), tok, max_length=64, kind="likelihood").score(contexts, steps)
+    got = ratio.score(contexts, steps)
+    assert torch.allclose(got, 2.0 * (own - ref), atol=1e-5) and got.abs().min() > 1e-4
+    one_pass = ratio.score_trajectories([traj])[0]
+    per_action = ratio.score(
+        [traj.prompt_ids, [*traj.prompt_ids, *traj.completion_ids[:5]]], [traj.completion_ids[:5], traj.completion_ids[5:]]
+    )
+    assert one_pass == pytest.approx(per_action.tolist(), abs=1e-5)
+
+    ids, mask = pad_batch([[*contexts[0], *steps[0]]], tok.pad_token_id)
+    ratio.pair_logits(model, ids, mask, [3]).sum().backward()
+    assert any(p.grad is not None for p in model.parameters())
+    assert all(p.grad is None for p in ratio.reference_model(ids.device).parameters())
+
+    loaded = ProcessRewardModel.load(ratio.save(tmp_path / "ratio"))
+    assert (loaded.kind, loaded.reference) == ("likelihood_ratio", str(policy_dir.resolve()))
+    assert torch.allclose(loaded.score(contexts, steps), got, atol=1e-5)
+    with pytest.raises(ValueError, match="needs `reference`"):
+        ProcessRewardModel(model, tok, kind="likelihood_ratio").score(contexts, steps)

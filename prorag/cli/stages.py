@@ -376,7 +376,10 @@ def rl_cmd(
     ] = None,
     process_reward: Annotated[
         str | None,
-        typer.Option(help="Step-reward source (STEP_REWARD_SOURCES): prm (ProRAG) or none (the outcome-only GRPO baseline)."),
+        typer.Option(
+            help="Step-reward source (STEP_REWARD_SOURCES): prm (ProRAG), none (the outcome-only GRPO baseline), "
+            "oracle (the oracle judge's +1/-1 per step) or shuffled (the PRM's scores permuted within each group)."
+        ),
     ] = None,
     advantage: Annotated[
         str | None, typer.Option(help="Advantage estimator (ADVANTAGE_ESTIMATORS): dual (ProRAG), grpo, cpgrpo.")

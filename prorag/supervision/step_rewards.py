@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prorag.agent.rollout import Trajectory
-from prorag.data.records import Record
-from prorag.method.rewards.sources import STEP_REWARD_SOURCES, ScorerSteps, ShuffledSteps
+from prorag.method.rewards.sources import STEP_REWARD_SOURCES, GroupIds, Records, ScorerSteps, ShuffledSteps, StepScores
 
 #: The oracle source's raw score of a valid step, an invalid one, and one it cannot place (a
 #: trajectory whose decoded text parses into other actions than its token-level ones).
@@ -60,12 +59,7 @@ class OracleSteps:
     Needs every record's gold decomposition (``metadata.decomposition``: the built-in world,
     MuSiQue)."""
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        records: Sequence[Record] | None = None,
-        group_ids: Sequence[int] | None = None,
-    ) -> list[list[float]]:
+    def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         from prorag.supervision.judge import trajectory_verdicts
 
         if records is None or len(records) != len(trajectories):

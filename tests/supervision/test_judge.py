@@ -276,15 +276,16 @@ def test_llm_judge_gives_no_pair_when_replies_stay_bad(tmp_path: Path) -> None:
         assert judge.failed == 1 and server.n_requests == 3
 
 
-def test_trajectory_verdicts_judge_each_action_after_the_ones_before() -> None:
+def chain_trajectory_text() -> str:
+    """A whole trajectory for :data:`CHAIN`, as text with tags: a valid search and conclusion, a
+    redundant search, an unsupported conclusion and a guessed answer."""
     from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
-    from prorag.supervision.judge import trajectory_verdicts
 
     def then(action: str) -> str:  # the environment has already written the next "<step>"
         return action[len(step_opener()) :]
 
     docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
-    text = (
+    return (
         render_search("I need the director.", "Saenax director")
         + render_env_turn(docs)
         + then(render_conclude("Saenax was directed by Siril.", "Siril"))
@@ -295,7 +296,12 @@ def test_trajectory_verdicts_judge_each_action_after_the_ones_before() -> None:
         + render_env_turn()
         + " So the answer is Krirek. </step><answer> Krirek </answer>"
     )
-    verdicts = trajectory_verdicts(CHAIN, text)
+
+
+def test_trajectory_verdicts_judge_each_action_after_the_ones_before() -> None:
+    from prorag.supervision.judge import trajectory_verdicts
+
+    verdicts = trajectory_verdicts(CHAIN, chain_trajectory_text())
     assert [ok for ok, _ in verdicts] == [True, True, False, False, False]
     assert "redundant" in verdicts[2][1] and "not supported" in verdicts[3][1]
     assert "a guess" in verdicts[4][1], "right, but hop 3 was never searched"

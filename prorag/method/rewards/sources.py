@@ -22,18 +22,19 @@ from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer
 
+#: A source's optional arguments and its result: one record and one group id per trajectory;
+#: one list of per-action scores per trajectory.
+Records = Sequence[Record] | None
+GroupIds = Sequence[int] | None
+StepScores = list[list[float]]
+
 
 class StepRewardSource(Protocol):
     """Raw per-action scores of a batch: one list per trajectory, one float per action, in order.
     ``records[i]`` is the question of ``trajectories[i]`` and ``group_ids[i]`` its group (the G
     trajectories of one question share one; ``None`` where the caller has none)."""
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        records: Sequence[Record] | None = None,
-        group_ids: Sequence[int] | None = None,
-    ) -> list[list[float]]: ...
+    def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores: ...
 
 
 #: ``factory(config, device=None)`` -> a source, or ``None`` for no step rewards.
@@ -52,12 +53,7 @@ class ScorerSteps:
         self.scorer = scorer
         self.batch_size = int(batch_size)
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        records: Sequence[Record] | None = None,
-        group_ids: Sequence[int] | None = None,
-    ) -> list[list[float]]:
+    def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         try:
             return self.scorer.score_trajectories(list(trajectories), batch_size=self.batch_size)  # type: ignore[call-arg]
         except TypeError:
@@ -105,12 +101,7 @@ class ShuffledSteps:
         self.seed = int(seed)
         self.calls = 0
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        records: Sequence[Record] | None = None,
-        group_ids: Sequence[int] | None = None,
-    ) -> list[list[float]]:
+    def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         if group_ids is None:
             raise ValueError("process_reward='shuffled' permutes scores within groups: the caller must pass group_ids")
         scores = self.inner(trajectories, records)
@@ -127,6 +118,9 @@ def no_step_rewards(config: Any, *, device: str | None = None) -> None:
 
 __all__ = [
     "STEP_REWARD_SOURCES",
+    "GroupIds",
+    "Records",
+    "StepScores",
     "ScorerSteps",
     "ShuffledSteps",
     "StepRewardFactory",

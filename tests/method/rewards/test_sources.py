@@ -50,26 +50,11 @@ def test_a_scorer_becomes_a_source() -> None:
 
 
 def _chain_trajectory(actions: int = 5) -> Any:
-    """The judge tests' chain question answered in five actions (search, conclude, redundant
-    search, unsupported conclusion, guessed answer), as text with tags and ``actions`` stand-ins."""
-    from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
+    """The judge tests' chain trajectory (valid search and conclusion, redundant search,
+    unsupported conclusion, guessed answer) with ``actions`` stand-ins for its token-level actions."""
+    from tests.supervision.test_judge import chain_trajectory_text
 
-    def then(action: str) -> str:
-        return action[len(step_opener()) :]
-
-    docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
-    text = (
-        render_search("I need the director.", "Saenax director")
-        + render_env_turn(docs)
-        + then(render_conclude("Saenax was directed by Siril.", "Siril"))
-        + render_env_turn()
-        + then(render_search("Again.", "Saenax director"))
-        + render_env_turn(docs)
-        + then(render_conclude("I guess.", "Tamal"))
-        + render_env_turn()
-        + " So the answer is Krirek. </step><answer> Krirek </answer>"
-    )
-    return SimpleNamespace(text=text, actions=[None] * actions)
+    return SimpleNamespace(text=chain_trajectory_text(), actions=[None] * actions)
 
 
 def test_oracle_source_gives_the_judges_verdict_on_every_step() -> None:

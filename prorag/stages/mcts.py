@@ -86,9 +86,6 @@ class MCTSConfig:
         for name in ("simulations", "num_candidates", "max_depth", "trees_per_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MCTSConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_actions", "max_action_tokens", "batch_size", "top_k"):
-            if getattr(self.rollout, name) < 1:
-                raise ValueError(f"MCTSConfig.rollout.{name} must be >= 1, got {getattr(self.rollout, name)}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"MCTSConfig.gamma must be in (0, 1], got {self.gamma}")
         if self.c_puct < 0:

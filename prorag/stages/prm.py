@@ -141,15 +141,15 @@ class PRMConfig(TrainingConfig):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.held_out_fraction < 1:
             raise ValueError(f"PRMConfig.held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
         if not 0 <= self.validation_fraction < 1:
             raise ValueError(f"PRMConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.max_length < 2:
             raise ValueError(f"PRMConfig.max_length must be >= 2, got {self.max_length}")
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "eval_batch_size", "save_steps", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PRMConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_batch_size < 1:
+            raise ValueError(f"PRMConfig.eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
         if self.kind not in PRM_KINDS:

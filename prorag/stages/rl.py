@@ -167,6 +167,7 @@ class RLConfig(TrainingConfig):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         choices = {
             "process_reward": STEP_REWARD_SOURCES.names(),
             "advantage": ADVANTAGE_ESTIMATORS.names(),

@@ -196,6 +196,29 @@ def test_sft_refuses_step_counts_the_trainer_would_misread(
     assert not run.exists()
 
 
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_other_stages_refuse_a_limit_below_one(limit: str, records: Path, index: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    common = ["--policy", str(tmp_path / "p"), "--data", str(records), "-i", str(index), "--limit", limit]
+    fails_with_one_line(
+        ["mcts", *common, "--run-dir", str(run)], f"--limit must be >= 1 (or left out: every record), got {limit}"
+    )
+    fails_with_one_line(["rft", *common, "--prm", "x", "--run-dir", str(run)], "RFTConfig.limit must be >= 1")
+    fails_with_one_line(["rl", *common[:6], "--run-dir", str(run), "--set", f"limit={limit}"], "RLConfig.limit must be >= 1")
+    audit = ["prm-audit", *common, "--prm", "x", "--out", str(tmp_path / "a.json")]
+    fails_with_one_line(audit, f"--limit must be >= 1 (or left out: every record), got {limit}")
+    assert not run.exists()
+
+
+def test_rl_and_prm_leave_no_run_folder_when_an_input_is_missing(records: Path, index: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    missing = tmp_path / "missing.jsonl"
+    rl = ["rl", "--policy", "p", "--data", str(missing), "-i", str(index), "--run-dir", str(run), "--process-reward", "none"]
+    fails_with_one_line(rl, f"{missing}: no such file")
+    fails_with_one_line(["prm", "--pairs", str(missing), "--init", "p", "--run-dir", str(run)], f"{missing}: no such file")
+    assert not run.exists()
+
+
 def test_retrieve_refuses_k_zero(index: Path) -> None:
     fails_with_one_line(["retrieve", "--index", str(index), "-k", "0", "q"], "k must be >= 1")
 

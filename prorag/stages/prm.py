@@ -595,7 +595,6 @@ def train_prm(
     ``metrics.jsonl`` holds the held-out pairwise accuracy, loss and AUC of the saved scorer.
     """
     run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
     init = init if init is not None else config.init
     if init is None:
         raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
@@ -603,6 +602,7 @@ def train_prm(
         if not config.pairs_file:
             raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
         pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
+    run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
     model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
     positions = getattr(model.config, "max_position_embeddings", None) or config.max_length

@@ -64,6 +64,12 @@ class RolloutConfig:
         None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
     )
 
+    def __post_init__(self) -> None:
+        """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine)."""
+        for name in ("max_actions", "max_action_tokens", "max_completion_tokens", "top_k", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}")
+
 
 @dataclass
 class ActionRecord:

@@ -17,11 +17,12 @@ from typing import Annotated
 import typer
 
 from prorag.cli import experiments, stages, tools
-from prorag.cli.options import app
+from prorag.cli.options import app, show_tracebacks
 
 
 @app.callback()
 def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging and tracebacks.")] = False) -> None:
+    show_tracebacks(verbose)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -14,6 +14,8 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from prorag.core.errors import DataError
+from prorag.core.errors import DataError, ServiceUnavailableError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,15 +53,56 @@ app.add_typer(models_app, name="models")
 PRECEDENCE = "defaults < --config file < shortcut options < --set"
 
 
+def error_line(e: BaseException) -> str | None:
+    """The one line an expected error is shown as, or ``None`` for a bug (left to raise).
+
+    Expected: bad input (:class:`DataError`, ``ValueError``), a file the system refuses
+    (``OSError`` with a file name: a missing file, a folder where a file was meant, an existing
+    file where a folder was meant), an unreachable service (:class:`ServiceUnavailableError`:
+    the retrieval server, an LLM endpoint), and text that is not UTF-8 (whose reader could not
+    name the file; the readers of input files name it themselves). A library's message that
+    spans several lines is joined into one.
+    """
+    text = _error_text(e)
+    return " ".join(text.split()) if text is not None else None
+
+
+def _error_text(e: BaseException) -> str | None:
+    """The message of an expected error (see :func:`error_line`), ``None`` for any other."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"input is not UTF-8 text ({e.reason} at byte {e.start})"
+    if isinstance(e, OSError) and e.filename is not None:
+        target = e.filename2 if e.filename2 is not None else e.filename
+        return f"{target}: {e.strerror or e}"
+    if isinstance(e, (DataError, ValueError, ServiceUnavailableError, FileNotFoundError)):
+        return str(e)
+    return None
+
+
+#: Whether errors show their traceback (``prorag -v``); set by the app's callback on every run.
+_TRACEBACKS = {"on": False}
+
+
+def show_tracebacks(on: bool) -> None:
+    """Make :func:`friendly_errors` print the traceback before its one line (``prorag -v``)."""
+    _TRACEBACKS["on"] = on
+
+
 def friendly_errors(fn: F) -> F:
-    """Turn input errors (DataError, ValueError, FileNotFoundError) into one line and exit code 2."""
+    """The one error handler of every command: an expected error (:func:`error_line`) ends the
+    command with exit code 2 and one line on stderr, after its traceback with ``prorag -v``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (DataError, FileNotFoundError, ValueError) as e:
-            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+        except Exception as e:
+            line = error_line(e)
+            if line is None:
+                raise
+            if _TRACEBACKS["on"]:
+                traceback.print_exc(file=sys.stderr)
+            typer.secho(f"error: {line}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -280,8 +323,10 @@ __all__ = [
     "config_command",
     "corpus_app",
     "data_app",
+    "error_line",
     "field_lines",
     "friendly_errors",
     "llm_endpoint_options",
     "models_app",
+    "show_tracebacks",
 ]

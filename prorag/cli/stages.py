@@ -66,6 +66,13 @@ def stage_command(name: str, target: str, section: str) -> Callable[[Callable[..
     return config_command(app, name, target, section, SHORTCUTS[name])
 
 
+def _check_limit(limit: int | None) -> None:
+    """A ``--limit`` that is not a config field (mcts, prm-audit): >= 1, checked before any model
+    loads (0 would mean everything to a slice, -1 all but the last record)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1 (or left out: every record), got {limit}")
+
+
 # ----------------------------------------------------------------------------- stage 1: SFT
 
 
@@ -201,6 +208,7 @@ def mcts(
     missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index)) if v is None]
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
+    _check_limit(limit)
     cfg = source.load()
     summary = run_mcts_files(policy, data, index, run_dir, cfg, limit=limit, device=device)  # type: ignore[arg-type]
     typer.echo(summary.describe())
@@ -324,6 +332,7 @@ def prm_audit(
     from prorag.stages.prm import fresh_sample_audit
     from prorag.supervision.reward_model import ProcessRewardModel
 
+    _check_limit(limit)
     records = read_records(data)[:limit] if limit is not None else read_records(data)
     scorer = ProcessRewardModel.load(prm, device=device)
     audit = fresh_sample_audit(

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import typer
 
 from prorag.cli.options import IndexOption, app, corpus_app, data_app, friendly_errors, models_app
+from prorag.core.errors import DataError
 from prorag.data.benchmarks import FORMATS
 from prorag.retrieval.index import KINDS as INDEX_KINDS
 
@@ -33,8 +34,10 @@ def data_convert(
     from prorag.data.jsonl import write_jsonl
 
     loaded = load_benchmark(input, format)
-    n = write_jsonl(out, (r.to_dict() for r in loaded.records))
     skipped = ", ".join(f"{v} {k}" for k, v in loaded.skipped.items() if v) or "none"
+    if not loaded.records:
+        raise DataError(str(input), f"no records to convert (skipped: {skipped}); nothing written to {out}")
+    n = write_jsonl(out, (r.to_dict() for r in loaded.records))
     typer.echo(f"wrote {n} records to {out} (skipped: {skipped})")
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import yaml
 
-from prorag.core.errors import DataError
+from prorag.core.errors import DataError, decode_utf8
 
 C = TypeVar("C")
 
@@ -128,15 +128,32 @@ def _coerce(value: Any, tp: Any) -> Any:
     return value  # an annotation this checker does not know: trust the dataclass
 
 
-def _key_lines(text: str) -> dict[str, int]:
-    """Line number (1-based) of each top-level key of a YAML mapping document."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}
+def _key_lines(node: yaml.Node | None) -> dict[str, int]:
+    """Line number (1-based) of each top-level key of a composed YAML mapping document."""
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _refuse_duplicate_keys(node: yaml.Node | None, where: str) -> None:
+    """A :class:`DataError` at ``where:line`` for a key given twice in one mapping, at any depth.
+
+    PyYAML keeps the last of duplicate keys silently; a config whose ``learning_rate`` is set
+    twice is far more likely a mistake than an override, so it is refused.
+    """
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, where)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first: dict[str, int] = {}
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode):
+            line = key.start_mark.line + 1
+            if key.value in first:
+                raise DataError(f"{where}:{line}", f"duplicate key '{key.value}' (first given on line {first[key.value]})")
+            first[key.value] = line
+        _refuse_duplicate_keys(value, where)
 
 
 def _onto_default(f: dataclasses.Field[Any], value: Any) -> Any:
@@ -184,24 +201,27 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
 def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
     """Read the YAML file ``path`` (a mapping of field names to values) into the dataclass ``cls``.
 
-    Missing keys keep the dataclass defaults; an empty file gives the defaults. Errors are
+    Missing keys keep the dataclass defaults. An empty (or comments-only) file, a key given
+    twice and text that is not UTF-8 are refused. Errors are
     :class:`~prorag.core.errors.DataError` naming ``file:line`` and the key.
     """
     p = Path(path)
     if not p.is_file():
         raise DataError(str(p), "no such file")
-    text = p.read_text(encoding="utf-8")
+    text = decode_utf8(p.read_bytes(), str(p))
     try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _refuse_duplicate_keys(node, str(p))
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
         raise DataError(where, f"invalid YAML ({getattr(e, 'problem', None) or e})") from None
     if data is None:
-        data = {}
+        raise DataError(str(p), f"empty config: expected a mapping of {cls.__name__} fields")
     if not isinstance(data, dict):
         raise DataError(str(p), f"expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
-    return config_from_dict(cls, data, str(p), _key_lines(text))
+    return config_from_dict(cls, data, str(p), _key_lines(node))
 
 
 def _unknown_key(key: str, cls: type, fields: set[str]) -> str:

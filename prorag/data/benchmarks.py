@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prorag.core.errors import DataError
+from prorag.core.errors import DataError, decode_utf8
 from prorag.data.jsonl import read_json, read_jsonl_numbered
 from prorag.data.records import Passage, Record, passage_id
 
@@ -77,8 +77,8 @@ def _read_document(path: PathLike) -> Iterator[tuple[str, dict[str, Any]]] | dic
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), "no such file")
-    with path.open("r", encoding="utf-8") as f:
-        first = next((line for line in f if line.strip()), "")
+    with path.open("rb") as f:
+        first = next((decode_utf8(raw, str(path), n) for n, raw in enumerate(f, start=1) if raw.strip()), "")
     if not first:
         return iter(())
     if first.lstrip().startswith("{") and _is_json_object(first):

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from prorag.core.errors import DataError
+from prorag.core.errors import DataError, decode_utf8
 
 PathLike = str | os.PathLike[str]
 
@@ -42,10 +42,11 @@ def read_jsonl_numbered(path: PathLike, *, tolerate_truncated_tail: bool = False
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), "no such file")
-    with path.open("r", encoding="utf-8") as f:
+    with path.open("rb") as f:
         lineno = 0
-        for line in f:
+        for raw in f:
             lineno += 1
+            line = decode_utf8(raw, str(path), lineno)
             if not line.strip():
                 continue
             try:
@@ -64,11 +65,11 @@ def read_json(path: PathLike) -> Any:
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), "no such file")
-    with path.open("r", encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{e.lineno}", f"invalid JSON ({e.msg} at column {e.colno})") from None
+    text = decode_utf8(path.read_bytes(), str(path))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}", f"invalid JSON ({e.msg} at column {e.colno})") from None
 
 
 @contextlib.contextmanager
@@ -78,6 +79,8 @@ def atomic_writer(path: PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     On an exception the temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(str(path), "is a folder; expected the path of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     binary = "b" in mode

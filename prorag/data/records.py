@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,8 @@ class Record:
             answers = [answers]
         if not isinstance(answers, list) or not all(isinstance(a, (str, int, float)) for a in answers):
             raise DataError(where, "field 'golden_answers' must be a list of strings")
+        if not answers:
+            raise DataError(where, "field 'golden_answers' is empty: a record needs at least one gold answer to be scored")
         metadata = d.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise DataError(where, "field 'metadata' must be an object")
@@ -146,5 +149,21 @@ def read_records(path: str | os.PathLike[str]) -> list[Record]:
 
 
 def read_passages(path: str | os.PathLike[str]) -> list[Passage]:
-    """Read a corpus JSONL file, validating each line."""
-    return [Passage.from_dict(d, where=f"{path}:{n}") for n, d in read_jsonl_numbered(path)]
+    """Read a corpus JSONL file, validating each line; passage ids must be unique."""
+    numbered = [(f"{path}:{n}", Passage.from_dict(d, where=f"{path}:{n}")) for n, d in read_jsonl_numbered(path)]
+    passages = [p for _, p in numbered]
+    check_unique_ids(passages, [where for where, _ in numbered])
+    return passages
+
+
+def check_unique_ids(passages: Sequence[Passage], places: Sequence[str] | None = None) -> None:
+    """Refuse a repeated passage id: hits are reported by id and gold evidence is matched by id.
+
+    ``places`` names each passage in the error (``file:line``); without them, its position.
+    """
+    first: dict[str, int] = {}
+    for i, p in enumerate(passages):
+        if p.id in first:
+            where, before = (places[i], places[first[p.id]]) if places else (f"passage {i}", f"passage {first[p.id]}")
+            raise DataError(where, f"duplicate passage id {p.id!r} (first at {before}): ids must be unique in a corpus")
+        first[p.id] = i

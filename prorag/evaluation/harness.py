@@ -60,6 +60,8 @@ class EvalConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"EvalConfig.limit must be >= 1 (or null: every record), got {self.limit}")
         if self.baseline is not None and self.baseline not in EVAL_BASELINES:
             raise ValueError(f"EvalConfig.baseline must be one of {EVAL_BASELINES.names()}, got {self.baseline!r}")
 
@@ -165,7 +167,7 @@ def evaluate(
     cfg = config or EvalConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = list(records)[: cfg.limit] if cfg.limit else list(records)
+    records = list(records)[: cfg.limit] if cfg.limit is not None else list(records)
     pred_path, traj_path = out / "predictions.jsonl", out / "trajectories.jsonl"
     done = {row["id"] for row in read_jsonl(pred_path, tolerate_truncated_tail=True)} if pred_path.exists() else set()
     todo = [r for r in records if r.id not in done]
@@ -200,8 +202,9 @@ def evaluate_files(
     from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
+    records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
     model, tokenizer = load_policy(policy, device=device)
-    return evaluate(model, tokenizer, read_records(data), open_retriever(index), out_dir, config)
+    return evaluate(model, tokenizer, records, retriever, out_dir, config)
 
 
 def compare_predictions(a: str | Path, b: str | Path) -> dict[str, dict[str, float]]:

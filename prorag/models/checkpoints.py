@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import PathLike
 from prorag.models.tags import add_tag_tokens, configure_generation, resize_for_tags, tag_token_ids, unregistered_tags
 
@@ -79,12 +81,21 @@ def resolve_policy_path(name_or_path: str | Path) -> str:
     any other value (a checkpoint folder, a hub id) is returned as it is. ``ValueError`` for a
     run folder with checkpoints but no final policy (an unfinished run)."""
     path = Path(name_or_path)
+    if not path.exists() and not _looks_like_hub_id(str(name_or_path)):
+        raise DataError(str(path), "no such policy folder (nor a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct)")
     if path.is_dir() and not (path / "config.json").exists():
         if (path / "policy" / "config.json").exists():
             return str(path / "policy")
         if (path / "checkpoints").is_dir():
             raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
+        raise DataError(str(path), "not a checkpoint folder (no config.json) nor a training run folder (no policy/)")
     return str(name_or_path)
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    """Whether ``name`` has the shape of a hub id (``name`` or ``namespace/name``): a path that
+    does not exist and cannot be a hub id is refused at once rather than by the hub's offline error."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None and ".." not in name
 
 
 def load_policy(
@@ -104,7 +115,13 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name_or_path = resolve_policy_path(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as e:  # neither a checkpoint folder nor a cached or reachable hub model
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(
+            name_or_path, f"cannot load a policy: not a checkpoint folder, not a reachable hub model ({first})"
+        ) from None
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=as_dtype(dtype))
     prepare_policy(model, tokenizer)
     if device is not None:

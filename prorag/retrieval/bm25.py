@@ -59,19 +59,30 @@ DEFAULT_THREADS = 0
 class BM25Retriever(PartitionedIndex):
     """BM25 over a list of passages (see the module docstring for the choices made)."""
 
-    def __init__(self, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75, n_threads: int | None = None) -> None:
-        """Index ``passages``: one sub-index over all of them and one per partition."""
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        n_threads: int | None = None,
+        source: str = "corpus",
+    ) -> None:
+        """Index ``passages``: one sub-index over all of them and one per partition. ``source``
+        (the corpus file) names them in errors."""
         if not passages:
-            raise DataError("corpus", "no passages to index")
+            raise DataError(source, "no passages to index")
         self.corpus = PartitionedPassages(passages)
         self.k1, self.b = k1, b
         self.n_threads = DEFAULT_THREADS if n_threads is None else n_threads
         tokens = tokenize([p.contents for p in self.corpus.passages])
-        self._indexes: dict[str | None, bm25s.BM25] = {None: self._build(tokens)}
+        self._indexes: dict[str | None, bm25s.BM25] = {None: self._build(tokens, source)}
         for name, rows in self.corpus.rows.items():
-            self._indexes[name] = self._build([tokens[r] for r in rows])
+            self._indexes[name] = self._build([tokens[r] for r in rows], f"{source}: partition {name!r}")
 
-    def _build(self, tokens: list[list[str]]) -> bm25s.BM25:
+    def _build(self, tokens: list[list[str]], what: str) -> bm25s.BM25:
+        if not any(tokens):  # bm25s fails with "max() arg is an empty sequence"
+            raise DataError(what, "no passage has an indexable word (only punctuation or stop words): nothing to search")
         index = bm25s.BM25(k1=self.k1, b=self.b, method="lucene", backend="numpy")
         index.index(tokens, show_progress=False)
         return index

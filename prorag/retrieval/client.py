@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from prorag.core.errors import ServiceUnavailableError
 from prorag.retrieval.base import Hit, check_search_args
 
 
@@ -31,7 +32,7 @@ class RetrieverRequestError(ValueError):
         self.message = message
 
 
-class RetrieverUnavailableError(ConnectionError):
+class RetrieverUnavailableError(ServiceUnavailableError):
     """The server could not be reached, or kept failing, after every retry."""
 
 

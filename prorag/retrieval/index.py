@@ -61,7 +61,7 @@ def build_index(
     if kind == "bm25":
         from prorag.retrieval.bm25 import BM25Retriever
 
-        retriever = BM25Retriever(passages)
+        retriever = BM25Retriever(passages, source=str(corpus_path))
     else:
         from prorag.retrieval.dense import DenseRetriever
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from prorag.core.errors import DataError
 from prorag.data.jsonl import write_jsonl
-from prorag.data.records import Passage, read_passages
+from prorag.data.records import Passage, check_unique_ids, read_passages
 from prorag.retrieval.base import Hit
 
 #: File, inside an index folder, holding the passages in row order.
@@ -39,7 +38,7 @@ class PartitionedPassages:
 
     def __init__(self, passages: Sequence[Passage]) -> None:
         self.passages: list[Passage] = list(passages)
-        _check_unique_ids(self.passages)
+        check_unique_ids(self.passages)
         rows: dict[str, list[int]] = {}
         for i, p in enumerate(self.passages):
             if p.partition is not None:
@@ -87,15 +86,6 @@ class PartitionedPassages:
     @classmethod
     def load(cls, directory: str | Path) -> PartitionedPassages:
         return cls(read_passages(Path(directory) / PASSAGES_FILE))
-
-
-def _check_unique_ids(passages: Sequence[Passage]) -> None:
-    """Hits are reported by id, and gold evidence is matched by id: ids must be unique."""
-    seen: set[str] = set()
-    for i, p in enumerate(passages):
-        if p.id in seen:
-            raise DataError(f"passage {i}", f"duplicate passage id {p.id!r}: ids must be unique in a corpus")
-        seen.add(p.id)
 
 
 def _describe(names: list[str]) -> str:

@@ -86,9 +86,6 @@ class MCTSConfig:
         for name in ("simulations", "num_candidates", "max_depth", "trees_per_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MCTSConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_actions", "max_action_tokens", "batch_size", "top_k"):
-            if getattr(self.rollout, name) < 1:
-                raise ValueError(f"MCTSConfig.rollout.{name} must be >= 1, got {getattr(self.rollout, name)}")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"MCTSConfig.gamma must be in (0, 1], got {self.gamma}")
         if self.c_puct < 0:
@@ -366,10 +363,12 @@ def run_mcts(
     progress: bool = True,
 ) -> MCTSSummary:
     """Search the records not yet in ``RUN_DIR/trees.jsonl`` and append their trees."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 (or None: every record), got {limit}")
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     _check_run_config(run, {**(provenance or {}), "mcts": asdict(search.config)})
-    records = list(records)[:limit] if limit else list(records)
+    records = list(records)[:limit] if limit is not None else list(records)
     trees_path = run / "trees.jsonl"
     summary = MCTSSummary()
     with JsonlAppender(trees_path) as out:  # repairs a cut last line before the done ids are read
@@ -406,10 +405,11 @@ def run_mcts_files(
     from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
+    records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
     model, tokenizer = load_policy(policy, device=device)
-    search = TreeSearch(model, tokenizer, open_retriever(index), config)
+    search = TreeSearch(model, tokenizer, retriever, config)
     provenance = {"policy": str(policy), "data": str(data), "index": str(index)}
-    return run_mcts(read_records(data), run_dir, search, provenance=provenance, limit=limit)
+    return run_mcts(records, run_dir, search, provenance=provenance, limit=limit)
 
 
 __all__ = [

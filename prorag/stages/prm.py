@@ -142,15 +142,15 @@ class PRMConfig(TrainingConfig):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 <= self.held_out_fraction < 1:
             raise ValueError(f"PRMConfig.held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
         if not 0 <= self.validation_fraction < 1:
             raise ValueError(f"PRMConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.max_length < 2:
             raise ValueError(f"PRMConfig.max_length must be >= 2, got {self.max_length}")
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "eval_batch_size", "save_steps", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PRMConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_batch_size < 1:
+            raise ValueError(f"PRMConfig.eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
         if self.kind not in PRM_KINDS:
@@ -596,7 +596,6 @@ def train_prm(
     ``metrics.jsonl`` holds the held-out pairwise accuracy, loss and AUC of the saved scorer.
     """
     run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
     init = init if init is not None else config.init
     if init is None:
         raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
@@ -604,6 +603,7 @@ def train_prm(
         if not config.pairs_file:
             raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
         pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
+    run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
     model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
     positions = getattr(model.config, "max_position_embeddings", None) or config.max_length

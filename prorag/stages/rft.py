@@ -91,6 +91,8 @@ class RFTConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"RFTConfig.limit must be >= 1 (or null: every question), got {self.limit}")
         if self.samples_per_question < 1:
             raise ValueError(f"RFTConfig.samples_per_question must be >= 1, got {self.samples_per_question}")
         if self.correctness not in ("em", "f1"):
@@ -332,7 +334,7 @@ def collect_rft_samples(
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     n = config.samples_per_question
-    records = list(records)[: config.limit] if config.limit else list(records)
+    records = list(records)[: config.limit] if config.limit is not None else list(records)
     path = run / "samples.jsonl"
     have = {r["id"] for r in _read_samples(path)}
     chunks = question_chunks(records, n, engine.config.batch_size)
@@ -465,14 +467,15 @@ def run_rft_files(
     from prorag.supervision.reward_model import ProcessRewardModel
 
     cfg = config or RFTConfig()
+    records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
     model, tokenizer = load_policy(policy, dtype=cfg.train.dtype, device=device)
     return run_rft(
         cfg,
         run_dir,
         model=model,
         tokenizer=tokenizer,
-        records=read_records(data),
-        retriever=open_retriever(index),
+        records=records,
+        retriever=retriever,
         load_scorer=lambda: ProcessRewardModel.load(prm, device=device),
         prm_digest=ProcessRewardModel.digest(prm),
     )

@@ -172,6 +172,7 @@ class RLConfig(TrainingConfig):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         choices = {
             "process_reward": STEP_REWARD_SOURCES.names(),
             "advantage": ADVANTAGE_ESTIMATORS.names(),
@@ -182,6 +183,8 @@ class RLConfig(TrainingConfig):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RLConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"RLConfig.limit must be >= 1 (or null: every question), got {self.limit}")
         if self.group_size < 2:
             raise ValueError(f"RLConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
         if self.beta < 0:
@@ -595,7 +598,6 @@ def train_rl(
     checkpoint in ``run_dir/checkpoints`` (raise ``max_steps`` to train further).
     """
     run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
     if records is None:
         if not config.train_file:
             raise ValueError("no RL questions: pass `records` or set `train_file`")
@@ -629,6 +631,7 @@ def train_rl(
         # e.g. "prm": the PRM at config.prm, on this process's device
         scorer = STEP_REWARD_SOURCES.get(config.process_reward)(config, device=str(PartialState().device))
 
+    run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "rl_config.json", asdict(config))
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")

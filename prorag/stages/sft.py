@@ -99,6 +99,7 @@ class SFTTrainingConfig(TrainingConfig):
     dataloader_num_workers: int = setting(0, help="Worker processes of the data loader (0: the main process).")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         choices = {"weight_scheme": WEIGHT_SCHEMES, "reduction": REDUCTIONS, "overlong": ("drop", "truncate")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -508,8 +509,6 @@ def train_sft(
     optimiser, scheduler and data order continue; raise ``max_steps`` to train further).
     """
     run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    write_json(run / "sft_config.json", asdict(config))
     if retriever is None and config.index:
         from prorag.retrieval.index import open_retriever
 
@@ -551,7 +550,9 @@ def train_sft(
     if not train_examples:
         raise ValueError(f"no training example left ({stats})")
 
-    # ---- trainer
+    # ---- trainer (the run folder is written only once the config and the data passed their checks)
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / "sft_config.json", asdict(config))
     trainer = make_sft_trainer(config, run, model, tokenizer, train_examples, eval_examples, table)
 
     resume_training(trainer, run, "SFT")

@@ -64,7 +64,7 @@ class TrainingConfig:
 
     dtype: str = setting("float32", help='Dtype the weights are loaded and trained in ("auto": the checkpoint\'s own).')
     epochs: float = setting(1.0, help="Passes over the training data.")
-    max_steps: int = setting(-1, help="Optimiser steps; > 0 overrides epochs.")
+    max_steps: int = setting(-1, help="Optimiser steps; -1: train by `epochs` (a count >= 1 overrides them).")
     max_minutes: float | None = setting(
         None, help="Wall-clock budget of the training loop; training stops (and saves) once it is spent."
     )
@@ -84,6 +84,18 @@ class TrainingConfig:
     save_total_limit: int | None = setting(2, help="Checkpoints kept (None: all).")
     logging_steps: int = setting(10, help="Log the metrics every this many steps.")
     report_to: str | list[str] = setting("none", help='Trainer\'s report_to ("none", "wandb", ...).')
+
+    def __post_init__(self) -> None:
+        """Refuse step counts the Trainer would misread: ``max_steps`` 0 trains one step and any
+        negative value trains by epochs, so only -1 (epochs) or a positive count is accepted."""
+        name = type(self).__name__
+        if self.max_steps != -1 and self.max_steps < 1:
+            raise ValueError(f"{name}.max_steps must be -1 (train by epochs) or >= 1, got {self.max_steps}")
+        for field in ("per_device_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{name}.{field} must be >= 1, got {getattr(self, field)}")
+        if not self.epochs > 0:
+            raise ValueError(f"{name}.epochs must be > 0, got {self.epochs}")
 
     def training_arguments(self, run_dir: str | Path) -> dict[str, Any]:
         """The ``TrainingArguments`` keywords every stage sets the same way: checkpoints in

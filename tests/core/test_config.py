@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prorag.core.config import config_from_dict, load_config
+from prorag.core.config import apply_overrides, config_from_dict, load_config
 from prorag.core.errors import DataError
 from prorag.stages.sft import SFTConfig
 from prorag.stages.training import LoRAConfig
@@ -61,7 +61,8 @@ report_to: none
     assert isinstance(cfg.warmup_ratio, float) and cfg.epochs == 2.0 and cfg.max_minutes is None
     assert cfg.bf16 == "auto" and cfg.fused_lm_head is False
     assert cfg.tag_weights == {"</step>": 4.0} and cfg.lora.target_modules == ["q_proj", "v_proj"] and cfg.lora.r == 16
-    assert load_config(write(tmp_path, ""), SFTConfig) == SFTConfig()
+    with pytest.raises(DataError, match="empty config: expected a mapping of SFTConfig fields"):
+        load_config(write(tmp_path, ""), SFTConfig)
 
 
 def test_every_field_is_settable(tmp_path: Path) -> None:
@@ -185,3 +186,47 @@ def test_a_partial_nested_block_keeps_the_stages_defaults(tmp_path: Path) -> Non
 
     cfg = load_config(write(tmp_path, "rollout:\n  temperature: 1.1\n"), MCTSConfig)
     assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.batch_size, cfg.rollout.max_actions) == (1.1, 0.95, 160, 13)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_an_empty_config_is_refused_naming_the_file(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(DataError) as e:
+        load_config(path, SFTConfig)
+    assert str(e.value) == f"{path}: empty config: expected a mapping of SFTConfig fields"
+
+
+def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, "max_steps: 3\nseed: 1\nmax_steps: 4\n")
+    with pytest.raises(DataError) as e:
+        load_config(path, SFTConfig)
+    assert str(e.value) == f"{path}:3: duplicate key 'max_steps' (first given on line 1)"
+    nested = write(tmp_path, "lora:\n  r: 8\n  r: 16\n")
+    with pytest.raises(DataError, match=r"c\.yaml:3: duplicate key 'r' \(first given on line 2\)"):
+        load_config(nested, SFTConfig)
+
+
+def test_a_binary_config_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"seed: 1\nmodel: \xff\xfe\n")
+    with pytest.raises(DataError) as e:
+        load_config(path, SFTConfig)
+    assert str(e.value).startswith(f"{path}:2: not UTF-8 text (byte 0xff at column 8)")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("max_steps", 0, "SFTConfig.max_steps must be -1 (train by epochs) or >= 1, got 0"),
+        ("max_steps", -3, "SFTConfig.max_steps must be -1 (train by epochs) or >= 1, got -3"),
+        ("save_steps", -5, "SFTConfig.save_steps must be >= 1, got -5"),
+        ("logging_steps", 0, "SFTConfig.logging_steps must be >= 1, got 0"),
+    ],
+)
+def test_step_counts_the_trainer_would_misread_are_refused(key: str, value: int, message: str) -> None:
+    """From YAML, --set and Python alike (the check is the config's own)."""
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        SFTConfig(**{key: value})
+    with pytest.raises(DataError, match=f"--set {key}={value}"):
+        apply_overrides(SFTConfig(), [f"{key}={value}"])
+    assert SFTConfig(max_steps=-1).max_steps == -1 and SFTConfig(max_steps=1).max_steps == 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prorag.core.errors import DataError
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.data.records import Record
 from prorag.data.world.audit import memorisation_audit
@@ -142,6 +143,8 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
     else:
         cfg = size
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(str(out), "is a file; expected a folder (new or existing) to write the world into")
     clusters = name_clusters()
     plan = (
         [("train", i) for i in range(cfg.train_worlds)]

@@ -5,6 +5,7 @@ writes the JSON, the report section and the console table."""
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -136,19 +137,23 @@ TINY = {
 
 
 @pytest.mark.slow
-def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, arm_sources: None, one_thread: None) -> None:
+def test_ablate_process_end_to_end_on_the_tiny_world(
+    tmp_path: Path, arm_sources: None, one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY), encoding="utf-8")
     run_dir, results = tmp_path / "run", tmp_path / "results"
     args = ["ablate", "--config", str(config), "--run-dir", str(run_dir), "--what", "process", "--seeds", "2"]
-    result = CliRunner().invoke(app, [*args, "--results-dir", str(results)])
+    args += ["--results-dir", str(results)]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/prorag", *args])  # what the console script sees
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output[-3000:]
     assert "prorag-shuffled" in result.output and "(reference)" in result.output
     saved = read_json(run_dir / "ablations" / "process.json")
     assert saved["seeds"] == [0, 1] and set(saved["arms"]) == set(ablations.PROCESS_ARMS)
     assert all(set(row["per_seed"]) == {"0", "1"} for row in saved["stats"].values())
     assert saved["config_fingerprint"] == fingerprint(resolve(load_config(config, PipelineConfig)))
-    assert saved["command"].startswith("prorag ablate --config")
+    assert saved["command"].startswith("prorag ablate --config") and saved["command"].endswith(str(results))
     [copy] = results.glob("process_*.json")
     assert read_json(copy) == saved
     curve = [r for r in (run_dir / "rl" / "prorag-oracle-seed1" / "learning_curve.csv").read_text().splitlines()[1:]]

@@ -81,11 +81,27 @@ def sweep_variant(run: Run, beta: float, seed: int) -> str:
     return f"beta{beta:g}-seed{seed}"
 
 
-def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
-    """RL from pi_rft with each beta of :data:`BETAS` and every seed; test EM/F1 per beta."""
+def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
+    """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
+    the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
+    done with the same settings, so an ablation reuses any run of the same name and config."""
     from prorag.evaluation.harness import evaluate_files
     from prorag.stages.rl import train_rl
 
+    run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
+    ev_dir = run.path("eval", name)
+    run.stage(
+        f"eval-{name}",
+        ev,
+        lambda: evaluate_files(
+            str(run.path("rl", name, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev
+        ),
+    )
+    return ev_dir
+
+
+def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
+    """RL from pi_rft with each beta of :data:`BETAS` and every seed; test EM/F1 per beta."""
     cfg = run.config
     ev = system_eval_config(cfg, "prorag")
     out: dict[str, Any] = {}
@@ -93,16 +109,7 @@ def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
         rows = []
         for seed in cfg.seeds:
             name = sweep_variant(run, beta, seed)
-            rl_cfg = rl_config(run, "rft", process=beta > 0, beta=beta, seed=seed)
-            run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
-            ev_dir = run.path("eval", name)
-            run.stage(
-                f"eval-{name}",
-                ev,
-                lambda n=name, d=ev_dir: evaluate_files(
-                    str(run.path("rl", n, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), d, ev
-                ),
-            )
+            ev_dir = train_and_test(run, name, rl_config(run, "rft", process=beta > 0, beta=beta, seed=seed), ev)
             rows.append(read_json(ev_dir / "metrics.json"))
         out[f"{beta:g}"] = summarise_variant(rows)
         progress(f"beta {beta:g}: EM {out[f'{beta:g}']['em']:.3f}±{out[f'{beta:g}']['em_std']:.3f}")
@@ -200,9 +207,6 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
 def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """Train and evaluate every arm of :data:`PROCESS_ARMS` for each seed (``process_seeds`` unless
     given), then :func:`process_statistics`; ``curves`` names each arm's ``metrics.jsonl`` per seed."""
-    from prorag.evaluation.harness import evaluate_files
-    from prorag.stages.rl import train_rl
-
     cfg = run.config
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
     if len(seeds) < 2:
@@ -213,16 +217,7 @@ def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[
         predictions[arm] = {}
         for seed in seeds:
             name = rl_run_name(arm, seed)
-            rl_cfg = process_arm_config(run, source, seed)
-            run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
-            ev_dir = run.path("eval", name)
-            run.stage(
-                f"eval-{name}",
-                ev,
-                lambda n=name, d=ev_dir: evaluate_files(
-                    str(run.path("rl", n, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), d, ev
-                ),
-            )
+            ev_dir = train_and_test(run, name, process_arm_config(run, source, seed), ev)
             predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
         progress(f"process ablation: {arm} done ({len(seeds)} seeds)")
     return {
@@ -306,5 +301,6 @@ __all__ = [
     "summarise_variant",
     "sweep_variant",
     "topk_sweep",
+    "train_and_test",
     "write_process_results",
 ]

@@ -19,6 +19,7 @@ from prorag.cli import app
 from prorag.core.config import load_config
 from prorag.data.jsonl import read_json
 from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, resolve, stage_eval, stage_rl
+from prorag.experiments.report.table import process_tables
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 from tests.experiments.test_ablations import RecordingRun
 
@@ -62,6 +63,9 @@ def test_statistics_by_hand() -> None:
     assert "by_type" not in prm
     table = ablations.process_table(stats)
     assert "37.5 ± 158.8" in table and "dEM +50.0" in table
+    [main, hops] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
+    assert main[2][1] == ["prorag", "prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
+    assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
 def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path, arm_sources: None) -> None:
@@ -159,5 +163,6 @@ def test_ablate_process_end_to_end_on_the_tiny_world(
     curve = [r for r in (run_dir / "rl" / "prorag-oracle-seed1" / "learning_curve.csv").read_text().splitlines()[1:]]
     assert [int(line.split(",")[0]) for line in curve] == [0, 1, 2]
     report = (run_dir / "report.md").read_text()
+    assert "process ablation" in (run_dir / "report.html").read_text()
     assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
     assert "process_ablation" in read_json(run_dir / "results.json")

@@ -21,42 +21,6 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return lines
 
 
-def process_section(ablation: Mapping[str, Any]) -> list[str]:
-    """The process ablation's tables: EM/F1 mean ± 95% CI over seeds with the paired test against
-    GRPO, then EM by question type and by hop count (seed-averaged per-question EM)."""
-    stats = ablation["stats"]
-    rows = []
-    for arm, row in stats.items():
-        test = row.get("vs_grpo")
-        rows.append(
-            [
-                arm,
-                ablation["arms"].get(arm, ""),
-                str(len(row["per_seed"])),
-                f"{100 * row['em']:.1f} ± {100 * row['em_ci95']:.1f}",
-                f"{100 * row['f1']:.1f} ± {100 * row['f1_ci95']:.1f}",
-                f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else "reference",
-            ]
-        )
-    header = ["Arm", "Step rewards", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
-    out = [
-        "Same pi_rft, RL questions and budget in every arm; a seed gives every arm the same rollout streams. "
-        "CI: t distribution over seeds; the test pairs seed-averaged per-question EM. Held-out EM curves: "
-        "`plots/process_curves.png`.",
-        "",
-        *_md_table(header, rows),
-    ]
-    for key, title in (("by_type", "question type"), ("by_hops", "hops")):
-        groups = sorted({g for row in stats.values() for g in row.get(key, {})})
-        if groups:
-            cells = [
-                [arm, *(f"{100 * row[key][g]['em']:.1f}" if g in row.get(key, {}) else "" for g in groups)]
-                for arm, row in stats.items()
-            ]
-            out += ["", f"EM (%) by {title}:", "", *_md_table(["Arm", *groups], cells)]
-    return out
-
-
 def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots: Sequence[Plot]) -> str:
     """``report.md``: the tables, what each number means, and links to the plots."""
     reference = reference_system(results)
@@ -75,7 +39,9 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
         if results.get(key):
             out += [f"## {title}", "", *_md_table(*table.sweep_table(table.sweep_rows(results[key]), col)), ""]
     if results.get("process_ablation"):
-        out += ["## Where step rewards come from (process ablation)", "", *process_section(results["process_ablation"]), ""]
+        out += ["## Where step rewards come from (process ablation)", "", table.PROCESS_NOTE, ""]
+        for title, header, cells in table.process_tables(results["process_ablation"]):
+            out += [f"{title}:", "", *_md_table(header, cells), ""]
     steps_rows = []
     for name in results["order"]:
         for d in results["systems"][name]["metrics"].get("retrieval_steps_distribution") or []:

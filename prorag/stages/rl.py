@@ -431,7 +431,9 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         model = kwargs.get("model")
         self.init_policy: Any = None
         """pi_init for ``kl_to_init``: a frozen copy (full fine-tuning); ``None`` with LoRA (adapter off)."""
-        if rl_config.log_kl_to_init and kwargs.get("peft_config") is None and isinstance(model, torch.nn.Module):
+        # beta_kl > 0: TRL keeps its own reference model, whose log-probs _init_logps reuses.
+        copy_init = rl_config.log_kl_to_init and rl_config.beta_kl == 0 and kwargs.get("peft_config") is None
+        if copy_init and isinstance(model, torch.nn.Module):
             self.init_policy = copy.deepcopy(model).eval().requires_grad_(False)
         super().__init__(*args, **kwargs)
         if self.init_policy is not None:  # scored as TRL scores its reference model
@@ -600,8 +602,13 @@ class DevEvaluation(TrainerCallback):
         self.config, self.every, self.out_dir = config, every, out_dir
 
     def run(self, step: int) -> dict[str, float]:
-        """Evaluate the current policy; ``{"eval_em", "eval_f1"}``."""
+        """Evaluate the current policy on the main process (the others wait: one set of files, and
+        only the main process logs; so not under DeepSpeed ZeRO-3, whose parameter gather needs every
+        process); ``{"eval_em", "eval_f1"}`` there, ``{}`` elsewhere."""
         trainer = self.trainer
+        if not trainer.accelerator.is_main_process:
+            trainer.accelerator.wait_for_everyone()
+            return {}
         was_training = trainer.model.training
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
@@ -616,6 +623,7 @@ class DevEvaluation(TrainerCallback):
                 progress=False,
             )
         trainer.model.train(was_training)
+        trainer.accelerator.wait_for_everyone()
         return {"eval_em": metrics["em"], "eval_f1": metrics["f1"]}
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

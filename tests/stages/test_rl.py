@@ -411,3 +411,28 @@ def test_eval_every_needs_a_dev_file(
         make_rl_trainer(
             fast_config(eval_every=2), tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever
         )
+
+
+def test_kl_to_init_with_lora_switches_the_adapter_off(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # LoRA keeps no copy: pi_init is the model with its adapter off. num_iterations 2 and a large
+    # lr move the adapter after step 1, so step 3's batch is sampled away from pi_init.
+    from prorag.stages.training import LoRAConfig
+
+    cfg = fast_config(
+        num_iterations=2,
+        learning_rate=0.05,
+        max_steps=3,
+        save_steps=10,
+        lora=LoRAConfig(enabled=True, r=4, alpha=8, dropout=0.0),
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+    )
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM()
+    )
+    assert trainer.init_policy is None
+    trainer.train()
+    rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl") if "kl_to_init" in r}
+    assert sorted(rows) == [1, 3]
+    assert rows[1]["kl_to_init"] == pytest.approx(0.0, abs=1e-6) and rows[3]["kl_to_init"] > 0

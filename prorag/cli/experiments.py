@@ -70,14 +70,36 @@ def demo_cmd(
 def ablate_cmd(
     source: ConfigSource,
     run_dir: Annotated[Path, typer.Option(help="The pipeline's run folder (its SFT, PRM and RFT are reused).")],
-    what: Annotated[str, typer.Option(help="table2 (all systems over the config's seeds), beta (Table 3) or topk (Figure 5).")],
+    what: Annotated[
+        str,
+        typer.Option(
+            help="table2 (all systems over the config's seeds), beta (Table 3), topk (Figure 5) or process (GRPO, "
+            "learned PRM, oracle, shuffled step rewards from the same pi_rft; mean ± 95% CI over seeds)."
+        ),
+    ],
+    seeds: Annotated[
+        int | None, typer.Option(help="process: seeds 0..N-1 per arm (default: the config's process_seeds, 0..4).")
+    ] = None,
+    results_dir: Annotated[
+        Path | None, typer.Option(help="process: also write RESULTS_DIR/process_DATE.json (e.g. the repository's results/).")
+    ] = None,
 ) -> None:
-    """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG."""
-    from prorag.experiments.ablations import run_ablation
+    """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG
+    (process: against GRPO)."""
+    import shlex
+    import sys
 
-    if what not in ("table2", "beta", "topk"):
-        raise ValueError(f"--what must be table2, beta or topk, got {what!r}")
-    typer.echo(run_ablation(source.load(), run_dir, what, progress=typer.echo))
+    from prorag.experiments.ablations import ABLATIONS, run_ablation
+
+    if what not in ABLATIONS:
+        raise ValueError(f"--what must be one of {', '.join(ABLATIONS)}, got {what!r}")
+    if seeds is not None and seeds < 2:
+        raise ValueError(f"--seeds must be >= 2 (a confidence interval over seeds), got {seeds}")
+    command = shlex.join(["prorag", *sys.argv[1:]])
+    chosen = list(range(seeds)) if seeds is not None else None
+    typer.echo(
+        run_ablation(source.load(), run_dir, what, progress=typer.echo, seeds=chosen, results_dir=results_dir, command=command)
+    )
 
 
 @app.command("report")

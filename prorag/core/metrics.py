@@ -10,7 +10,7 @@ Every answer metric takes one gold string or a list of aliases and returns the m
 An empty prediction or alias after normalisation scores 0, even against an empty gold (the official
 scripts give EM 1 there): an empty answer is never correct, and containment would credit anything.
 :func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
-:func:`mean_and_spread` (over seeds) and :func:`ranking_auc` (a step scorer's valid-over-invalid
+:func:`mean_and_spread` and :func:`mean_and_ci` (over seeds) and :func:`ranking_auc` (a step scorer's valid-over-invalid
 ranking) complete the set.
 """
 
@@ -324,3 +324,21 @@ def mean_and_spread(values: Iterable[float]) -> tuple[float, float]:
     if len(value_list) == 1:
         return mean, 0.0
     return mean, statistics.stdev(value_list)
+
+
+def mean_and_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the two-sided ``level`` confidence interval of the mean, from the
+    t distribution with ``n - 1`` degrees of freedom: ``t_{(1+level)/2, n-1} * s / sqrt(n)``.
+
+    For a metric over a handful of seeds: with 5 seeds the t quantile is 2.78, not the normal
+    1.96, so the interval is honest about how little 5 numbers say. Needs at least two values
+    (``ValueError`` otherwise: one seed has no interval) and ``0 < level < 1``.
+    """
+    value_list = [float(v) for v in values]
+    if len(value_list) < 2:
+        raise ValueError(f"mean_and_ci needs at least 2 values (seeds), got {len(value_list)}")
+    if not 0 < level < 1:
+        raise ValueError(f"mean_and_ci: level must be in (0, 1), got {level}")
+    mean, spread = mean_and_spread(value_list)
+    n = len(value_list)
+    return mean, float(stats.t.ppf((1 + level) / 2, n - 1)) * spread / math.sqrt(n)

@@ -7,6 +7,12 @@
 * ``topk``: the full ProRAG policy evaluated with 1, 3 and 5 documents per retrieval
   (Figure 5). The policy is trained with the config's ``top_k``; only the evaluation changes,
   which measures how the trained reader uses more or fewer documents.
+* ``process``: where the step rewards come from (:data:`PROCESS_ARMS`: outcome-only GRPO, the
+  learned PRM, the oracle, shuffled step rewards), RL from the same pi_rft on the same questions
+  and budget, ``process_seeds`` seeds per arm (a seed gives the same rollout streams in every arm);
+  mean ± 95% CI over seeds, a paired t-test of seed-averaged per-question EM against GRPO, EM by
+  question type and hop count, held-out-EM learning curves (with ``rl.eval_every``). Written to
+  ``ablations/process.json`` (and, asked, ``RESULTS/process_DATE.json``).
 
 Each variant is one more stage of the same run folder (``stages/NAME.json`` markers), so an
 ablation reuses SFT, the PRM and RFT, resumes after a kill, and its results are merged into
@@ -15,17 +21,19 @@ ablation reuses SFT, the PRM and RFT, resumes after a kill, and its results are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from prorag.core.metrics import mean_and_spread
-from prorag.data.jsonl import read_json, write_json
+from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test
+from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
 from prorag.experiments.pipeline import (
     PipelineConfig,
     Run,
+    fingerprint,
     resolve,
     results_table,
     rl_config,
@@ -36,7 +44,12 @@ from prorag.experiments.pipeline import (
 
 BETAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 TOP_KS: tuple[int, ...] = (1, 3, 5)
-Ablation = Literal["table2", "beta", "topk"]
+#: The arms of the process ablation: name -> step-reward source (``RLConfig.process_reward``);
+#: ``none`` is outcome-only GRPO (beta 0). ``grpo`` and ``prorag`` are the pipeline's systems (their
+#: runs are reused).
+PROCESS_ARMS: dict[str, str] = {"grpo": "none", "prorag": "prm", "prorag-oracle": "oracle", "prorag-shuffled": "shuffled"}
+ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process")
+Ablation = Literal["table2", "beta", "topk", "process"]
 
 
 def summarise_variant(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -68,11 +81,27 @@ def sweep_variant(run: Run, beta: float, seed: int) -> str:
     return f"beta{beta:g}-seed{seed}"
 
 
-def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
-    """RL from pi_rft with each beta of :data:`BETAS` and every seed; test EM/F1 per beta."""
+def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
+    """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
+    the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
+    done with the same settings, so an ablation reuses any run of the same name and config."""
     from prorag.evaluation.harness import evaluate_files
     from prorag.stages.rl import train_rl
 
+    run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
+    ev_dir = run.path("eval", name)
+    run.stage(
+        f"eval-{name}",
+        ev,
+        lambda: evaluate_files(
+            str(run.path("rl", name, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev
+        ),
+    )
+    return ev_dir
+
+
+def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
+    """RL from pi_rft with each beta of :data:`BETAS` and every seed; test EM/F1 per beta."""
     cfg = run.config
     ev = system_eval_config(cfg, "prorag")
     out: dict[str, Any] = {}
@@ -80,16 +109,7 @@ def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
         rows = []
         for seed in cfg.seeds:
             name = sweep_variant(run, beta, seed)
-            rl_cfg = rl_config(run, "rft", process=beta > 0, beta=beta, seed=seed)
-            run.stage(f"rl-{name}", rl_cfg, lambda c=rl_cfg, n=name: train_rl(c, run.path("rl", n)))
-            ev_dir = run.path("eval", name)
-            run.stage(
-                f"eval-{name}",
-                ev,
-                lambda n=name, d=ev_dir: evaluate_files(
-                    str(run.path("rl", n, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), d, ev
-                ),
-            )
+            ev_dir = train_and_test(run, name, rl_config(run, "rft", process=beta > 0, beta=beta, seed=seed), ev)
             rows.append(read_json(ev_dir / "metrics.json"))
         out[f"{beta:g}"] = summarise_variant(rows)
         progress(f"beta {beta:g}: EM {out[f'{beta:g}']['em']:.3f}±{out[f'{beta:g}']['em_std']:.3f}")
@@ -120,11 +140,120 @@ def topk_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
+def process_arm_config(run: Run, source: str, seed: int) -> Any:
+    """The RL config of one arm and seed: the pipeline's (:func:`rl_config` from pi_rft, the config's
+    beta) with the arm's step-reward source; ``none`` is the GRPO system's config itself."""
+    cfg = rl_config(run, "rft", process=source != "none", beta=run.config.rl.beta, seed=seed)
+    return cfg if source in ("none", "prm") else replace(cfg, process_reward=source)
+
+
+def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Mean of per-question ``scores`` in each group of ``key_of`` (question id -> group)."""
+    groups: dict[str, list[float]] = {}
+    for qid, value in scores.items():
+        if qid in key_of:
+            groups.setdefault(key_of[qid], []).append(value)
+    return {k: {"n": len(v), "em": sum(v) / len(v)} for k, v in sorted(groups.items())}
+
+
+def process_statistics(
+    predictions: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], reference: str = "grpo"
+) -> dict[str, Any]:
+    """The process ablation's numbers from each arm's per-seed prediction rows (``predictions.jsonl``).
+
+    Per arm: per-seed EM/F1, their mean ± 95% CI over seeds (:func:`mean_and_ci`), EM by question
+    ``type`` and ``hops`` (of the seed-averaged per-question EM) and, for every arm but
+    ``reference``, a paired t-test of seed-averaged per-question EM against it (over the questions
+    both have). Averaging over seeds first takes the seed noise out of each question's score."""
+    out: dict[str, Any] = {}
+    averaged: dict[str, dict[str, float]] = {}
+    for arm, by_seed in predictions.items():
+        per_seed = {str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")} for s, rows in by_seed.items()}
+        em, em_ci = mean_and_ci(v["em"] for v in per_seed.values())
+        f1, f1_ci = mean_and_ci(v["f1"] for v in per_seed.values())
+        scores: dict[str, list[float]] = {}
+        meta: dict[str, dict[str, str]] = {"type": {}, "hops": {}}
+        for rows in by_seed.values():
+            for r in rows:
+                scores.setdefault(str(r["id"]), []).append(float(r["em"]))
+                for key in meta:
+                    if key in r:
+                        meta[key][str(r["id"])] = str(r[key])
+        averaged[arm] = {q: sum(v) / len(v) for q, v in scores.items()}
+        out[arm] = {"per_seed": per_seed, "em": em, "em_ci95": em_ci, "f1": f1, "f1_ci95": f1_ci}
+        out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key]) for key in meta if meta[key]}
+    for arm in out:
+        if arm != reference and reference in averaged:
+            shared = sorted(averaged[arm].keys() & averaged[reference].keys())
+            test = paired_t_test([averaged[arm][q] for q in shared], [averaged[reference][q] for q in shared])
+            out[arm][f"vs_{reference}"] = {"t": test.t, "p_value": test.p_value, "mean_diff": test.mean_diff, "n": test.n}
+    return out
+
+
+def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
+    """The console table of :func:`process_statistics`: EM and F1 (%) mean ± 95% CI, and the
+    paired test against ``reference``."""
+    lines = [f"{'arm':<16} {'seeds':>5}  {'EM (%)':>14}  {'F1 (%)':>14}  vs {reference} (seed-averaged per-question EM)"]
+    for arm, row in stats.items():
+        test = row.get(f"vs_{reference}")
+        versus = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else "(reference)"
+        lines.append(
+            f"{arm:<16} {len(row['per_seed']):>5}  {100 * row['em']:>6.1f} ± {100 * row['em_ci95']:<5.1f}"
+            f"  {100 * row['f1']:>6.1f} ± {100 * row['f1_ci95']:<5.1f}  {versus}"
+        )
+    return "\n".join(lines)
+
+
+def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+    """Train and evaluate every arm of :data:`PROCESS_ARMS` for each seed (``process_seeds`` unless
+    given), then :func:`process_statistics`; ``curves`` names each arm's ``metrics.jsonl`` per seed."""
+    cfg = run.config
+    seeds = list(seeds if seeds is not None else cfg.process_seeds)
+    if len(seeds) < 2:
+        raise ValueError(f"the process ablation needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
+    ev = system_eval_config(cfg, "prorag")
+    predictions: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for arm, source in PROCESS_ARMS.items():
+        predictions[arm] = {}
+        for seed in seeds:
+            name = rl_run_name(arm, seed)
+            ev_dir = train_and_test(run, name, process_arm_config(run, source, seed), ev)
+            predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
+        progress(f"process ablation: {arm} done ({len(seeds)} seeds)")
+    return {
+        "arms": dict(PROCESS_ARMS),
+        "seeds": seeds,
+        "stats": process_statistics(predictions),
+        "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in PROCESS_ARMS},
+    }
+
+
+def write_process_results(
+    run_dir: Path, result: Mapping[str, Any], digest: str, command: str, results_dir: Path | None = None
+) -> Path:
+    """``RUN/ablations/process.json`` (the ablation, the pipeline config's fingerprint, the command
+    line), copied to ``results_dir/process_DATE.json`` when given; returns the run folder's file."""
+    path = Path(run_dir) / "ablations" / "process.json"
+    payload = {**result, "config_fingerprint": digest, "command": command}
+    write_json(path, payload)
+    if results_dir is not None:
+        write_json(Path(results_dir) / f"process_{datetime.date.today().isoformat()}.json", payload)
+    return path
+
+
 def run_ablation(
-    config: PipelineConfig, run_dir: str | Path, what: Ablation | str, *, progress: Callable[[str], None] = print
+    config: PipelineConfig,
+    run_dir: str | Path,
+    what: Ablation | str,
+    *,
+    progress: Callable[[str], None] = print,
+    seeds: Sequence[int] | None = None,
+    results_dir: Path | None = None,
+    command: str = "",
 ) -> str:
     """Run one ablation in ``run_dir`` (the pipeline first, skipping what is done) and merge its
-    numbers into ``results.json``; returns a table for the terminal."""
+    numbers into ``results.json``; returns a table for the terminal. ``seeds``, ``results_dir``
+    and ``command`` are the process ablation's (:func:`process_ablation`, :func:`write_process_results`)."""
     results = run_pipeline(config, run_dir, progress=progress)
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]
@@ -141,8 +270,12 @@ def run_ablation(
     elif what == "topk":
         results["topk"] = topk_sweep(run, progress)
         text = "\n".join(f"top-{k}: EM {r['em']:.3f}  F1 {r['f1']:.3f}" for k, r in results["topk"].items())
+    elif what == "process":
+        results["process_ablation"] = process_ablation(run, progress, seeds)
+        where = write_process_results(Path(run_dir), results["process_ablation"], fingerprint(run.config), command, results_dir)
+        text = process_table(results["process_ablation"]["stats"]) + f"\n-> {where}"
     else:
-        raise ValueError(f"unknown ablation {what!r}; expected table2, beta or topk")
+        raise ValueError(f"unknown ablation {what!r}; expected one of {', '.join(ABLATIONS)}")
     # Merge with what earlier ablations wrote.
     path = Path(run_dir) / "results.json"
     write_json(path, results)
@@ -154,12 +287,20 @@ def run_ablation(
 
 
 __all__ = [
+    "ABLATIONS",
     "BETAS",
+    "PROCESS_ARMS",
     "TOP_KS",
     "beta_sweep",
+    "process_ablation",
+    "process_arm_config",
+    "process_statistics",
+    "process_table",
     "run_ablation",
     "significance",
     "summarise_variant",
     "sweep_variant",
     "topk_sweep",
+    "train_and_test",
+    "write_process_results",
 ]

@@ -169,6 +169,10 @@ class PipelineConfig:
         factory=lambda: list(SYSTEMS), help="Systems to train and evaluate (rows of the results table), in table order."
     )
     seeds: list[int] = setting(factory=lambda: [0], help="Seeds of the RL systems (each is trained and evaluated once per seed).")
+    process_seeds: list[int] = setting(
+        factory=lambda: [0, 1, 2, 3, 4],
+        help="Seeds of every arm of `prorag ablate --what process` (same seed, same rollout streams in every arm).",
+    )
     seed: int = setting(0, help="Seed of the question splits and of every stage but the RL seeds.")
     report: bool = setting(True, help="Write `report.md` / `report.html` at the end.")
 
@@ -595,6 +599,8 @@ def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> 
         process_reward="prm" if process else "none",
         beta=beta if process else 0.0,
         seed=seed,
+        # The held-out curve (eval_every) reads the dev split unless the config names a dev file.
+        eval_file=run.config.rl.eval_file or (str(run.path("splits", "dev.jsonl")) if run.config.rl.eval_every else None),
     )
 
 
@@ -768,7 +774,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
     results = collect_results(run)
     if run.path("results.json").exists():  # keep what the ablations added
         before = read_json(run.path("results.json"))
-        results.update({k: before[k] for k in ("beta_sweep", "topk") if k in before})
+        results.update({k: before[k] for k in ("beta_sweep", "topk", "process_ablation") if k in before})
     write_json(run.path("results.json"), results)
     if config.report:
         from prorag.experiments.report.build import write_report

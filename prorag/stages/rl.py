@@ -12,11 +12,20 @@ rewards are read from token ids, since TRL's decoded completions lose the specia
 because a group may span them; ``</answer>`` counts as EOS. Rows sample from streams keyed by
 (seed, step, global row), so N processes train as one (``test_one_and_two_processes_train_alike``).
 Keep RL questions disjoint from SFT's (``exclude_ids_from``): an all-correct group has no signal.
-Writes ``rl_config.json``, ``checkpoints/``, ``metrics.jsonl``, ``learning_curve.csv``, ``policy/``.
+Writes ``rl_config.json``, ``checkpoints/``, ``metrics.jsonl``, ``learning_curve.csv``, ``policy/``
+(and ``dev_eval/step-N/`` with ``eval_every``).
+
+Diagnostics logged per step: ``clip_fraction`` (share of policy tokens whose ratio left the clip
+region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 0 whenever
+``num_iterations`` is 1), ``entropy`` (TRL's mean token entropy on the policy's tokens) and
+``kl_to_init`` (:func:`k3_kl`: KL(pi_theta || pi_init) on the sampled tokens, pi_theta as it sampled
+them; one no-grad forward of the initial policy per generation batch: a frozen copy of the model
+in memory for full fine-tuning, the adapter switched off with LoRA).
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
 import hashlib
@@ -37,6 +46,7 @@ from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
+from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
@@ -154,6 +164,20 @@ class RLConfig(TrainingConfig):
     mask_truncated_completions: bool = setting(
         False, help="Drop the loss of trajectories cut by a cap; off: they keep their (penalised) rewards."
     )
+    log_kl_to_init: bool = setting(
+        True,
+        help="Log `kl_to_init` (k3 estimate of KL(pi_theta || pi_init) on the sampled tokens): one no-grad forward "
+        "of the initial policy per generation batch, and a frozen copy of the model without LoRA.",
+    )
+
+    # --- held-out evaluation during training (the learning curve's `eval_em`/`eval_f1`)
+    eval_every: int = setting(
+        0,
+        help="Greedy evaluation on `eval_file` before the first step and every this many optimiser steps (and "
+        "at the last); 0: off.",
+    )
+    eval_file: str | None = setting(None, help="Record file of the fixed dev set of `eval_every` (never the test set).")
+    eval_questions: int | None = setting(None, help="Only the first N questions of `eval_file`.")
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
     per_device_batch_size: int = setting(
@@ -191,6 +215,8 @@ class RLConfig(TrainingConfig):
             raise ValueError(f"RLConfig.beta must be >= 0, got {self.beta}")
         if not 0 < self.epsilon < 1:
             raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
+        if self.eval_every < 0:
+            raise ValueError(f"RLConfig.eval_every must be >= 0, got {self.eval_every}")
 
     @property
     def uses_prm(self) -> bool:
@@ -206,6 +232,11 @@ class RLConfig(TrainingConfig):
     def rollout_config(self) -> RolloutConfig:
         """The engine's settings during RL: :attr:`rollout`, sampling, seeded by :attr:`seed`."""
         return replace(self.rollout, greedy=False, seed=self.seed)
+
+    def dev_eval_config(self) -> EvalConfig:
+        """The evaluation of ``eval_every``: :attr:`rollout`'s caps and documents, greedy (the
+        evaluation harness's inference setting), the first ``eval_questions``."""
+        return EvalConfig(limit=self.eval_questions, rollout=EvalRolloutConfig(**{**asdict(self.rollout), "greedy": True}))
 
 
 # ----------------------------------------------------------------------------- data
@@ -404,7 +435,20 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         self.estimator = ADVANTAGE_ESTIMATORS.get(rl_config.advantage)
         self.generation_rows: list[dict[str, Any]] | None = None
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
+        self.pending_logs: dict[str, float] = {}
+        """Values merged into the next log row (the dev evaluation's ``eval_em``/``eval_f1``)."""
+        model = kwargs.get("model")
+        self.init_policy: Any = None
+        """pi_init for ``kl_to_init``: a frozen copy (full fine-tuning); ``None`` with LoRA (adapter off)."""
+        # beta_kl > 0: TRL keeps its own reference model, whose log-probs _init_logps reuses.
+        copy_init = rl_config.log_kl_to_init and rl_config.beta_kl == 0 and kwargs.get("peft_config") is None
+        if copy_init and isinstance(model, torch.nn.Module):
+            self.init_policy = copy.deepcopy(model).eval().requires_grad_(False)
         super().__init__(*args, **kwargs)
+        if self.init_policy is not None:  # scored as TRL scores its reference model
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(self.init_policy, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
         # A trajectory ending in </answer> has finished: TRL must not count it as truncated.
         from prorag.models.tags import answer_eos_ids
 
@@ -431,7 +475,48 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             loss_mask = loss_mask * output["tool_mask"]
         output["advantages"] = self._advantages(trajectories, scored, groups, loss_mask)
         self._log_rollout_metrics(scored)
+        if self.rl_config.log_kl_to_init:
+            self._log_kl_to_init(output, loss_mask)
         return output
+
+    def _init_logps(self, output: dict[str, Any]) -> torch.Tensor:
+        """pi_init's log-probabilities of the sampled completion tokens (TRL's reference ones when
+        ``beta_kl > 0`` already computed them), at the sampling temperature."""
+        if "ref_per_token_logps" in output:
+            return output["ref_per_token_logps"]
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        width = output["completion_ids"].size(1)
+        with torch.no_grad():
+            if self.init_policy is not None:
+                self.init_policy.to(ids.device)
+                logps, _, _ = self._get_per_token_logps_and_entropies(self.init_policy, ids, attention, width)
+                return logps
+            with self.accelerator.unwrap_model(self.model).disable_adapter():
+                logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, width)
+            return logps
+
+    def _log_kl_to_init(self, output: dict[str, Any], loss_mask: torch.Tensor) -> None:
+        """Log ``kl_to_init``, :func:`k3_kl` over this step's policy tokens (all processes)."""
+        # pi_theta's log-probs as it sampled: TRL's recomputed ones when it keeps them (num_iterations > 1), else the engine's
+        sampled = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
+        if sampled is None:
+            return
+        kl = k3_kl(sampled, self._init_logps(output))
+        mask = loss_mask.to(kl.dtype)
+        total = self.accelerator.gather(torch.stack([(kl * mask).sum(), mask.sum()]).double().view(1, 2)).sum(0)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["kl_to_init"].append((total[0] / total[1].clamp(min=1)).item())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, plus ``clip_fraction`` (TRL's ``clip_ratio/region_mean`` under a plain name)
+        and whatever :attr:`pending_logs` holds (the dev evaluation)."""
+        for metrics in self._metrics.values():
+            if "clip_ratio/region_mean" in metrics:
+                metrics["clip_fraction"] = list(metrics["clip_ratio/region_mean"])
+        logs = {**logs, **self.pending_logs}
+        self.pending_logs = {}
+        super().log(logs, start_time)
 
     def _advantages(
         self, trajectories: list[Trajectory], scored: ScoredBatch, groups: torch.Tensor, loss_mask: torch.Tensor
@@ -502,6 +587,69 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["time/generation_seconds"].append(rollout.seconds)
 
 
+def k3_kl(logps: torch.Tensor, init_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || pi_init) on tokens sampled from ``pi``:
+    ``r - 1 - log r`` with ``r = pi_init / pi`` (Schulman's k3: unbiased, never negative, lower
+    variance than ``-log r``). ``logps`` are the sampling policy's own log-probabilities."""
+    log_ratio = init_logps - logps
+    return torch.exp(log_ratio) - 1 - log_ratio
+
+
+class DevEvaluation(TrainerCallback):
+    """Greedy evaluation of the policy on a fixed dev set (:func:`~prorag.evaluation.harness.evaluate`)
+    before the first step, every ``every`` optimiser steps and at the last; ``eval_em`` and
+    ``eval_f1`` go into that step's log row (so ``metrics.jsonl`` and the learning curve) and each
+    evaluation's files into ``out_dir/step-N/`` (a resumed run reuses a finished one)."""
+
+    def __init__(
+        self,
+        trainer: ProcessSupervisedGRPOTrainer,
+        records: Sequence[Record],
+        retriever: Retriever,
+        config: EvalConfig,
+        every: int,
+        out_dir: Path,
+    ) -> None:
+        self.trainer, self.records, self.retriever = trainer, list(records), retriever
+        self.config, self.every, self.out_dir = config, every, out_dir
+
+    def run(self, step: int) -> dict[str, float]:
+        """Evaluate the current policy on the main process (the others wait: one set of files, and
+        only the main process logs; so not under DeepSpeed ZeRO-3, whose parameter gather needs every
+        process); ``{"eval_em", "eval_f1"}`` there, ``{}`` elsewhere."""
+        trainer = self.trainer
+        if not trainer.accelerator.is_main_process:
+            trainer.accelerator.wait_for_everyone()
+            return {}
+        was_training = trainer.model.training
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+        ) as model:
+            metrics = evaluate(
+                model,
+                trainer.processing_class,
+                self.records,
+                self.retriever,
+                self.out_dir / f"step-{step}",
+                self.config,
+                progress=False,
+            )
+        trainer.model.train(was_training)
+        trainer.accelerator.wait_for_everyone()
+        return {"eval_em": metrics["em"], "eval_f1": metrics["f1"]}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 0:
+            self.trainer.pending_logs.update(self.run(0))
+            self.trainer.log({})
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step % self.every == 0 or state.global_step >= state.max_steps:
+            self.trainer.pending_logs.update(self.run(state.global_step))
+            control.should_log = True
+        return control
+
+
 # ----------------------------------------------------------------------------- the stage
 
 
@@ -546,10 +694,13 @@ def make_rl_trainer(
     peft_config = config.lora.peft_config()
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
     reward = functools.partial(outcome, tokenizer=tokenizer, config=config.outcome_reward)
+    dev = read_records(config.eval_file) if config.eval_every and config.eval_file else None
+    if config.eval_every and dev is None:
+        raise ValueError("RLConfig.eval_every needs `eval_file` (a fixed dev set)")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API, pinned here
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
-        return ProcessSupervisedGRPOTrainer(
+        trainer = ProcessSupervisedGRPOTrainer(
             model=model,
             reward_funcs=[reward],
             args=rl_training_args(config, run),
@@ -561,22 +712,42 @@ def make_rl_trainer(
             rl_config=config,
             scorer=scorer,
         )
+    if dev is not None:
+        trainer.add_callback(
+            DevEvaluation(trainer, dev, retriever, config.dev_eval_config(), config.eval_every, run / "dev_eval")
+        )
+    return trainer
+
+
+#: The columns of ``learning_curve.csv`` (a step's row leaves blank what it did not log).
+CURVE_COLUMNS: tuple[str, ...] = (
+    "step",
+    "outcome_reward",
+    "process_reward",
+    "answer_f1",
+    "format_valid_rate",
+    "eval_em",
+    "eval_f1",
+    "clip_fraction",
+    "entropy",
+    "kl_to_init",
+)
 
 
 def write_learning_curve(log_history: Sequence[dict[str, Any]], path: str | Path) -> int:
-    """Write ``step,outcome_reward,process_reward,answer_f1,format_valid_rate`` per logged step
-    (the paper's Figure 4) as CSV, atomically; returns the number of rows. On a resumed run the
+    """Write :data:`CURVE_COLUMNS` per logged step (the paper's Figure 4: training reward and,
+    with ``eval_every``, held-out EM) as CSV, atomically; returns the number of rows. Log rows of
+    one step are merged (the dev evaluation before step 1 is step 0's row). On a resumed run the
     history is the checkpoint's plus the new steps, so the curve covers the whole run."""
-    columns = ["step", "outcome_reward", "process_reward", "answer_f1", "format_valid_rate"]
-    rows = {}
+    rows: dict[int, dict[str, Any]] = {}
     for entry in log_history:
-        if "outcome_reward" in entry:
-            rows[int(entry["step"])] = [entry.get(c, "") for c in columns]
+        if any(c in entry for c in CURVE_COLUMNS[1:]):
+            rows.setdefault(int(entry["step"]), {}).update({c: entry[c] for c in CURVE_COLUMNS if c in entry})
     with atomic_writer(path) as f:
         out = csv.writer(f)
-        out.writerow(columns)
+        out.writerow(CURVE_COLUMNS)
         for step in sorted(rows):
-            out.writerow(rows[step])
+            out.writerow([rows[step].get(c, "") for c in CURVE_COLUMNS])
     return len(rows)
 
 
@@ -642,13 +813,16 @@ def train_rl(
 
 
 __all__ = [
+    "CURVE_COLUMNS",
     "TRL_LOSS_TYPES",
+    "DevEvaluation",
     "EngineRollout",
     "ProcessSupervisedGRPOTrainer",
     "RLConfig",
     "ScoredBatch",
     "excluded_ids",
     "generation_row_seeds",
+    "k3_kl",
     "local_rows",
     "make_rl_trainer",
     "outcome",

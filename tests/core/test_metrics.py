@@ -19,6 +19,7 @@ from prorag.core.metrics import (
     cover_exact_match,
     exact_match,
     f1_score,
+    mean_and_ci,
     mean_and_spread,
     normalize_answer,
     paired_t_test,
@@ -508,3 +509,13 @@ def test_property_ranking_auc_is_the_pair_count(pos: list[int], neg: list[int]) 
     wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
     assert ranking_auc(pos, neg) == pytest.approx(wins / (len(pos) * len(neg)))
     assert ranking_auc(neg, pos) == pytest.approx(1 - wins / (len(pos) * len(neg)))
+
+
+def test_mean_and_ci_by_hand() -> None:
+    # [1, 2, 3]: mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138.
+    mean, half = mean_and_ci([1.0, 2.0, 3.0])
+    assert mean == pytest.approx(2.0) and half == pytest.approx(2.484138, abs=1e-6)
+    # 5 seeds at 90%: t_{0.95, 4} = 2.131847; s of [0, 0, 0, 0, 5] = sqrt(5); half = 2.131847 * sqrt(5) / sqrt(5).
+    assert mean_and_ci([0, 0, 0, 0, 5], level=0.9)[1] == pytest.approx(2.131847, abs=1e-6)
+    with pytest.raises(ValueError, match="at least 2"):
+        mean_and_ci([1.0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -380,3 +381,84 @@ def test_a_registered_estimator_is_used_without_editing_the_trainer(
     mask = batch["completion_mask"] * batch["tool_mask"]
     # Replayed gold trajectories answer right: outcome reward > 0.5, so +1 on every generated token.
     assert torch.equal(batch["advantages"], mask.float()) and prm.calls == 1
+
+
+def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_eval(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_world: Path, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # num_iterations 2: each rollout batch (steps 1, 3) is reused for a second optimiser step (2, 4)
+    # with pi_old frozen, so at a large lr the ratio leaves the clip region on the second one only.
+    dev = tmp_path / "dev.jsonl"
+    write_jsonl(dev, [r.to_dict() for r in read_records(tiny_world / "dev.jsonl")[:3]])
+    cfg = fast_config(
+        num_iterations=2,
+        learning_rate=0.05,
+        max_steps=4,
+        save_steps=10,
+        eval_every=2,
+        eval_file=str(dev),
+        eval_questions=2,
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+    )
+    model = make_tiny_model(world_tokenizer)
+    train_rl(
+        cfg, tmp_path / "run", model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=FakePRM()
+    )
+    rows = {r["step"]: r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "loss" in r}
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert ["outcome_reward" in rows[s] for s in (1, 2, 3, 4)] == [True, False, True, False], "one rollout per two steps"
+    assert rows[1]["clip_fraction"] == 0.0, "the first pass over a batch has ratio 1"
+    assert rows[2]["clip_fraction"] > 0 and rows[4]["clip_fraction"] > 0
+    assert rows[1]["kl_to_init"] == pytest.approx(0.0, abs=1e-6), "the first batch is sampled by pi_init itself"
+    assert rows[3]["kl_to_init"] > 0
+    for r in rows.values():
+        assert math.isfinite(r["entropy"])
+    assert math.isfinite(rows[3]["kl_to_init"])
+    evals = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval_em" in r]
+    assert [r["step"] for r in evals] == [0, 2, 4]
+    assert all(0 <= r["eval_em"] <= 1 and 0 <= r["eval_f1"] <= 1 for r in evals)
+    assert len(list(read_jsonl(tmp_path / "run" / "dev_eval" / "step-2" / "predictions.jsonl"))) == 2
+    curve = list(csv.DictReader((tmp_path / "run" / "learning_curve.csv").open()))
+    assert [int(c["step"]) for c in curve] == [0, 1, 2, 3, 4]
+    assert [c["eval_em"] != "" for c in curve] == [True, False, True, False, True]
+    assert curve[1]["clip_fraction"] != "" and curve[0]["outcome_reward"] == ""
+
+
+def test_k3_kl_hand_computed() -> None:
+    # r = pi_init / pi = 0.5: 0.5 - 1 - log 0.5 = 0.19315; equal log-probs: 0.
+    kl = rl.k3_kl(torch.log(torch.tensor([0.4, 0.3])), torch.log(torch.tensor([0.2, 0.3])))
+    assert kl.tolist() == pytest.approx([0.5 - 1 - math.log(0.5), 0.0], abs=1e-6)
+
+
+def test_eval_every_needs_a_dev_file(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    with pytest.raises(ValueError, match="eval_file"):
+        make_rl_trainer(
+            fast_config(eval_every=2), tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever
+        )
+
+
+def test_kl_to_init_with_lora_switches_the_adapter_off(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # LoRA keeps no copy: pi_init is the model with its adapter off. num_iterations 2 and a large
+    # lr move the adapter after step 1, so step 3's batch is sampled away from pi_init.
+    from prorag.stages.training import LoRAConfig
+
+    cfg = fast_config(
+        num_iterations=2,
+        learning_rate=0.05,
+        max_steps=3,
+        save_steps=10,
+        lora=LoRAConfig(enabled=True, r=4, alpha=8, dropout=0.0),
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+    )
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM()
+    )
+    assert trainer.init_policy is None
+    trainer.train()
+    rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl") if "kl_to_init" in r}
+    assert sorted(rows) == [1, 3]
+    assert rows[1]["kl_to_init"] == pytest.approx(0.0, abs=1e-6) and rows[3]["kl_to_init"] > 0

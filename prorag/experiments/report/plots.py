@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from prorag.data.jsonl import atomic_writer
-from prorag.experiments.report.curves import curves_by_system, learning_curves, moving_average, seed_band
+from prorag.experiments.report.curves import curves_by_system, learning_curves, moving_average, read_curve, seed_band
 from prorag.experiments.report.table import (
     Cell,
     TableRow,
@@ -61,11 +61,15 @@ CURVE_WINDOW = 5
 
 
 def plot_learning_curves(
-    groups: Mapping[str, Sequence[Sequence[tuple[float, float]]]], labels: Mapping[str, str], dpi: int
+    groups: Mapping[str, Sequence[Sequence[tuple[float, float]]]],
+    labels: Mapping[str, str],
+    dpi: int,
+    ylabel: str = "mean outcome reward (Eq. 6)",
+    window: int = CURVE_WINDOW,
 ) -> bytes | None:
-    """Figure 4: outcome reward per RL optimiser step, one line per system: the mean over its
-    seeds, as a trailing mean over :data:`CURVE_WINDOW` steps, in a band from the lowest to the
-    highest seed (each also smoothed)."""
+    """Figure 4: outcome reward (or ``ylabel``'s quantity) per RL optimiser step, one line per
+    system: the mean over its seeds, as a trailing mean over ``window`` points, in a band from the
+    lowest to the highest seed (each also smoothed)."""
     bands = {name: seed_band(runs) for name, runs in groups.items()}
     bands = {name: band for name, band in bands.items() if band}
     if not bands:
@@ -74,14 +78,15 @@ def plot_learning_curves(
     ax = fig.add_subplot()
     for name, band in bands.items():
         steps = [b[0] for b in band]
-        mean, lo, hi = (moving_average([b[j] for b in band], CURVE_WINDOW) for j in (1, 2, 3))
+        mean, lo, hi = (moving_average([b[j] for b in band], window) for j in (1, 2, 3))
         n = len(groups[name])
         (line,) = ax.plot(steps, mean, label=f"{labels.get(name, name)} ({n} seed{'s' if n > 1 else ''})")
         if n > 1:
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("RL step")
-    ax.set_ylabel("mean outcome reward (Eq. 6)")
-    ax.set_title(f"Learning curves (trailing mean over {CURVE_WINDOW} steps; band: seed range)")
+    ax.set_ylabel(ylabel)
+    smoothing = f"trailing mean over {window} points; " if window > 1 else ""
+    ax.set_title(f"Learning curves ({smoothing}band: seed range)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _png(fig, dpi)
@@ -151,6 +156,20 @@ def make_plots(run_dir: Path, results: Mapping[str, Any], rows: Sequence[TableRo
             "Mean outcome reward per RL step (Figure 4), averaged over seeds.",
             plot_learning_curves(
                 curves_by_system(learning_curves(run_dir, results), results.get("curve_groups") or {}), labels, dpi
+            ),
+        ),
+        (
+            "process_curves.png",
+            "Held-out (dev) EM per RL step of each arm of the process ablation; band: seed range.",
+            plot_learning_curves(
+                {
+                    arm: [read_curve(Path(run_dir) / c, "eval_em") for c in curves]
+                    for arm, curves in ((results.get("process_ablation") or {}).get("curves") or {}).items()
+                },
+                {},
+                dpi,
+                ylabel="dev EM (greedy)",
+                window=1,
             ),
         ),
         (

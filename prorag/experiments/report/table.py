@@ -145,6 +145,44 @@ def sweep_table(rows: Sequence[tuple[float, Cell, Cell]], name: str) -> tuple[li
     return [name, "EM", "F1"], [[f"{x:g}", format_cell(em, True), format_cell(f1, True)] for x, em, f1 in rows]
 
 
+#: What the process ablation's tables mean (report.md and report.html).
+PROCESS_NOTE = (
+    "Same pi_rft, RL questions and budget in every arm; a seed gives every arm the same rollout streams. "
+    "CI: t distribution over seeds; the paired t-test is on seed-averaged per-question EM against GRPO. "
+    "Held-out EM curves: plots/process_curves.png."
+)
+
+
+def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(title, header, rows)`` of the process ablation: EM/F1 (%) mean ± 95% CI over seeds with
+    the paired test against GRPO, then EM (%) by question type and by hop count."""
+    stats = ablation["stats"]
+    rows = []
+    for arm, row in stats.items():
+        test = row.get("vs_grpo")
+        rows.append(
+            [
+                arm,
+                str(ablation["arms"].get(arm, "")),
+                str(len(row["per_seed"])),
+                f"{100 * row['em']:.1f} ± {100 * row['em_ci95']:.1f}",
+                f"{100 * row['f1']:.1f} ± {100 * row['f1_ci95']:.1f}",
+                f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else "reference",
+            ]
+        )
+    header = ["Arm", "Step rewards", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
+    out = [("Test EM and F1 per arm", header, rows)]
+    for key, title in (("by_type", "question type"), ("by_hops", "hops")):
+        groups = sorted({g for row in stats.values() for g in row.get(key, {})})
+        if groups:
+            cells = [
+                [arm, *(f"{100 * row[key][g]['em']:.1f}" if g in row.get(key, {}) else "" for g in groups)]
+                for arm, row in stats.items()
+            ]
+            out.append((f"Test EM (%) by {title}", ["Arm", *groups], cells))
+    return out
+
+
 def info_rows(results: Mapping[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
     """(wall time per stage, world counts) as text rows."""
     walls = [

@@ -1,0 +1,168 @@
+"""``prorag ablate --what process``: the arms share pi_rft, questions, budget and seeds, GRPO and
+ProRAG reuse the pipeline's runs, the statistics are hand-checked, and a tiny end-to-end run
+writes the JSON, the report section and the console table."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import prorag.experiments.ablations as ablations
+from prorag.cli import app
+from prorag.core.config import load_config
+from prorag.data.jsonl import read_json
+from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, resolve, stage_eval, stage_rl
+from prorag.experiments.report.table import process_tables
+from prorag.method.rewards.sources import STEP_REWARD_SOURCES
+from tests.experiments.test_ablations import RecordingRun
+
+
+def _zero_steps(config: Any, *, device: str | None = None) -> Any:
+    """A toy step-reward source: logit 0 for every action."""
+    return lambda trajectories, records=None: [[0.0] * len(t.actions) for t in trajectories]
+
+
+@pytest.fixture
+def arm_sources() -> None:
+    """The oracle and shuffled sources, toy ones where the real ones are not registered yet."""
+    for name in ("oracle", "shuffled"):
+        if name not in STEP_REWARD_SOURCES:
+            STEP_REWARD_SOURCES.register(name)(_zero_steps)
+
+
+def _rows(ems: list[float], types: list[str] | None = None) -> list[dict[str, Any]]:
+    return [
+        {"id": f"q{i}", "em": em, "f1": em, "hops": 2 if i < 2 else 3, **({"type": types[i]} if types else {})}
+        for i, em in enumerate(ems)
+    ]
+
+
+def test_statistics_by_hand() -> None:
+    # GRPO: seed EM 1/4 and 2/4; PRM: 3/4 and 4/4. Seed-averaged per-question EM: GRPO
+    # (0.5, 0.5, 0.5, 0), PRM (1, 1, 1, 0.5): differences (0.5, 0.5, 0.5, 0.5) -> t = +inf, p = 0.
+    preds = {
+        "grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0])},
+        "prorag": {0: _rows([1, 1, 1, 0]), 1: _rows([1, 1, 1, 1])},
+    }
+    stats = ablations.process_statistics(preds)
+    grpo, prm = stats["grpo"], stats["prorag"]
+    assert grpo["per_seed"] == {"0": {"em": 0.25, "f1": 0.25}, "1": {"em": 0.5, "f1": 0.5}}
+    # mean 0.375, s = 0.1767767, t_{0.975, 1} = 12.706205 -> half-width 12.706205 * 0.1767767 / sqrt(2) = 1.588276
+    assert grpo["em"] == pytest.approx(0.375) and grpo["em_ci95"] == pytest.approx(1.588276, abs=1e-6)
+    assert "vs_grpo" not in grpo
+    assert prm["vs_grpo"]["mean_diff"] == pytest.approx(0.5) and prm["vs_grpo"]["p_value"] == 0.0
+    assert math.isinf(prm["vs_grpo"]["t"]) and prm["vs_grpo"]["n"] == 4
+    assert prm["by_hops"] == {"2": {"n": 2, "em": 1.0}, "3": {"n": 2, "em": 0.75}}
+    assert "by_type" not in prm
+    table = ablations.process_table(stats)
+    assert "37.5 ± 158.8" in table and "dEM +50.0" in table
+    [main, hops] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
+    assert main[2][1] == ["prorag", "prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
+    assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
+
+
+def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path, arm_sources: None) -> None:
+    cfg = replace(demo_config(), seeds=[0, 1], process_seeds=[0, 1])
+    pipeline = RecordingRun(tmp_path, cfg, progress=lambda _: None)
+    pipeline.recorded = {}  # type: ignore[attr-defined]
+    stage_rl(pipeline)
+    stage_eval(pipeline)
+    run = RecordingRun(tmp_path, cfg, progress=lambda _: None)
+    run.recorded = {}  # type: ignore[attr-defined]
+    out = ablations.process_ablation(run, progress=lambda _: None)
+    for seed in (0, 1):
+        for arm in ("grpo", "prorag"):  # the systems' own runs and evaluations: same settings
+            for kind in ("rl", "eval"):
+                name = f"{kind}-{arm}-seed{seed}"
+                assert run.recorded[name] == pipeline.recorded[name], name  # type: ignore[attr-defined]
+        configs = {arm: ablations.process_arm_config(run, source, seed) for arm, source in ablations.PROCESS_ARMS.items()}
+        assert {c.process_reward for c in configs.values()} == {"none", "prm", "oracle", "shuffled"}
+        assert configs["grpo"].beta == 0.0 and configs["prorag-oracle"].beta == cfg.rl.beta
+        base = {k: v for k, v in vars(configs["prorag"]).items() if k != "process_reward"}
+        assert all({k: v for k, v in vars(c).items() if k != "process_reward"} == base for a, c in configs.items() if a != "grpo")
+        assert len({c.seed for c in configs.values()}) == 1 and len({c.policy for c in configs.values()}) == 1
+    assert set(out["stats"]) == set(ablations.PROCESS_ARMS) and out["seeds"] == [0, 1]
+    assert out["curves"]["prorag-shuffled"] == [
+        "rl/prorag-shuffled-seed0/metrics.jsonl",
+        "rl/prorag-shuffled-seed1/metrics.jsonl",
+    ]
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        ablations.process_ablation(run, progress=lambda _: None, seeds=[0])
+
+
+# The tiny world through SFT, MCTS, the PRM and RFT (the "rft" system), then the four arms.
+TINY = {
+    "data": {
+        "world": "tiny",
+        "sft_fraction": 0.5,
+        "mcts_questions": 4,
+        "rft_questions": 6,
+        "dev_questions": 4,
+        "test_questions": 8,
+    },
+    "top_k": 2,
+    "sft": {
+        "max_steps": 8,
+        "per_device_batch_size": 4,
+        "learning_rate": 3.0e-3,
+        "save_steps": 8,
+        "logging_steps": 4,
+        "eval_samples": 2,
+    },
+    "mcts": {
+        "simulations": 2,
+        "num_candidates": 2,
+        "max_depth": 3,
+        "rollout": {"max_action_tokens": 24, "max_completion_tokens": 96},
+    },
+    "pairs": {"judge": "oracle", "min_visits": 1, "pairs_per_set": "all"},
+    "prm": {"kind": "likelihood", "epochs": 1, "per_device_batch_size": 4, "if_no_pairs": "untrained", "save_steps": 50},
+    "rft": {"samples_per_question": 2, "if_nothing_kept": "copy_policy", "train": {"epochs": 1, "per_device_batch_size": 4}},
+    "rl": {
+        "group_size": 2,
+        "per_device_batch_size": 4,
+        "max_steps": 2,
+        "save_steps": 10,
+        "learning_rate": 1.0e-3,
+        "num_iterations": 2,
+        "eval_every": 1,
+        "rollout": {"max_action_tokens": 24, "max_actions": 3, "max_completion_tokens": 96},
+    },
+    "eval": {"rollout": {"max_action_tokens": 24, "max_completion_tokens": 96, "batch_size": 16}},
+    "systems": ["rft"],
+}
+
+
+@pytest.mark.slow
+def test_ablate_process_end_to_end_on_the_tiny_world(
+    tmp_path: Path, arm_sources: None, one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    run_dir, results = tmp_path / "run", tmp_path / "results"
+    args = ["ablate", "--config", str(config), "--run-dir", str(run_dir), "--what", "process", "--seeds", "2"]
+    args += ["--results-dir", str(results)]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/prorag", *args])  # what the console script sees
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output[-3000:]
+    assert "prorag-shuffled" in result.output and "(reference)" in result.output
+    saved = read_json(run_dir / "ablations" / "process.json")
+    assert saved["seeds"] == [0, 1] and set(saved["arms"]) == set(ablations.PROCESS_ARMS)
+    assert all(set(row["per_seed"]) == {"0", "1"} for row in saved["stats"].values())
+    assert saved["config_fingerprint"] == fingerprint(resolve(load_config(config, PipelineConfig)))
+    assert saved["command"].startswith("prorag ablate --config") and saved["command"].endswith(str(results))
+    [copy] = results.glob("process_*.json")
+    assert read_json(copy) == saved
+    curve = [r for r in (run_dir / "rl" / "prorag-oracle-seed1" / "learning_curve.csv").read_text().splitlines()[1:]]
+    assert [int(line.split(",")[0]) for line in curve] == [0, 1, 2]
+    report = (run_dir / "report.md").read_text()
+    assert "process ablation" in (run_dir / "report.html").read_text()
+    assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
+    assert "process_ablation" in read_json(run_dir / "results.json")

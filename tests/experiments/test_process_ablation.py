@@ -20,21 +20,7 @@ from prorag.core.config import load_config
 from prorag.data.jsonl import read_json
 from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, resolve, stage_eval, stage_rl
 from prorag.experiments.report.table import process_tables
-from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 from tests.experiments.test_ablations import RecordingRun
-
-
-def _zero_steps(config: Any, *, device: str | None = None) -> Any:
-    """A toy step-reward source: logit 0 for every action."""
-    return lambda trajectories, records=None: [[0.0] * len(t.actions) for t in trajectories]
-
-
-@pytest.fixture
-def arm_sources() -> None:
-    """The oracle and shuffled sources, toy ones where the real ones are not registered yet."""
-    for name in ("oracle", "shuffled"):
-        if name not in STEP_REWARD_SOURCES:
-            STEP_REWARD_SOURCES.register(name)(_zero_steps)
 
 
 def _rows(ems: list[float], types: list[str] | None = None) -> list[dict[str, Any]]:
@@ -68,7 +54,7 @@ def test_statistics_by_hand() -> None:
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
-def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path, arm_sources: None) -> None:
+def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path) -> None:
     cfg = replace(demo_config(), seeds=[0, 1], process_seeds=[0, 1])
     pipeline = RecordingRun(tmp_path, cfg, progress=lambda _: None)
     pipeline.recorded = {}  # type: ignore[attr-defined]
@@ -142,7 +128,7 @@ TINY = {
 
 @pytest.mark.slow
 def test_ablate_process_end_to_end_on_the_tiny_world(
-    tmp_path: Path, arm_sources: None, one_thread: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY), encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from prorag.cli import app
@@ -51,3 +52,12 @@ def test_serve_on_a_busy_port_is_a_clear_error(mixed_corpus_file: Path, tmp_path
         port = busy.getsockname()[1]
         result = runner.invoke(app, ["serve-retriever", "--index", str(out), "--port", str(port)])
     assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output
+
+
+@pytest.mark.parametrize("port", ["70000", "65536", "-1"])
+def test_serve_refuses_a_port_out_of_range(mixed_corpus_file: Path, tmp_path: Path, port: str) -> None:
+    out = tmp_path / "idx"
+    assert runner.invoke(app, ["index", "-c", str(mixed_corpus_file), "-o", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["serve-retriever", "--index", str(out), "--port", port])
+    assert result.exit_code == 2 and "Invalid value for '--port'" in result.output
+    assert "Traceback" not in result.output

@@ -145,7 +145,9 @@ def test_incomplete_index_folder_is_refused(mixed_corpus_file: Path, tmp_path: P
         load_index(tmp_path)
 
 
-def test_interrupted_rebuild_keeps_the_old_index(mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_rebuild_keeps_the_old_index(
+    mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "idx"
     build_index(mixed_corpus_file, out)
     manifest = (out / MANIFEST).read_text()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
+from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig
-from prorag.data.jsonl import read_jsonl
 from prorag.stages.training import LoRAConfig, TimeBudget, TrainingConfig, last_complete_checkpoint, truncate_metrics
 
 

@@ -14,6 +14,13 @@ SHARED_DIR = Path(os.environ.get("PRORAG_SHARED", Path(__file__).resolve().paren
 BENCHMARKS_DIR = SHARED_DIR / "data" / "benchmarks"
 
 
+@pytest.fixture(autouse=True)
+def _test_llm_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM tests' API key variable (``api_key_env="PRORAG_TEST_LLM_KEY"``) set to a dummy: a
+    key that is needed but missing is an error before any request. Tests checking that unset it."""
+    monkeypatch.setenv("PRORAG_TEST_LLM_KEY", "sk-test-dummy")
+
+
 @pytest.fixture(scope="module")
 def one_thread() -> Iterator[None]:
     """One intra-op torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``):

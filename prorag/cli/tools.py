@@ -150,14 +150,15 @@ def retrieve(
 def serve_retriever(
     index: Annotated[Path, typer.Option("--index", "-i", help="Index folder.")],
     host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port, 1..65535 (0: a free port, logged).")] = 8000,
     max_batch: Annotated[int, typer.Option(help="Largest accepted number of queries per request.")] = 512,
     max_topk: Annotated[int, typer.Option(help="Largest accepted topk.")] = 100,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest accepted request body (larger: 413).")] = 1 << 20,
 ) -> None:
     """Serve an index over HTTP in the Search-R1 wire format (POST /retrieve)."""
     from prorag.retrieval.server import serve
 
-    serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk)
+    serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk, max_body_bytes=max_body_bytes)
 
 
 # ----------------------------------------------------------------------------- models

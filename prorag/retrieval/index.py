@@ -1,10 +1,11 @@
 """Index folders: build one from a corpus file, load one, or open any retriever by its spec.
 
 An index folder holds ``passages.jsonl``, the files of its kind (``bm25.json`` and ``bm25/``,
-or ``dense.json`` and ``embeddings.safetensors``) and the manifest ``index.json``. The
-manifest is removed first and written last, atomically: a folder without it is an index
-whose build was interrupted (or is still running), and :func:`load_index` refuses it
-instead of serving half an index.
+or ``dense.json`` and ``embeddings.safetensors``) and the manifest ``index.json``, written
+last: a folder without it is an index whose build was interrupted, and :func:`load_index`
+refuses it instead of serving half an index. A build goes into ``OUT.tmp-XXXX`` beside the
+index and replaces it by renames only once complete, so a build that fails (a bad corpus, a
+kill) leaves the working index as it was; a killed build leaves its ``OUT.tmp-*`` folder.
 
 The retriever modules are imported lazily, so that opening a BM25 index never imports torch.
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 import prorag
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_json, write_json
-from prorag.data.records import read_passages
+from prorag.data.records import Passage, read_passages
 from prorag.retrieval.base import Retriever
 
 MANIFEST = "index.json"
@@ -53,9 +56,54 @@ def build_index(
     if not passages:
         raise DataError(str(corpus_path), "the corpus has no passages")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # until rebuilt, the folder is incomplete
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp's 0700 would hide the index from a server run by another user
+    try:
+        info = _build_into(passages, tmp, kind, model, query_prefix, passage_prefix, batch_size, corpus_path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _swap_in(tmp, out)
+    return info
 
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to build over a folder that is not an index (its files would be deleted by the swap):
+    only a missing or empty folder, or one holding an index (complete or not), is replaced."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(str(out), "exists and is not a folder; choose another --out")
+    if any(out.iterdir()) and not ((out / MANIFEST).is_file() or (out / "passages.jsonl").is_file()):
+        raise DataError(str(out), "is a non-empty folder that is not an index; refusing to replace it (choose another --out)")
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Put the complete index ``new`` at ``out`` by renames: the old index is moved aside, the new
+    one renamed in, then the old one deleted (a directory cannot be renamed over a non-empty one).
+    Only a kill between the two renames leaves ``out`` missing, with the old index at ``OUT.old-*``."""
+    if not out.exists():
+        new.rename(out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f"{out.name}.old-", dir=out.parent))
+    out.rename(old / "index")
+    new.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _build_into(
+    passages: list[Passage],
+    out: Path,
+    kind: str,
+    model: str | None,
+    query_prefix: str,
+    passage_prefix: str,
+    batch_size: int,
+    corpus_path: PathLike,
+) -> dict[str, Any]:
+    """Index ``passages`` into the (new, empty) folder ``out``, manifest last; return the manifest."""
     start = time.perf_counter()
     retriever: Any
     if kind == "bm25":

@@ -7,8 +7,9 @@ optional ``"partitions"``, one entry per query, ``null`` for the whole corpus) a
 ``GET /health`` answers ``{"status": "ok", "num_passages": n}``.
 
 The request is validated by hand rather than by a pydantic model, so that each kind of bad
-request gets its own status and a one-line message: 400 for a body that is not JSON, 413
-for a batch over ``max_batch``, 422 for anything else wrong. The search itself runs in
+request gets its own status and a one-line message: 400 for a body that is not JSON (or is
+nested too deeply for the parser), 413 for a body over ``max_body_bytes`` (read no further)
+or a batch over ``max_batch``, 422 for anything else wrong. The search itself runs in
 Starlette's threadpool, so a long batch never blocks the event loop (and /health answers
 meanwhile); the response is serialised with plain ``json`` (no ``jsonable_encoder`` pass over
 every hit).
@@ -32,6 +33,9 @@ from prorag.retrieval.base import Hit, Retriever
 from prorag.retrieval.partitions import UnknownPartitionError
 
 log = logging.getLogger(__name__)
+
+#: Default cap on a request body: 1 MiB holds a full batch of ordinary queries many times over.
+MAX_BODY_BYTES = 1 << 20
 
 
 class BadRequest(Exception):
@@ -57,6 +61,8 @@ def parse_request(body: bytes, *, max_batch: int, max_topk: int) -> SearchReques
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest(400, "request body is not valid JSON") from None
+    except RecursionError:  # e.g. [[[[...]]]]: the parser's recursion limit, not a server fault
+        raise BadRequest(400, "request body is JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest(422, "request body must be a JSON object")
     queries = data.get("queries")
@@ -85,6 +91,23 @@ def parse_request(body: bytes, *, max_batch: int, max_topk: int) -> SearchReques
     return SearchRequest(queries, topk, return_scores, partitions)
 
 
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to pass ``max_bytes``: from its
+    ``Content-Length`` before reading anything, or while streaming a chunked body (so a huge body
+    is never held in memory)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise BadRequest(413, f"request body of {int(declared)} bytes; the most this server accepts is {max_bytes}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BadRequest(413, f"request body over {max_bytes} bytes, the most this server accepts")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def render(results: Sequence[Sequence[Hit]], return_scores: bool) -> dict[str, Any]:
     """The response body: wire hits, or only their documents when scores are not wanted."""
     if return_scores:
@@ -92,7 +115,9 @@ def render(results: Sequence[Sequence[Hit]], return_scores: bool) -> dict[str, A
     return {"result": [[h.to_wire()["document"] for h in hits] for hits in results]}
 
 
-def create_app(retriever: Retriever, *, max_batch: int = 512, max_topk: int = 100) -> FastAPI:
+def create_app(
+    retriever: Retriever, *, max_batch: int = 512, max_topk: int = 100, max_body_bytes: int = MAX_BODY_BYTES
+) -> FastAPI:
     """A FastAPI app serving ``retriever`` (see the module docstring for the protocol)."""
     app = FastAPI(title="prorag retriever", docs_url=None, redoc_url=None)
 
@@ -103,7 +128,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 512, max_topk: int = 10
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
         try:
-            req = parse_request(await request.body(), max_batch=max_batch, max_topk=max_topk)
+            req = parse_request(await read_body(request, max_body_bytes), max_batch=max_batch, max_topk=max_topk)
             results = await run_in_threadpool(retriever.search, req.queries, req.topk, req.partitions)
         except BadRequest as e:
             return JSONResponse({"error": e.message}, status_code=e.status)
@@ -145,19 +170,23 @@ def serve(
     port: int = 8000,
     max_batch: int = 512,
     max_topk: int = 100,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> None:
     """Load the index at ``index_dir`` and serve it until interrupted.
 
     One search runs before the port opens, so that a dense encoder is loaded by the time
     ``/health`` answers. Access logging is off: a training run sends thousands of requests a
-    minute. A port that cannot be bound is reported as a ``ValueError`` (one line from the CLI).
+    minute. A port that cannot be bound, or is outside 0..65535 (0: a free port, the one bound
+    is logged), is reported as a ``ValueError`` (one line from the CLI).
     """
     import uvicorn
 
     from prorag.retrieval.index import load_index
 
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be between 0 and 65535, got {port}")
     retriever = load_index(index_dir)
-    app = create_app(retriever, max_batch=max_batch, max_topk=max_topk)
+    app = create_app(retriever, max_batch=max_batch, max_topk=max_topk, max_body_bytes=max_body_bytes)
     retriever.search(["warm-up"], k=1)
     try:
         sock = _listening_socket(host, port)

@@ -8,7 +8,9 @@ that layout the same.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ import torch
 from transformers import TrainerCallback
 
 from prorag.core.config import setting
-from prorag.data.jsonl import JsonlAppender
+from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -170,13 +172,67 @@ def use_bf16(setting: bool | str) -> bool:
     return bool(setting)
 
 
-def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
-    """Train, continuing from the last checkpoint in ``run_dir/checkpoints`` if there is one
-    (global step, optimiser, scheduler and data order continue)."""
-    from transformers.trainer_utils import get_last_checkpoint
+#: A Trainer checkpoint folder's name; its number is the global step.
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: Weights a complete checkpoint holds one of (full model or LoRA adapter; sharded or not).
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
-    ckpt_dir = run_dir / "checkpoints"
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The global step of a *complete* checkpoint folder, None for an incomplete one.
+
+    The Trainer writes ``trainer_state.json`` last (after the weights, optimiser, scheduler and
+    RNG states), so a checkpoint killed mid-write lacks it or holds it truncated: complete means
+    weights present and a readable trainer state naming its step.
+    """
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or not any((folder / w).is_file() for w in _WEIGHTS):
+        return None
+    return step
+
+
+def last_complete_checkpoint(ckpt_dir: Path) -> tuple[Path, int] | None:
+    """The newest complete checkpoint in ``ckpt_dir`` and its step; incomplete newer ones (a kill
+    while saving) are skipped with a warning and left on disk (the Trainer rewrites that folder
+    when it reaches the step again)."""
+    if not ckpt_dir.is_dir():
+        return None
+    numbered = [(int(m.group(1)), d) for d in ckpt_dir.iterdir() if d.is_dir() and (m := _CHECKPOINT.match(d.name))]
+    for _, folder in sorted(numbered, reverse=True):
+        step = checkpoint_step(folder)
+        if step is not None:
+            return folder, step
+        log.warning("skipping incomplete checkpoint %s (killed while it was written?)", folder)
+    return None
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Drop the rows of ``metrics.jsonl`` logged after ``step`` (the step training resumes from; 0
+    for a fresh start), rewriting the file atomically; return how many were dropped. Training
+    logs those steps again, so without this a step would appear twice."""
+    if not path.is_file():
+        return 0
+    rows = list(read_jsonl(path, tolerate_truncated_tail=True))
+    kept = [r for r in rows if step and isinstance(r.get("step"), int) and r["step"] <= step]
+    if len(kept) != len(rows):
+        write_jsonl(path, kept)
+    return len(rows) - len(kept)
+
+
+def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
+    """Train, continuing from the newest complete checkpoint in ``run_dir/checkpoints`` if there is
+    one (global step, optimiser, scheduler and data order continue); ``metrics.jsonl`` loses the
+    rows after that step, which training logs again."""
+    found = last_complete_checkpoint(run_dir / "checkpoints")
+    last, step = (str(found[0]), found[1]) if found else (None, 0)
+    if trainer.is_world_process_zero():
+        dropped = truncate_metrics(run_dir / "metrics.jsonl", step)
+        if dropped:
+            log.info("dropped %d metrics rows logged after step %d", dropped, step)
     if last:
         log.info("resuming %s from %s", what, last)
     trainer.train(resume_from_checkpoint=last)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -61,8 +63,13 @@ class LLMTeacherConfig:
         "`{base_url}/chat/completions`."
     )
     model: str = setting(help="Model name as the server knows it (`gpt-4o` in the paper).")
-    api_key_env: str = setting(
-        "OPENAI_API_KEY", help="Environment variable holding the key (never the key itself: configs get shared)."
+    api_key_env: str | None = setting(
+        "OPENAI_API_KEY",
+        help="Environment variable holding the key (never the key itself: configs get shared); it must be set. "
+        "None (YAML `null`) or empty: the server needs no key (a local server).",
+    )
+    allow_insecure_http: bool = setting(
+        False, help="Allow a plain `http://` base_url to a host other than loopback (the key would travel unencrypted)."
     )
     concurrency: int = setting(8, help="Requests in flight at once.")
     max_retries: int = setting(5, help="Retries of one request after the first (errors and rejected replies alike).")
@@ -82,6 +89,11 @@ class LLMTeacherConfig:
     def __post_init__(self) -> None:
         if not re.match(r"^https?://", self.base_url):
             raise ValueError(f"LLMTeacherConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+        if not self.allow_insecure_http and not is_safe_url(self.base_url):
+            raise ValueError(
+                f"LLMTeacherConfig.base_url {self.base_url!r} is plain http to a host other than loopback: the API key "
+                "would travel unencrypted; use https:// or set allow_insecure_http: true"
+            )
         if not self.model:
             raise ValueError("LLMTeacherConfig.model must be set")
         for name in ("concurrency", "max_tokens", "max_thought_chars"):
@@ -96,6 +108,24 @@ class LLMTeacherConfig:
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/chat/completions"
+
+
+def is_safe_url(url: str) -> bool:
+    """Whether ``url`` is https, or plain http to a loopback host (``localhost``, 127.0.0.0/8, ``::1``).
+
+    Plain http anywhere else sends the bearer key readable by anyone on the path, so the config
+    refuses it unless ``allow_insecure_http`` says it is meant (e.g. a server on a trusted LAN).
+    """
+    parsed = urlsplit(url)
+    if parsed.scheme == "https":
+        return True
+    host = (parsed.hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class LLMTeacherError(ValueError):
@@ -363,23 +393,35 @@ class ChatClient:
         self._http: httpx.AsyncClient | None = None
         self._sem: asyncio.Semaphore | None = None
         self._appender: JsonlAppender | None = None
-        self._warned = False
+        self._key()  # a needed key that is not set fails here, before any work
+
+    def _key(self) -> str | None:
+        """The API key from ``api_key_env``; None when the config says no key is needed. A key
+        that is needed but not set is an error before any request goes out (a request without
+        it would only come back 401, or worse, be served by the wrong account's defaults)."""
+        env = self.config.api_key_env
+        if not env:
+            return None
+        key = os.environ.get(env)
+        if not key:
+            raise LLMTeacherError(
+                f"environment variable {env} (api_key_env) is not set: export the API key, or set api_key_env: null "
+                "for a server that needs none"
+            )
+        return key
 
     def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.config.api_key_env)
+        key = self._key()
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
     def _redact(self, text: str) -> str:
-        key = os.environ.get(self.config.api_key_env)
+        key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
         return text.replace(key, "***") if key else text
 
     async def __aenter__(self) -> ChatClient:
-        if not os.environ.get(self.config.api_key_env) and not self._warned:
-            log.warning("environment variable %s is not set: requests go without an API key", self.config.api_key_env)
-            self._warned = True
         limits = httpx.Limits(max_connections=self.config.concurrency, max_keepalive_connections=self.config.concurrency)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s), limits=limits, headers=self._headers())
         self._sem = asyncio.Semaphore(self.config.concurrency)

@@ -145,18 +145,23 @@ def test_incomplete_index_folder_is_refused(mixed_corpus_file: Path, tmp_path: P
         load_index(tmp_path)
 
 
-def test_interrupted_rebuild_leaves_no_manifest(mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    build_index(mixed_corpus_file, tmp_path)
+def test_interrupted_rebuild_keeps_the_old_index(
+    mixed_corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "idx"
+    build_index(mixed_corpus_file, out)
+    manifest = (out / MANIFEST).read_text()
 
     def crash(self: BM25Retriever, directory: Path) -> None:
+        (Path(directory) / "passages.jsonl").write_text("half")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(BM25Retriever, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        build_index(mixed_corpus_file, tmp_path)
-    assert not (tmp_path / MANIFEST).exists()
-    with pytest.raises(DataError, match="incomplete"):
-        load_index(tmp_path)
+        build_index(mixed_corpus_file, out)
+    assert (out / MANIFEST).read_text() == manifest and [p.name for p in tmp_path.iterdir()] == ["idx"]
+    monkeypatch.undo()
+    assert load_index(out).num_passages == 16
 
 
 def test_bad_index_folders(mixed_corpus_file: Path, tmp_path: Path) -> None:

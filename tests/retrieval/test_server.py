@@ -20,6 +20,7 @@ from prorag.retrieval.index import build_index, load_index, open_retriever
 
 MAX_BATCH = 8
 MAX_TOPK = 5
+MAX_BODY = 64 * 1024
 QUERIES = ["capital of Meldria", "capital of Meldria", "Eiffel tower", "", "the of", "river", "planet Jupiter"]
 PARTS: list[str | None] = ["A", "B", None, None, "A", "B", None]
 
@@ -45,7 +46,8 @@ def server(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     log = log_path.open("wb")
     cmd = [sys.executable, "-m", "prorag.cli", "serve-retriever", "--index", str(index_dir),
-           "--port", str(port), "--max-batch", str(MAX_BATCH), "--max-topk", str(MAX_TOPK)]  # fmt: skip
+           "--port", str(port), "--max-batch", str(MAX_BATCH), "--max-topk", str(MAX_TOPK),
+           "--max-body-bytes", str(MAX_BODY)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -146,6 +148,34 @@ def test_bad_requests_get_4xx(server: str, name: str, body: Any, status: int, me
     r = httpx.post(f"{server}/retrieve", content=content, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     assert message in r.json()["error"]
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_deeply_nested_json_is_a_400_not_a_traceback(server: str) -> None:
+    depth = 20_000  # 40 kB, under the body cap: the parser's recursion limit is what refuses it
+    for body in ("[" * depth + "]" * depth, '{"queries": ' + "[" * depth + "]" * depth + "}"):
+        r = httpx.post(f"{server}/retrieve", content=body.encode(), headers={"content-type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert r.json() == {"error": "request body is JSON nested too deeply"}
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_body_over_the_cap_is_a_413(server: str) -> None:
+    big = {"queries": ["who " * (5 * 1024 * 1024 // 4)]}  # a 5 MB query
+    r = httpx.post(f"{server}/retrieve", json=big)
+    assert r.status_code == 413, r.text
+    assert str(MAX_BODY) in r.json()["error"]
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: refused while streaming
+        yield b'{"queries": ["'
+        for _ in range(2 * MAX_BODY // 1024):
+            yield b"x" * 1024
+        yield b'"]}'
+
+    r = httpx.post(f"{server}/retrieve", content=chunked(), headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    just_under = {"queries": ["capital of Meldria " + "x" * (MAX_BODY - 100)]}
+    assert httpx.post(f"{server}/retrieve", json=just_under).status_code == 200
     assert httpx.get(f"{server}/health").status_code == 200
 
 

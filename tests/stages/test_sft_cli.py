@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from prorag.agent.gold import gold_hops, render_gold
 from prorag.agent.schema import i_traj, parse_trajectory
 from prorag.cli import app
-from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
 from prorag.data.records import read_records
 from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
@@ -83,6 +83,20 @@ def test_sft_command_trains_resumes_and_its_run_dir_evaluates(tmp_path: Path, ti
     assert loss_steps(run) == [1, 2, 3]
     state = json.loads((run / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
+
+    # A kill while checkpoint-4 was written (only its configs) after steps 4 and 5 were logged: the
+    # rerun warns, resumes from checkpoint-3 and logs each step once.
+    partial = run / "checkpoints" / "checkpoint-4"
+    partial.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        (partial / name).write_text("{}")
+    with JsonlAppender(run / "metrics.jsonl") as extra:
+        extra.append({"step": 4, "loss": 9.9})
+        extra.append({"step": 5, "loss": 9.9})
+    result = runner.invoke(app, [*base, "--max-steps", "4"])
+    assert result.exit_code == 0, result.output
+    assert loss_steps(run) == [1, 2, 3, 4] and 9.9 not in [r.get("loss") for r in read_jsonl(run / "metrics.jsonl")]
+    assert json.loads((partial / "trainer_state.json").read_text())["global_step"] == 4  # rewritten, complete
 
     # `prorag eval --policy RUN_DIR` evaluates the run's final policy.
     out = tmp_path / "eval"

@@ -236,6 +236,7 @@ def test_sft_data_cli(tmp_path: Path, tiny_world: Path, records: list[Record], t
         llm_out = tmp_path / "llm.jsonl"
         args = ["sft-data", "--data", str(tiny_world / "train.jsonl"), "--index", str(tmp_path / "index"), "--out", str(llm_out)]
         args += ["--teacher", "llm", "--base-url", server.url, "--model", "fake", "--limit", "3", "--concurrency", "2"]
+        args += ["--api-key-env", "PRORAG_TEST_LLM_KEY"]
         result = runner.invoke(app, [*args, "--price-input", "0.5"])
         assert result.exit_code == 0, result.output
         assert (
@@ -243,6 +244,15 @@ def test_sft_data_cli(tmp_path: Path, tiny_world: Path, records: list[Record], t
         )
         assert Path(default_cache_path(llm_out)).is_file()
         check_rows(llm_out, tiny_retriever, records)
+
+        # A key variable that is not set, or plain http to another host: exit 2 before any request.
+        sent = server.n_requests
+        args[args.index(str(llm_out))] = str(tmp_path / "llm2.jsonl")
+        unset = runner.invoke(app, [*args, "--api-key-env", "PRORAG_TEST_UNSET_KEY"])
+        assert unset.exit_code == 2 and "PRORAG_TEST_UNSET_KEY" in unset.output and "not set" in unset.output
+        plain = runner.invoke(app, [*args, "--base-url", "http://api.example.com/v1"])
+        assert plain.exit_code == 2 and "unencrypted" in plain.output and "allow_insecure_http" in plain.output
+        assert server.n_requests == sent and "Traceback" not in unset.output + plain.output
 
     missing = runner.invoke(app, [*base, "--teacher", "llm", "--model", "m"])
     assert missing.exit_code == 2 and "--base-url" in missing.output

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
+from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig
-from prorag.stages.training import LoRAConfig, TimeBudget, TrainingConfig
+from prorag.stages.training import LoRAConfig, TimeBudget, TrainingConfig, last_complete_checkpoint, truncate_metrics
 
 
 def test_training_arguments_map_the_fields_as_before(tmp_path: Path) -> None:
@@ -92,3 +94,32 @@ def test_lora_peft_config() -> None:
         {"q_proj"},
         "CAUSAL_LM",
     )
+
+
+def _checkpoint(root: Path, step: int, *files: str) -> Path:
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    for name in files:
+        (folder / name).write_text(json.dumps({"global_step": step}) if name == "trainer_state.json" else "{}")
+    return folder
+
+
+def test_the_newest_complete_checkpoint_is_picked(tmp_path: Path) -> None:
+    assert last_complete_checkpoint(tmp_path / "none") is None
+    done = _checkpoint(tmp_path, 9, "model.safetensors", "optimizer.pt", "trainer_state.json")
+    _checkpoint(tmp_path, 10, "config.json", "generation_config.json")  # killed before the weights
+    _checkpoint(tmp_path, 11, "adapter_model.safetensors", "optimizer.pt")  # killed before the trainer state
+    truncated = _checkpoint(tmp_path, 12, "model.safetensors")
+    (truncated / "trainer_state.json").write_text('{"global_st')
+    _checkpoint(tmp_path, 2, "adapter_model.safetensors", "trainer_state.json")
+    assert last_complete_checkpoint(tmp_path) == (done, 9)
+
+
+def test_metrics_after_the_resumed_step_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    assert truncate_metrics(path, 3) == 0 and not path.exists()
+    path.write_text("".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in (1, 2, 3, 4, 5)) + '{"step": 6, "lo')
+    assert truncate_metrics(path, 3) == 2  # steps 4 and 5 (the cut-off row is not a row)
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]
+    assert truncate_metrics(path, 3) == 0
+    assert truncate_metrics(path, 0) == 3 and path.read_text() == ""  # a fresh start keeps nothing

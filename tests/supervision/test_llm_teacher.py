@@ -301,6 +301,40 @@ def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="base_url"):
         LLMTeacherConfig(base_url="api.openai.com", model="m")
     with pytest.raises(ValueError, match="concurrency"):
-        LLMTeacherConfig(base_url="http://x/v1", model="m", concurrency=0)
-    assert LLMTeacherConfig(base_url="http://x/v1/", model="m").url == "http://x/v1/chat/completions"
-    assert json.dumps(LLMTeacherConfig(base_url="http://x/v1", model="m").__dict__)  # plain, serialisable
+        LLMTeacherConfig(base_url="https://x/v1", model="m", concurrency=0)
+    assert LLMTeacherConfig(base_url="https://x/v1/", model="m").url == "https://x/v1/chat/completions"
+    assert json.dumps(LLMTeacherConfig(base_url="https://x/v1", model="m").__dict__)  # plain, serialisable
+
+
+@pytest.mark.parametrize(
+    ("url", "safe"),
+    [
+        ("https://api.example.com/v1", True),
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://127.8.9.1/v1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://api.example.com/v1", False),
+        ("http://10.0.0.5:8000/v1", False),
+        ("http://127.0.0.1.example.com/v1", False),
+    ],
+)
+def test_plain_http_only_to_loopback_unless_allowed(url: str, safe: bool) -> None:
+    if safe:
+        assert LLMTeacherConfig(base_url=url, model="m").base_url == url
+    else:
+        with pytest.raises(ValueError, match="unencrypted.*allow_insecure_http"):
+            LLMTeacherConfig(base_url=url, model="m")
+        assert LLMTeacherConfig(base_url=url, model="m", allow_insecure_http=True).base_url == url
+
+
+def test_missing_key_is_an_error_before_any_request(items: list[TeacherItem], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PRORAG_TEST_LLM_KEY")
+    with FakeChatServer(lambda body, n: Reply(content=good_thought(body))) as server:
+        with pytest.raises(LLMTeacherError, match="PRORAG_TEST_LLM_KEY.*not set"):
+            LLMTeacher(config(server)).write_thoughts(items[:1])
+        assert server.n_requests == 0
+        # A local server that needs no key: api_key_env null, and no Authorization header goes out.
+        out = LLMTeacher(config(server, api_key_env=None)).write_thoughts(items[:1])
+        assert isinstance(out[items[0].record.id], RecordThoughts)
+        assert server.n_requests > 0 and all("Authorization" not in s.headers for s in server.seen)

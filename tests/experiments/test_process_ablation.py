@@ -127,9 +127,7 @@ TINY = {
 
 
 @pytest.mark.slow
-def test_ablate_process_end_to_end_on_the_tiny_world(
-    tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY), encoding="utf-8")
     run_dir, results = tmp_path / "run", tmp_path / "results"

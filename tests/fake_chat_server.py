@@ -1,6 +1,7 @@
 """A local OpenAI-compatible chat-completions server for tests, scripted per request.
 
-``FakeChatServer(behave)`` serves ``POST /v1/chat/completions`` on a free 127.0.0.1 port in a
+``FakeChatServer(behave)`` serves ``POST /v1/chat/completions`` and ``POST /v1/completions``
+(with per-token log-probabilities when the request asks for them) on a free 127.0.0.1 port in a
 thread (one thread per connection, so a slow reply does not hold up the others). ``behave(body, n)``
 decides each reply, where ``n`` counts how many times this very body has been asked (1 on the
 first request, 2 on its first retry, ...); the default gives a good thought. Every request is
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -34,6 +36,14 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     finish_reason: str = "stop"
+    tokens: list[str] | None = None
+    """Tokens of ``content`` for a reply with log-probabilities (default: split before spaces)."""
+    logprobs: list[float] | None = None
+    """Their log-probabilities (default: ``-0.5`` each)."""
+
+    def token_logprobs(self) -> tuple[list[str], list[float]]:
+        tokens = self.tokens if self.tokens is not None else re.findall(r"\s*\S+", self.content or "")
+        return tokens, self.logprobs if self.logprobs is not None else [-0.5] * len(tokens)
 
 
 @dataclass
@@ -42,9 +52,13 @@ class Seen:
     headers: dict[str, str]
     at: float
     n: int
+    path: str = "/v1/chat/completions"
 
 
 def user_text(body: dict[str, Any]) -> str:
+    """The prompt: the user message of a chat request, the ``prompt`` of a completions request."""
+    if "prompt" in body:
+        return body["prompt"]
     return next(m["content"] for m in body["messages"] if m["role"] == "user")
 
 
@@ -56,6 +70,34 @@ def good_thought(body: dict[str, Any]) -> str:
 
 def default_behave(body: dict[str, Any], n: int) -> Reply:
     return Reply(content=good_thought(body))
+
+
+def completion_payload(reply: Reply, body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
+    """``reply`` in the chat-completions or completions schema, with log-probabilities if ``body`` asks."""
+    choice: dict[str, Any] = {"index": 0, "finish_reason": reply.finish_reason}
+    tokens, logprobs = reply.token_logprobs()
+    if chat:
+        choice["message"] = {"role": "assistant", "content": reply.content}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": t, "logprob": lp} for t, lp in zip(tokens, logprobs, strict=True)]}
+    else:
+        choice["text"] = reply.content
+        choice["logprobs"] = {"tokens": tokens, "token_logprobs": logprobs} if body.get("logprobs") else None
+    return {
+        "id": "cmpl-test",
+        "object": "chat.completion" if chat else "text_completion",
+        "model": body.get("model"),
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": COMPLETION_TOKENS,
+            "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+        },
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default backlog (5) resets connections when many clients open at once
 
 
 class FakeChatServer:
@@ -70,6 +112,7 @@ class FakeChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms delayed-ACK stall
 
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
@@ -77,15 +120,19 @@ class FakeChatServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                if self.path != "/v1/chat/completions":
+                if self.path not in ("/v1/chat/completions", "/v1/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
-                body = json.loads(raw)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    self._send(400, {"error": {"message": "body is not JSON"}})
+                    return
                 key = hashlib.sha256(raw).hexdigest()
                 with server._lock:
                     server.counts[key] += 1
                     n = server.counts[key]
-                    server.seen.append(Seen(body, dict(self.headers), time.monotonic(), n))
+                    server.seen.append(Seen(body, dict(self.headers), time.monotonic(), n, self.path))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
@@ -94,23 +141,7 @@ class FakeChatServer:
                         time.sleep(reply.delay)
                     payload = reply.payload
                     if payload is None and reply.status == 200:
-                        payload = {
-                            "id": "chatcmpl-test",
-                            "object": "chat.completion",
-                            "model": body.get("model"),
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "message": {"role": "assistant", "content": reply.content},
-                                    "finish_reason": reply.finish_reason,
-                                }
-                            ],
-                            "usage": {
-                                "prompt_tokens": PROMPT_TOKENS,
-                                "completion_tokens": COMPLETION_TOKENS,
-                                "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
-                            },
-                        }
+                        payload = completion_payload(reply, body, chat=self.path == "/v1/chat/completions")
                     elif payload is None:
                         payload = {"error": {"message": f"scripted {reply.status}"}}
                     self._send(reply.status, payload, reply.headers)
@@ -131,7 +162,7 @@ class FakeChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -17,21 +17,15 @@ or shown. :class:`LLMUsage` counts billed tokens and cost.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import hashlib
-import ipaddress
-import json
 import logging
 import os
 import random
 import re
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -41,6 +35,8 @@ from prorag.core.config import setting
 from prorag.core.metrics import normalize_answer
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
+from prorag.models.served import backoff_delay, is_safe_url, parse_retry_after, request_key
+from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
 
 log = logging.getLogger(__name__)
@@ -108,24 +104,6 @@ class LLMTeacherConfig:
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/chat/completions"
-
-
-def is_safe_url(url: str) -> bool:
-    """Whether ``url`` is https, or plain http to a loopback host (``localhost``, 127.0.0.0/8, ``::1``).
-
-    Plain http anywhere else sends the bearer key readable by anyone on the path, so the config
-    refuses it unless ``allow_insecure_http`` says it is meant (e.g. a server on a trusted LAN).
-    """
-    parsed = urlsplit(url)
-    if parsed.scheme == "https":
-        return True
-    host = (parsed.hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class LLMTeacherError(ValueError):
@@ -316,41 +294,6 @@ class LLMUsage:
 
 
 # ----------------------------------------------------------------------------- the client
-
-
-def request_key(body: Mapping[str, Any]) -> str:
-    """Cache key of a request body: SHA-256 of its canonical JSON."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Wait before retry ``attempt`` (0-based): ``min(cap, base * 2**attempt)``, of which the
-    second half is random ("equal jitter": never zero, spreads a burst of 429s)."""
-    top = min(cap, base * 2**attempt)
-    return top / 2 + rng.uniform(0, top / 2)
-
-
-def _count(value: Any) -> int:
-    """A token count from a reply's ``usage`` (0 when absent or not a number)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _content(payload: Any) -> tuple[str | None, str | None]:

@@ -1,0 +1,484 @@
+"""The served backend: any OpenAI-compatible completions or chat endpoint as a :class:`TextGenerator`.
+
+A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference
+baselines the way the field runs large models, beside the local Hugging Face model of the rollout
+engine. :class:`ServedGenerator` sends every prompt of a batch concurrently (at most
+``concurrency`` in flight) and returns one :class:`~prorag.models.generator.Generation` per
+prompt, in order, with token log-probabilities when asked (FLARE needs them) and the server's
+token counts (the cost columns).
+
+Robustness: exponential backoff with jitter on timeouts, connection errors, 408, 429 and 5xx
+(honouring ``Retry-After``, capped) and on replies that are not JSON or not of the schema; after
+``max_retries`` retries the batch fails with one :class:`~prorag.core.errors.ServiceUnavailableError`
+naming the endpoint and the last error. Any other status (a bad key, an unknown model, a prompt
+over the context) fails at once with :class:`ServedError`: asking again cannot help.
+
+Greedy replies (temperature 0) are cached in a JSONL file keyed by the SHA-256 of the request body
+(model, prompt or messages, sampling settings; not the key or URL), appended with a flush per
+reply, so a rerun or a resumed evaluation does not pay twice; identical greedy requests of one
+batch go out once. Sampled replies are never cached: a second sample of one prompt must be a new
+sample. The key comes from the environment variable ``api_key_env`` names and is never logged,
+cached or shown; a key that is named but not set is an error before any request. Plain http
+goes only to loopback unless ``allow_insecure_http``.
+
+The helpers :func:`request_key`, :func:`parse_retry_after`, :func:`backoff_delay` and
+:func:`token_count` also serve the LLM teacher's chat client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from prorag.core.config import setting
+from prorag.core.errors import ServiceUnavailableError
+from prorag.data.jsonl import JsonlAppender, read_jsonl
+from prorag.models.generator import Generation
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Statuses worth asking again: the server is busy, overloaded or broken for now.
+RETRY_STATUSES = frozenset({408, 429})
+
+
+# ----------------------------------------------------------------------------- shared request helpers
+
+
+def request_key(body: Mapping[str, Any]) -> str:
+    """Cache key of a request body: SHA-256 of its canonical JSON."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Wait before retry ``attempt`` (0-based): ``min(cap, base * 2**attempt)``, of which the
+    second half is random ("equal jitter": never zero, spreads a burst of 429s)."""
+    top = min(cap, base * 2**attempt)
+    return top / 2 + rng.uniform(0, top / 2)
+
+
+def token_count(value: Any) -> int:
+    """A token count from a reply's ``usage`` (0 when absent or not a number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def is_safe_url(url: str) -> bool:
+    """Whether ``url`` is https, or plain http to a loopback host (``localhost``, 127.0.0.0/8, ``::1``).
+
+    Plain http anywhere else sends the bearer key readable by anyone on the path, so the config
+    refuses it unless ``allow_insecure_http`` says it is meant (e.g. a server on a trusted LAN).
+    """
+    parsed = urlsplit(url)
+    if parsed.scheme == "https":
+        return True
+    host = (parsed.hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ----------------------------------------------------------------------------- config
+
+
+@dataclass
+class ServedConfig:
+    """Settings of a served generator (an OpenAI-compatible server: vLLM, SGLang, a hosted API)."""
+
+    base_url: str = setting(
+        help="API root, e.g. `http://127.0.0.1:8000/v1` (vLLM, SGLang) or `https://api.openai.com/v1`; requests go to "
+        "`{base_url}/completions` or `{base_url}/chat/completions`."
+    )
+    model: str = setting(help="Model name as the server knows it (vLLM: `--served-model-name`, by default the model path).")
+    api: Literal["completions", "chat"] = setting(
+        "completions",
+        help="`completions`: the prompt is sent as is (the baselines' prompts are plain text); `chat`: it is the "
+        "user message, after `system_prompt` if set (hosted chat-only models).",
+    )
+    api_key_env: str | None = setting(
+        None,
+        help="Environment variable holding the key (never the key itself: configs get shared); it must be set. "
+        "None (YAML `null`): the server needs no key (a local vLLM or SGLang server).",
+    )
+    allow_insecure_http: bool = setting(
+        False, help="Allow a plain `http://` base_url to a host other than loopback (the key would travel unencrypted)."
+    )
+    concurrency: int = setting(16, help="Requests in flight at once.")
+    max_retries: int = setting(5, help="Retries of one request after the first (errors and malformed replies alike).")
+    backoff_base_s: float = setting(0.5, help="First retry waits about this long, doubling (with jitter) up to `backoff_max_s`.")
+    backoff_max_s: float = setting(30.0, help="Longest wait between two retries.")
+    max_retry_after_s: float = setting(120.0, help="Cap on a server's `Retry-After`.")
+    timeout_s: float = setting(120.0, help="Per-request timeout (connect, read, write, pool).")
+    cache_path: str | None = setting(None, help="Reply cache (JSONL) of greedy requests. None: no cache.")
+    system_prompt: str | None = setting(None, help="`chat` only: a system message sent before each prompt.")
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://", self.base_url):
+            raise ValueError(f"ServedConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+        if not self.allow_insecure_http and not is_safe_url(self.base_url):
+            raise ValueError(
+                f"ServedConfig.base_url {self.base_url!r} is plain http to a host other than loopback: the API key "
+                "would travel unencrypted; use https:// or set allow_insecure_http: true"
+            )
+        if not self.model:
+            raise ValueError("ServedConfig.model must be set")
+        if self.concurrency < 1:
+            raise ValueError(f"ServedConfig.concurrency must be >= 1, got {self.concurrency}")
+        for name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ServedConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"ServedConfig.timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + ("/completions" if self.api == "completions" else "/chat/completions")
+
+
+class ServedError(ValueError):
+    """The server refused a request in a way asking again cannot fix (bad key, unknown model, a
+    prompt over the context): the run stops."""
+
+
+# ----------------------------------------------------------------------------- replies
+
+
+class MalformedReply(Exception):
+    """A 200 reply that is not JSON or not of the endpoint's schema (retried like a 5xx)."""
+
+
+def _first_choice(payload: Any) -> dict[str, Any]:
+    try:
+        choice = payload["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise MalformedReply("no choices[0]") from None
+    if not isinstance(choice, dict):
+        raise MalformedReply("choices[0] is not an object")
+    return choice
+
+
+def _checked_logprobs(tokens: Any, logprobs: Any) -> tuple[list[str], list[float]]:
+    """Tokens and their log-probabilities, checked to be parallel lists of strings and numbers."""
+    if not isinstance(tokens, list) or not isinstance(logprobs, list) or len(tokens) != len(logprobs):
+        raise MalformedReply("no token log-probabilities (tokens and logprobs must be lists of one length)")
+    if not all(isinstance(t, str) for t in tokens):
+        raise MalformedReply("a token is not a string")
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs):
+        raise MalformedReply("a token log-probability is not a number")
+    return tokens, [float(x) for x in logprobs]
+
+
+def parse_reply(payload: Any, *, api: Literal["completions", "chat"], logprobs: bool) -> Generation:
+    """The :class:`Generation` in a completions or chat-completions reply; :class:`MalformedReply` if
+    it has no text, or no per-token log-probabilities when they were asked for.
+
+    Completions carry the text in ``choices[0].text`` and log-probs in
+    ``choices[0].logprobs.{tokens,token_logprobs}``; chat carries ``choices[0].message.content``
+    and ``choices[0].logprobs.content[*].{token,logprob}``. Token counts come from ``usage``
+    (0 where a server leaves it out).
+    """
+    choice = _first_choice(payload)
+    block = choice.get("logprobs")
+    if api == "completions":
+        text = choice.get("text")
+        pairs = (block.get("tokens"), block.get("token_logprobs")) if isinstance(block, dict) else (None, None)
+    else:
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        entries = block.get("content") if isinstance(block, dict) else None
+        if isinstance(entries, list) and all(isinstance(e, dict) for e in entries):
+            pairs = ([e.get("token") for e in entries], [e.get("logprob") for e in entries])
+        else:
+            pairs = (None, None)
+    if not isinstance(text, str):
+        raise MalformedReply("no text in choices[0]")
+    tokens, token_logprobs = _checked_logprobs(*pairs) if logprobs else (None, None)
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    finish = choice.get("finish_reason")
+    return Generation(
+        text=text,
+        token_logprobs=token_logprobs,
+        tokens=tokens,
+        prompt_tokens=token_count(usage.get("prompt_tokens")),
+        completion_tokens=token_count(usage.get("completion_tokens")),
+        finish_reason=finish if isinstance(finish, str) else "stop",
+    )
+
+
+# ----------------------------------------------------------------------------- the generator
+
+
+@dataclass
+class ServedUsage:
+    """What the generator did: requests (retries included), cache hits, billed tokens, errors."""
+
+    requests: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    """Billed: replies from the server only (a cached reply's counts stay on its Generation)."""
+    completion_tokens: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    """Failed attempts by kind (``timeout``, ``connection``, ``http 503``, ``malformed``)."""
+
+    def describe(self) -> str:
+        line = (
+            f"served: {self.requests} requests, {self.retries} retries, {self.cache_hits} cache hits, "
+            f"{self.prompt_tokens} prompt + {self.completion_tokens} completion tokens"
+        )
+        if self.errors:
+            line += "; failed attempts: " + ", ".join(f"{n} {e}" for e, n in sorted(self.errors.items()))
+        return line
+
+
+class _Retry(Exception):
+    """One failed attempt worth repeating: its kind (for the counts), what went wrong, and the
+    server's ``Retry-After`` if it gave one."""
+
+    def __init__(self, kind: str, detail: str, wait: float | None = None) -> None:
+        super().__init__(detail)
+        self.kind, self.detail, self.wait = kind, detail, wait
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code, in a worker thread when this thread
+    already runs an event loop (a notebook), where :func:`asyncio.run` would refuse."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class ServedGenerator:
+    """A :class:`~prorag.models.generator.TextGenerator` on an OpenAI-compatible server (module docstring).
+
+    ``usage`` accumulates over calls; ``sleep`` and ``rng`` are for tests (instant, seeded backoff).
+    """
+
+    def __init__(
+        self,
+        config: ServedConfig,
+        *,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.usage = ServedUsage()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._key = self._api_key()
+        self._cache: dict[str, Generation] = {}
+        if config.cache_path and Path(config.cache_path).is_file():
+            for row in read_jsonl(config.cache_path, tolerate_truncated_tail=True):
+                reply = row.get("reply")
+                if isinstance(row.get("key"), str) and isinstance(reply, dict):
+                    try:
+                        self._cache[row["key"]] = Generation(**reply)
+                    except TypeError:
+                        continue  # a row of another version: asked again
+            log.info("served reply cache %s: %d replies", config.cache_path, len(self._cache))
+
+    def _api_key(self) -> str | None:
+        """The key from ``api_key_env``; None when the config needs none. Named but not set: an
+        error now, before any request (a request without it would only come back 401)."""
+        env = self.config.api_key_env
+        if not env:
+            return None
+        key = os.environ.get(env)
+        if not key:
+            raise ServedError(
+                f"environment variable {env} (api_key_env) is not set: export the API key, or set api_key_env: null "
+                "for a server that needs none"
+            )
+        return key
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def body(self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, logprobs: bool) -> dict[str, Any]:
+        """The request body of one prompt (also what the cache key hashes)."""
+        c = self.config
+        body: dict[str, Any] = {"model": c.model, "max_tokens": max_tokens, "temperature": temperature}
+        if c.api == "completions":
+            body["prompt"] = prompt
+        else:
+            system = [{"role": "system", "content": c.system_prompt}] if c.system_prompt else []
+            body["messages"] = [*system, {"role": "user", "content": prompt}]
+        if stop:
+            body["stop"] = list(stop)
+        if logprobs:
+            body["logprobs"] = 1 if c.api == "completions" else True
+        return body
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        logprobs: bool = False,
+    ) -> list[Generation]:
+        """One :class:`Generation` per prompt, in order (all requests concurrent, see :meth:`agenerate`)."""
+        return run_sync(self.agenerate(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs))
+
+    async def agenerate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        logprobs: bool = False,
+    ) -> list[Generation]:
+        """:meth:`generate` in a running event loop. The first request that fails for good cancels
+        the others and is raised (:class:`ServedError` or :class:`ServiceUnavailableError`)."""
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        c = self.config
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        limits = httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency)
+        appender = JsonlAppender(c.cache_path) if c.cache_path and temperature == 0 else None
+        sem = asyncio.Semaphore(c.concurrency)
+        jobs: dict[str, asyncio.Task[Generation]] = {}
+        order: list[str] = []
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(c.timeout_s), limits=limits, headers=headers) as http:
+                async with asyncio.TaskGroup() as tg:
+                    for i, prompt in enumerate(prompts):
+                        body = self.body(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs)
+                        key = request_key(body)
+                        slot = key if temperature == 0 else f"{key}#{i}"  # identical greedy requests go out once
+                        if slot not in jobs:
+                            jobs[slot] = tg.create_task(self._request(http, sem, body, key, appender))
+                        order.append(slot)
+        except ExceptionGroup as group:
+            raise group.exceptions[0] from None
+        finally:
+            if appender is not None:
+                appender.close()
+        return [dataclasses.replace(jobs[slot].result()) for slot in order]
+
+    async def _request(
+        self,
+        http: httpx.AsyncClient,
+        sem: asyncio.Semaphore,
+        body: dict[str, Any],
+        key: str,
+        appender: JsonlAppender | None,
+    ) -> Generation:
+        """One request's reply: from the cache (greedy only), else from the server with retries."""
+        c, usage = self.config, self.usage
+        greedy = body["temperature"] == 0
+        if greedy and key in self._cache:
+            usage.cache_hits += 1
+            return self._cache[key]
+        last, delay = "", 0.0
+        for attempt in range(c.max_retries + 1):
+            if attempt:
+                usage.retries += 1
+                await self._sleep(delay)
+            delay = backoff_delay(attempt, c.backoff_base_s, c.backoff_max_s, self._rng)
+            try:
+                async with sem:
+                    usage.requests += 1
+                    gen = self._read(await self._post(http, body), logprobs="logprobs" in body)
+            except _Retry as r:
+                usage.errors[r.kind] += 1
+                last = r.detail
+                if r.wait is not None:
+                    delay = min(r.wait, c.max_retry_after_s)
+                continue
+            usage.prompt_tokens += gen.prompt_tokens
+            usage.completion_tokens += gen.completion_tokens
+            if greedy:
+                self._cache[key] = gen
+                if appender is not None:
+                    appender.append({"key": key, "model": c.model, "reply": dataclasses.asdict(gen)})
+            return gen
+        raise ServiceUnavailableError(f"{c.url}: no valid reply after {c.max_retries + 1} attempts; last error: {last}")
+
+    async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body``; timeouts and connection errors become :class:`_Retry`."""
+        try:
+            return await http.post(self.config.url, json=body)
+        except httpx.TimeoutException:
+            raise _Retry("timeout", f"timed out after {self.config.timeout_s:g} s") from None
+        except httpx.TransportError as e:
+            raise _Retry("connection", f"connection error: {self._redact(str(e)) or type(e).__name__}") from None
+
+    def _read(self, resp: httpx.Response, *, logprobs: bool) -> Generation:
+        """The Generation in ``resp``; :class:`_Retry` for a status or reply worth asking again,
+        :class:`ServedError` for a status that will not change."""
+        status = resp.status_code
+        if status != 200:
+            detail = self._redact(resp.text[:300]).replace("\n", " ")
+            if status in RETRY_STATUSES or status >= 500:
+                raise _Retry(f"http {status}", f"HTTP {status}: {detail}", parse_retry_after(resp.headers.get("retry-after")))
+            raise ServedError(
+                f"{self.config.url}: HTTP {status} (check base_url, model and api_key_env; a prompt over the "
+                f"model's context also ends here): {detail}"
+            )
+        try:
+            return parse_reply(resp.json(), api=self.config.api, logprobs=logprobs)
+        except ValueError:
+            raise _Retry("malformed", "the reply is not JSON") from None
+        except (MalformedReply, AttributeError) as e:
+            raise _Retry("malformed", f"malformed reply: {e}") from None
+
+
+__all__ = [
+    "MalformedReply",
+    "ServedConfig",
+    "ServedError",
+    "ServedGenerator",
+    "ServedUsage",
+    "backoff_delay",
+    "is_safe_url",
+    "parse_reply",
+    "parse_retry_after",
+    "request_key",
+    "run_sync",
+    "token_count",
+]

@@ -1,0 +1,223 @@
+"""The served backend against a local fake OpenAI-compatible server (tests/fake_chat_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prorag.core.config import load_config
+from prorag.core.errors import DataError, ServiceUnavailableError
+from prorag.models.generator import Generation
+from prorag.models.served import ServedConfig, ServedError, ServedGenerator
+from tests.fake_chat_server import COMPLETION_TOKENS, PROMPT_TOKENS, FakeChatServer, Reply, user_text
+
+
+def echo(body: dict[str, Any], n: int) -> Reply:
+    return Reply(content=f"re: {user_text(body)}")
+
+
+def make(server: FakeChatServer, **kw: Any) -> tuple[ServedGenerator, list[float]]:
+    """A generator on ``server`` whose backoff sleeps are recorded, not slept."""
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    kw = {"max_retries": 3, "timeout_s": 5.0, **kw}
+    return ServedGenerator(ServedConfig(base_url=server.url, model="m", **kw), sleep=sleep, rng=random.Random(0)), slept
+
+
+def test_completions_request_and_reply() -> None:
+    with FakeChatServer(echo) as server:
+        gen, _ = make(server)
+        out = gen.generate(["Q: a", "Q: b"], max_tokens=12, stop=["\n"])
+    assert [g.text for g in out] == ["re: Q: a", "re: Q: b"]
+    assert all(g.token_logprobs is None and g.tokens is None and g.finish_reason == "stop" for g in out)
+    assert (out[0].prompt_tokens, out[0].completion_tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS)
+    seen = server.seen[0]
+    assert seen.path == "/v1/completions"
+    assert {k: seen.body[k] for k in ("model", "max_tokens", "temperature", "stop")} == {
+        "model": "m",
+        "max_tokens": 12,
+        "temperature": 0.0,
+        "stop": ["\n"],
+    }
+    assert "logprobs" not in seen.body and "Authorization" not in seen.headers  # local server, no key
+    assert gen.usage.requests == 2 and gen.usage.prompt_tokens == 2 * PROMPT_TOKENS
+
+
+def test_completions_logprobs_parsed() -> None:
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        return Reply(content="Paris is", tokens=["Paris", " is"], logprobs=[-0.25, -3.5])
+
+    with FakeChatServer(behave) as server:
+        gen, _ = make(server)
+        (g,) = gen.generate(["Capital?"], max_tokens=4, logprobs=True)
+    assert server.seen[0].body["logprobs"] == 1
+    assert g.tokens == ["Paris", " is"] and g.token_logprobs == [-0.25, -3.5]
+
+
+def test_chat_messages_and_logprobs() -> None:
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        return Reply(content="yes no", logprobs=[-1.0, -2.0], finish_reason="length")
+
+    with FakeChatServer(behave) as server:
+        gen, _ = make(server, api="chat", system_prompt="Be brief.")
+        (g,) = gen.generate(["Is it?"], max_tokens=2, logprobs=True)
+    seen = server.seen[0]
+    assert seen.path == "/v1/chat/completions" and seen.body["logprobs"] is True
+    assert seen.body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is it?"}]
+    assert g == Generation("yes no", [-1.0, -2.0], ["yes", " no"], PROMPT_TOKENS, COMPLETION_TOKENS, "length")
+
+
+def test_order_kept_under_concurrency() -> None:
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        i = int(user_text(body).split()[-1])
+        return Reply(content=f"answer {i}", delay=0.01 * (i % 5))  # later prompts often finish first
+
+    prompts = [f"prompt {i}" for i in range(24)]
+    with FakeChatServer(behave) as server:
+        gen, _ = make(server, concurrency=6)
+        out = gen.generate(prompts, max_tokens=4)
+    assert [g.text for g in out] == [f"answer {i}" for i in range(24)]
+    assert 1 < server.max_in_flight <= 6
+
+
+def test_cache_hit_on_rerun_and_sampled_not_cached(tmp_path: Path) -> None:
+    cache = tmp_path / "cache.jsonl"
+    with FakeChatServer(echo) as server:
+        gen, _ = make(server, cache_path=str(cache))
+        first = gen.generate(["a", "b", "a"], max_tokens=4, logprobs=True)
+        assert server.n_requests == 2  # identical greedy requests of one batch go out once
+        again, _ = make(server, cache_path=str(cache))  # a rerun: a new process reads the file
+        second = again.generate(["b", "a"], max_tokens=4, logprobs=True)
+        assert server.n_requests == 2 and again.usage.cache_hits == 2 and again.usage.requests == 0
+        assert second == [first[1], first[0]] and second[0].token_logprobs is not None
+        again.generate(["a"], max_tokens=5)  # other settings: another request
+        assert server.n_requests == 3
+        again.generate(["a", "a"], max_tokens=4, temperature=0.7)  # samples: each asked, never cached
+        again.generate(["a"], max_tokens=4, temperature=0.7)
+        assert server.n_requests == 6
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert len(rows) == 3 and all(r["reply"]["text"].startswith("re: ") for r in rows)
+
+
+def test_timeout_then_success() -> None:
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        return Reply(content="late", delay=1.0) if n == 1 else Reply(content="ok")
+
+    with FakeChatServer(behave) as server:
+        gen, slept = make(server, timeout_s=0.2)
+        (g,) = gen.generate(["x"], max_tokens=4)
+    assert g.text == "ok" and gen.usage.errors["timeout"] == 1 and gen.usage.retries == 1 and len(slept) == 1
+
+
+def test_500s_then_success_honour_retry_after_capped() -> None:
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        if n == 1:
+            return Reply(status=503, headers={"Retry-After": "7"})
+        if n == 2:
+            return Reply(status=500, headers={"Retry-After": "9999"})
+        return Reply(content="ok")
+
+    with FakeChatServer(behave) as server:
+        gen, slept = make(server, max_retry_after_s=60.0)
+        (g,) = gen.generate(["x"], max_tokens=4)
+    assert g.text == "ok" and server.n_requests == 3
+    assert slept == [7.0, 60.0]
+    assert gen.usage.errors == {"http 503": 1, "http 500": 1}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Reply(payload=b'{"choices": [{"text": "cut'),  # not JSON
+        Reply(payload={"choices": []}),  # JSON, not the schema
+        Reply(payload={"choices": [{"text": "no logprobs", "logprobs": None}]}),  # asked for, missing
+    ],
+)
+def test_malformed_reply_retried(bad: Reply) -> None:
+    with FakeChatServer(lambda body, n: bad if n == 1 else Reply(content="ok")) as server:
+        gen, _ = make(server)
+        (g,) = gen.generate(["x"], max_tokens=4, logprobs=True)
+    assert g.text == "ok" and gen.usage.errors["malformed"] == 1 and server.n_requests == 2
+
+
+def test_all_retries_failing_is_one_clear_error() -> None:
+    with FakeChatServer(lambda body, n: Reply(status=502) if "bad" in user_text(body) else Reply(content="ok")) as server:
+        gen, slept = make(server, max_retries=2, backoff_base_s=1.0, backoff_max_s=1.5)
+        with pytest.raises(ServiceUnavailableError) as e:
+            gen.generate(["good", "bad"], max_tokens=4)
+    assert str(e.value).startswith(f"{server.url}/completions: no valid reply after 3 attempts; last error: HTTP 502")
+    assert len(slept) == 2 and all(0.5 <= s <= 1.5 for s in slept)
+
+
+def test_fatal_status_stops_at_once_and_key_is_redacted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SERVED_TEST_KEY", "sk-secret-123")
+    with FakeChatServer(lambda body, n: Reply(status=401, payload={"error": "bad key sk-secret-123"})) as server:
+        gen, _ = make(server, api_key_env="SERVED_TEST_KEY", cache_path=str(tmp_path / "c.jsonl"))
+        with pytest.raises(ServedError, match="HTTP 401") as e:
+            gen.generate(["x"], max_tokens=4)
+    assert server.n_requests == 1 and "sk-secret-123" not in str(e.value) and "***" in str(e.value)
+    assert server.seen[0].headers["Authorization"] == "Bearer sk-secret-123"
+
+
+def test_missing_key_refused_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SERVED_TEST_KEY", raising=False)
+    with FakeChatServer(echo) as server:
+        with pytest.raises(ServedError, match="SERVED_TEST_KEY"):
+            make(server, api_key_env="SERVED_TEST_KEY")
+    assert server.n_requests == 0
+
+
+def test_insecure_http_refused() -> None:
+    with pytest.raises(ValueError, match="allow_insecure_http"):
+        ServedConfig(base_url="http://gpu-box.lan:8000/v1", model="m")
+    ServedConfig(base_url="http://gpu-box.lan:8000/v1", model="m", allow_insecure_http=True)
+    for url in ("https://api.example.com/v1", "http://localhost:8000/v1", "http://127.0.0.1:8000/v1", "http://[::1]:8000/v1"):
+        ServedConfig(base_url=url, model="m")
+
+
+def test_config_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "served.yaml"
+    path.write_text("base_url: http://127.0.0.1:8000/v1\nmodel: Qwen/Qwen3-8B\napi: chat\nconcurrency: 32\n")
+    cfg = load_config(path, ServedConfig)
+    assert (cfg.api, cfg.concurrency, cfg.api_key_env, cfg.url) == ("chat", 32, None, "http://127.0.0.1:8000/v1/chat/completions")
+    path.write_text("base_url: http://127.0.0.1:8000/v1\nmodel: m\napi: responses\n")
+    with pytest.raises(DataError, match="api"):
+        load_config(path, ServedConfig)
+
+
+def test_generate_inside_a_running_event_loop() -> None:
+    with FakeChatServer(echo) as server:
+        gen, _ = make(server)
+
+        async def main() -> list[Generation]:
+            return gen.generate(["x"], max_tokens=4)
+
+        assert [g.text for g in asyncio.run(main())] == ["re: x"]
+
+
+def test_interrupted_batch_keeps_finished_replies(tmp_path: Path) -> None:
+    cache = tmp_path / "cache.jsonl"
+    broken = True
+
+    def behave(body: dict[str, Any], n: int) -> Reply:
+        if broken and user_text(body) == "late":
+            return Reply(status=503, delay=0.2)  # fails after the others are done
+        return Reply(content=f"re: {user_text(body)}")
+
+    with FakeChatServer(behave) as server:
+        gen, _ = make(server, max_retries=1, cache_path=str(cache))
+        with pytest.raises(ServiceUnavailableError):
+            gen.generate(["a", "b", "late"], max_tokens=4)
+        assert server.n_requests == 4
+        broken = False
+        rerun, _ = make(server, cache_path=str(cache))
+        assert [g.text for g in rerun.generate(["a", "b", "late"], max_tokens=4)] == ["re: a", "re: b", "re: late"]
+    assert server.n_requests == 5 and rerun.usage.cache_hits == 2

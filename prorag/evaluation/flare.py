@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from prorag.core.config import setting
 from prorag.evaluation.baselines import EVAL_BASELINES
 from prorag.evaluation.generator_eval import (
-    CHAIN_OF_THOUGHT,
     GeneratorBaseline,
     QuestionRun,
     Session,
+    cot_prompt,
     first_sentence,
-    rag_user_turn,
     read_answer,
 )
 from prorag.models.generator import Generation
@@ -79,10 +78,6 @@ class FLARE(GeneratorBaseline):
     name = "flare"
     Options = FLAREOptions
 
-    def _prompt(self, session: Session, run: QuestionRun) -> str:
-        head = session.head(CHAIN_OF_THOUGHT, rag_user_turn(run.record.question, run.state["docs"]))
-        return head + ("Answer: " + " ".join(run.state["sentences"])).rstrip()
-
     def _keep(self, run: QuestionRun, sentence: str, g: Generation) -> None:
         """Add a sentence; end the run on an answer or when the model stopped right after it."""
         if not sentence:
@@ -105,7 +100,11 @@ class FLARE(GeneratorBaseline):
         for step in range(o.max_sentences):
             active = [r for r in runs if not r.done]
             ahead = session.generate(
-                active, [self._prompt(session, r) for r in active], max_tokens=o.look_ahead_tokens, stop=("\n",), logprobs=True
+                active,
+                [cot_prompt(session, r.record.question, r.state["docs"], r.state["sentences"]) for r in active],
+                max_tokens=o.look_ahead_tokens,
+                stop=("\n",),
+                logprobs=True,
             )
             unsure, queries = [], []
             for r, g in zip(active, ahead, strict=True):
@@ -118,7 +117,10 @@ class FLARE(GeneratorBaseline):
             for r, hits in zip(unsure, session.search(unsure, queries, action=step + 1), strict=True):
                 r.state["docs"] = hits
             again = session.generate(
-                unsure, [self._prompt(session, r) for r in unsure], max_tokens=o.look_ahead_tokens, stop=("\n",)
+                unsure,
+                [cot_prompt(session, r.record.question, r.state["docs"], r.state["sentences"]) for r in unsure],
+                max_tokens=o.look_ahead_tokens,
+                stop=("\n",),
             )
             for r, g in zip(unsure, again, strict=True):
                 self._keep(r, first_sentence(g.text), g)

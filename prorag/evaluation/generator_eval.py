@@ -168,9 +168,11 @@ CHAIN_OF_THOUGHT = (
 )
 
 
-def rag_user_turn(question: str, hits: Sequence[Hit]) -> str:
-    """The user turn of the retrieval baselines: the documents, then the question."""
-    return f"Documents:\n{format_documents(hits)}\n\nQuestion: {question.strip()}"
+def cot_prompt(session: Session, question: str, hits: Sequence[Hit], sentences: Sequence[str] = ()) -> str:
+    """The chain-of-thought prompt of Iter-RetGen, IRCoT and FLARE: :data:`CHAIN_OF_THOUGHT`, the
+    documents, the question, then ``Answer:`` and the sentences written so far, to be continued."""
+    user = f"Documents:\n{format_documents(hits)}\n\nQuestion: {question.strip()}"
+    return session.head(CHAIN_OF_THOUGHT, user) + " ".join(["Answer:", *sentences])
 
 
 class GeneratorBaseline(EvalBaseline):
@@ -276,7 +278,7 @@ __all__ = [
     "Session",
     "CHAIN_OF_THOUGHT",
     "first_sentence",
-    "rag_user_turn",
+    "cot_prompt",
     "evaluate_generator",
     "one_shot",
     "read_answer",

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from prorag.core.config import setting
 from prorag.evaluation.baselines import EVAL_BASELINES
 from prorag.evaluation.generator_eval import (
-    CHAIN_OF_THOUGHT,
     GeneratorBaseline,
     QuestionRun,
     Session,
+    cot_prompt,
     first_sentence,
-    rag_user_turn,
     read_answer,
 )
 
@@ -50,10 +49,6 @@ class IRCoT(GeneratorBaseline):
     name = "ircot"
     Options = IRCoTOptions
 
-    def _prompt(self, session: Session, run: QuestionRun) -> str:
-        cot = " ".join(run.state["cot"])
-        return session.head(CHAIN_OF_THOUGHT, rag_user_turn(run.record.question, run.state["docs"])) + ("Answer: " + cot).rstrip()
-
     def _add_docs(self, run: QuestionRun, hits: list) -> None:
         seen = {h.id for h in run.state["docs"]}
         run.state["docs"] += [h for h in hits if h.id not in seen][: self.options.max_docs - len(run.state["docs"])]
@@ -66,7 +61,10 @@ class IRCoT(GeneratorBaseline):
         for step in range(o.max_steps):
             active = [r for r in runs if not r.done]
             gens = session.generate(
-                active, [self._prompt(session, r) for r in active], max_tokens=o.sentence_tokens, stop=("\n",)
+                active,
+                [cot_prompt(session, r.record.question, r.state["docs"], r.state["cot"]) for r in active],
+                max_tokens=o.sentence_tokens,
+                stop=("\n",),
             )
             for r, g in zip(active, gens, strict=True):
                 sentence = first_sentence(g.text)
@@ -82,7 +80,7 @@ class IRCoT(GeneratorBaseline):
             ):
                 self._add_docs(r, hits)
         unread = [r for r in runs if r.answer is None]
-        prompts = [self._prompt(session, r) + " So the answer is:" for r in unread]
+        prompts = [cot_prompt(session, r.record.question, r.state["docs"], r.state["cot"]) + " So the answer is:" for r in unread]
         for r, g in zip(unread, session.generate(unread, prompts, max_tokens=o.sentence_tokens, stop=("\n",)), strict=True):
             r.state["cot"].append("So the answer is: " + first_sentence(g.text))
             r.answer = read_answer(r.state["cot"][-1])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prorag.core.config import setting
 from prorag.evaluation.baselines import EVAL_BASELINES
-from prorag.evaluation.generator_eval import CHAIN_OF_THOUGHT, GeneratorBaseline, QuestionRun, Session, rag_user_turn, read_answer
+from prorag.evaluation.generator_eval import GeneratorBaseline, QuestionRun, Session, cot_prompt, read_answer
 
 
 @dataclass
@@ -44,10 +44,7 @@ class IterRetGen(GeneratorBaseline):
         for t in range(o.rounds):
             queries = [f"{r.record.question.strip()} {y.strip()}".strip() for r, y in zip(runs, last, strict=True)]
             hits = session.search(runs, queries, action=t)
-            prompts = [
-                session.head(CHAIN_OF_THOUGHT, rag_user_turn(r.record.question, h)) + "Answer:"
-                for r, h in zip(runs, hits, strict=True)
-            ]
+            prompts = [cot_prompt(session, r.record.question, h) for r, h in zip(runs, hits, strict=True)]
             gens = session.generate(runs, prompts, max_tokens=o.max_tokens)
             last = [g.text for g in gens]
             for r, g in zip(runs, gens, strict=True):

@@ -130,7 +130,6 @@ class Session:
 
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_ANSWER_IS = re.compile(r"answer is[:\s]*(.+)", re.IGNORECASE)
 
 
 def read_answer(text: str) -> str | None:
@@ -141,9 +140,9 @@ def read_answer(text: str) -> str | None:
     boxed = _BOXED.findall(text)
     if boxed:
         return boxed[-1].strip() or None
-    said = _ANSWER_IS.findall(text)
-    if said:
-        answer = said[-1].splitlines()[0].strip().rstrip(".").strip()
+    at = text.lower().rfind("answer is")
+    if at >= 0:
+        answer = text[at + len("answer is") :].lstrip(": \t").split("\n", 1)[0].strip().rstrip(".").strip()
         return answer or None
     return baseline_answer(text, None)
 

@@ -67,6 +67,7 @@ def test_options_are_checked_and_the_engine_refuses_a_generator_baseline(retriev
 def test_answer_and_sentence_readers() -> None:
     assert read_answer("think \\boxed{a} then \\boxed{Ann Lee}") == "Ann Lee"
     assert read_answer("X. So the answer is: J. Smith.\nnext") == "J. Smith"
+    assert read_answer("So the answer is: So the answer is: Krirek.") == "Krirek"
     assert read_answer("<answer> Paris </answer>") == "Paris" and read_answer("Answer: Rome\nx") == "Rome"
     assert (
         first_sentence(" A b. C d.") == "A b." and first_sentence("So the answer is: J. Smith.") == "So the answer is: J. Smith."

@@ -113,7 +113,15 @@ class EvalBaseline:
 
 
 #: Evaluation baselines by name (``EvalConfig.baseline``, ``prorag eval --baseline``).
-EVAL_BASELINES: Registry[type[EvalBaseline]] = Registry("evaluation baseline")
+EVAL_BASELINES: Registry[type[EvalBaseline]] = Registry(
+    "evaluation baseline",
+    builtins=(
+        "prorag.evaluation.iter_retgen",
+        "prorag.evaluation.ircot",
+        "prorag.evaluation.flare",
+        "prorag.evaluation.search_o1",
+    ),
+)
 
 
 @EVAL_BASELINES.register("naive")

@@ -52,7 +52,14 @@ class EvalConfig:
 
     limit: int | None = setting(None, help="Evaluate only the first `limit` records.")
     baseline: Baseline | None = setting(
-        None, help="Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag)."
+        None,
+        help="Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag; "
+        "iter-retgen, ircot, flare, search-o1 run on a text generator: evaluate_generator).",
+    )
+    baseline_options: dict[str, Any] = setting(
+        factory=dict,
+        help="Options of a generator baseline (iter-retgen, ircot, flare, search-o1), e.g. {rounds: 5}; "
+        "unset keys keep the defaults in each baseline's docstring.",
     )
     rollout: EvalRolloutConfig = setting(
         factory=EvalRolloutConfig,
@@ -64,10 +71,22 @@ class EvalConfig:
             raise ValueError(f"EvalConfig.limit must be >= 1 (or null: every record), got {self.limit}")
         if self.baseline is not None and self.baseline not in EVAL_BASELINES:
             raise ValueError(f"EvalConfig.baseline must be one of {EVAL_BASELINES.names()}, got {self.baseline!r}")
+        if self.baseline_options:
+            self.baseline_runner()  # unknown or ill-typed options are refused here, with the field named
 
     def baseline_runner(self) -> EvalBaseline | None:
-        """The configured baseline, ``None`` for the ProRAG loop."""
-        return EVAL_BASELINES.get(self.baseline)() if self.baseline is not None else None
+        """The configured baseline, ``None`` for the ProRAG loop; a baseline with options (an
+        ``Options`` dataclass) is built from :attr:`baseline_options`."""
+        if self.baseline is None:
+            if self.baseline_options:
+                raise ValueError("EvalConfig.baseline_options needs a baseline")
+            return None
+        cls = EVAL_BASELINES.get(self.baseline)
+        if getattr(cls, "Options", None) is None:
+            if self.baseline_options:
+                raise ValueError(f"the {self.baseline} baseline takes no baseline_options, got {sorted(self.baseline_options)}")
+            return cls()
+        return cls(self.baseline_options)  # type: ignore[call-arg]
 
     def rollout_config(self) -> RolloutConfig:
         """What the engine runs: :attr:`rollout`, as the baseline adjusts it (one action for a one-shot one)."""
@@ -167,12 +186,8 @@ def evaluate(
     cfg = config or EvalConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = list(records)[: cfg.limit] if cfg.limit is not None else list(records)
+    records, todo = pending(records, out, cfg)
     pred_path, traj_path = out / "predictions.jsonl", out / "trajectories.jsonl"
-    done = {row["id"] for row in read_jsonl(pred_path, tolerate_truncated_tail=True)} if pred_path.exists() else set()
-    todo = [r for r in records if r.id not in done]
-    if done:
-        log.info("resuming: %d of %d questions already evaluated in %s", len(done), len(records), pred_path)
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
     runner = cfg.baseline_runner()
@@ -188,9 +203,29 @@ def evaluate(
             runner.run(engine, todo, write, progress=progress)
         elif todo:
             engine.rollout(todo, progress=progress, on_batch=write)
+    return finish(records, out, cfg)
+
+
+def pending(records: Sequence[Record], out: Path, cfg: EvalConfig) -> tuple[list[Record], list[Record]]:
+    """The records of a run (``cfg.limit`` applied) and those not yet in ``out/predictions.jsonl``
+    (a question already scored there is never run again: the resume of an interrupted run)."""
+    records = list(records)[: cfg.limit] if cfg.limit is not None else list(records)
+    pred_path = out / "predictions.jsonl"
+    done = {row["id"] for row in read_jsonl(pred_path, tolerate_truncated_tail=True)} if pred_path.exists() else set()
+    if done:
+        log.info(
+            "resuming: %d of %d questions already evaluated in %s", len(done & {r.id for r in records}), len(records), pred_path
+        )
+    return records, [r for r in records if r.id not in done]
+
+
+def finish(records: Sequence[Record], out: Path, cfg: EvalConfig, means: Sequence[str] = ()) -> dict[str, Any]:
+    """Summarise the prediction lines of ``records`` into ``out/metrics.json``, with ``mean_<key>``
+    for each per-question count in ``means`` (e.g. ``completion_tokens``) and the config."""
     wanted = {r.id for r in records}
-    rows = [row for row in read_jsonl(pred_path, tolerate_truncated_tail=True) if row["id"] in wanted]
-    metrics = summarise(rows) | {"config": asdict(cfg)}
+    rows = [row for row in read_jsonl(out / "predictions.jsonl", tolerate_truncated_tail=True) if row["id"] in wanted]
+    metrics = summarise(rows) | {f"mean_{k}": sum(r.get(k, 0) for r in rows) / len(rows) for k in means}
+    metrics["config"] = asdict(cfg)
     write_json(out / "metrics.json", metrics)
     return metrics
 

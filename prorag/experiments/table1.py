@@ -242,9 +242,9 @@ def per_question_em(out: Path, benchmark: str, ids: list[str]) -> dict[tuple[str
 
 
 def significance(pooled: dict[str, dict[tuple[str, str], float]], averages: dict[str, dict[str, float]]) -> dict[str, Any] | None:
-    """Paired t-test of the best system by average EM against the next, on the per-question EM of
+    """Paired t-test of the best system by average EM (then F1) against the next, on the per-question EM of
     every benchmark pooled (questions both answered); ``None`` with fewer than two systems."""
-    order = sorted(averages, key=lambda s: averages[s]["em"], reverse=True)
+    order = sorted(averages, key=lambda s: (averages[s]["em"], averages[s].get("f1", 0.0)), reverse=True)  # F1 breaks ties
     if len(order) < 2:
         return None
     best, nxt = order[0], order[1]

@@ -1,4 +1,4 @@
-"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``) and report.
+"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``), table1 and report.
 
 ``pipeline`` and ``ablate`` take ``--config FILE`` and ``--set KEY=VALUE`` over any field of the
 pipeline's config, stage sections included (``--set rl.beta=0.5``).
@@ -100,6 +100,24 @@ def ablate_cmd(
     typer.echo(
         run_ablation(source.load(), run_dir, what, progress=typer.echo, seeds=chosen, results_dir=results_dir, command=command)
     )
+
+
+@config_command(app, "table1", "prorag.experiments.table1:Table1Config", "table1", {}, expand=False)
+def table1_cmd(
+    source: ConfigSource,
+    run_dir: Annotated[Path, typer.Option(help="Run folder: cells/SYSTEM/BENCHMARK/, table1.json, table1.md (resumes).")],
+) -> None:
+    """The paper's Table 1: every system × benchmark on one retriever and one model, EM and F1 per cell,
+    the average, searches and tokens per question, and a paired t-test of the best system against the next.
+
+    Configs: configs/table1_offline.yaml (SmolLM2, BM25 over the pooled benchmark corpus, CPU) and
+    configs/table1_paper.yaml (Qwen3-8B served by vLLM, E5 over wiki-18, top-3).
+    """
+    from prorag.experiments.table1 import run_table1, table1_markdown
+
+    result = run_table1(source.load(), run_dir, progress=typer.echo)
+    typer.echo(table1_markdown(result))
+    typer.echo(f"-> {run_dir}/table1.json, table1.md")
 
 
 @app.command("report")

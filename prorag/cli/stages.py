@@ -41,6 +41,9 @@ SHORTCUTS: dict[str, dict[str, str]] = {
         "--max-actions": "rollout.max_actions",
         "--prompt-style": "rollout.prompt_style",
         "--seed": "rollout.seed",
+        "--generator": "generator.kind",
+        "served options": "generator.served",
+        "--judge-config": "judge",
     },
     "mcts": {},
     "pairs": {"LLM options": "llm", "--judge": "judge", "--min-visits": "min_visits", "--pairs-per-set": "pairs_per_set"},
@@ -156,14 +159,30 @@ def eval_cmd(
     compare: Annotated[
         tuple[Path, Path] | None, typer.Option(help="Compare two predictions.jsonl files with a paired t-test per metric.")
     ] = None,
+    generator: Annotated[
+        str | None,
+        typer.Option(help="engine (default), hf (--policy as a TextGenerator) or served (an OpenAI-compatible server)."),
+    ] = None,
+    base_url: Annotated[str | None, typer.Option(help="served: API root of the server (…/v1).")] = None,
+    served_model: Annotated[str | None, typer.Option(help="served: the model name the server knows.")] = None,
+    api: Annotated[str | None, typer.Option(help="served: completions or chat.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="served: environment variable of the API key (none: no key).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="served: requests in flight at once.")] = None,
+    judge_config: Annotated[
+        Path | None, typer.Option(help="YAML of JudgeConfig fields: adds acc_l (LLM-judge accuracy) to metrics.json.")
+    ] = None,
 ) -> None:
     """Evaluate a policy or baseline on a record file: predictions, trajectories and metrics.json.
 
-    With --compare A.jsonl B.jsonl, print a paired t-test per metric instead.
+    A generator baseline (iter-retgen, ircot, flare, search-o1) runs on --policy as a local HF model or,
+    with --generator served, on an OpenAI-compatible server (vLLM, SGLang, an API). With
+    --compare A.jsonl B.jsonl, print a paired t-test per metric instead.
     """
     import json
 
+    from prorag.core.config import load_config
     from prorag.evaluation.harness import compare_predictions, evaluate_files
+    from prorag.evaluation.llm_judge import JudgeConfig
 
     if compare is not None:
         result = compare_predictions(*compare)
@@ -171,11 +190,24 @@ def eval_cmd(
         for name, row in result.items():
             typer.echo(f"{name:<14}{row['mean_a']:>9.4f}{row['mean_b']:>9.4f}{row['t']:>9.3f}{row['p_value']:>9.4f}{row['n']:>6}")
         return
-    missing = [n for n, v in (("--policy", policy), ("--data", data), ("--index", index), ("--out", out)) if v is None]
+    served = {"base_url": base_url, "model": served_model, "api": api, "api_key_env": api_key_env, "concurrency": concurrency}
+    served = {key: value for key, value in served.items() if value is not None}
+    options = {"--limit": limit, "--baseline": baseline, "-k": k, "--batch-size": batch_size, "--max-actions": max_actions}
+    cfg = source.load(
+        {
+            **options,
+            "--prompt-style": prompt_style,
+            "--seed": seed,
+            "--generator": generator,
+            "served options": (lambda c: {**c.generator.served, **served}) if served else None,
+            "--judge-config": (lambda _: load_config(judge_config, JudgeConfig)) if judge_config is not None else None,
+        }
+    )
+    needs_policy = cfg.generator.kind != "served"
+    required = (("--policy", policy if needs_policy else ""), ("--data", data), ("--index", index), ("--out", out))
+    missing = [n for n, v in required if v is None]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (or use --compare A.jsonl B.jsonl)")
-    options = {"--limit": limit, "--baseline": baseline, "-k": k, "--batch-size": batch_size, "--max-actions": max_actions}
-    cfg = source.load({**options, "--prompt-style": prompt_style, "--seed": seed})
     metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
     shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
     typer.echo(json.dumps(shown, indent=2))

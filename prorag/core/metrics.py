@@ -3,8 +3,8 @@
 :func:`answer_metrics` returns ``em`` (:func:`exact_match`, SQuAD normalisation), ``f1``
 (:func:`f1_score`, with HotpotQA's yes/no/noanswer rule), ``cover_em`` (:func:`cover_exact_match`,
 R1-Searcher/HiPRAG/CP-Search's "Cover EM" or ACC_R) and ``substring_acc`` (:func:`substring_match`,
-FlashRAG's ``acc``). The containment metrics are never EM: a rambling prediction that mentions the
-gold scores 1 on them and 0 EM.
+FlashRAG's ``acc``); :func:`rouge1_f1` is ROUGE-1 F1 as P2S reports it. The containment metrics
+are never EM: a rambling prediction that mentions the gold scores 1 on them and 0 EM.
 
 Every answer metric takes one gold string or a list of aliases and returns the max over aliases.
 An empty prediction or alias after normalisation scores 0, even against an empty gold (the official
@@ -95,6 +95,12 @@ def _f1_normalized(pred: str, gold: str) -> float:
     # HotpotQA: a yes/no/noanswer answer on either side earns no partial token credit.
     if (pred in SPECIAL_ANSWERS or gold in SPECIAL_ANSWERS) and pred != gold:
         return 0.0
+    return _unigram_f1(pred, gold)
+
+
+def _unigram_f1(pred: str, gold: str) -> float:
+    """Multiset unigram F1 of two normalised strings (token F1 and ROUGE-1 F1 share it); 0 when
+    either is empty (no tokens, no overlap)."""
     pred_tokens = pred.split()
     gold_tokens = gold.split()
     num_same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
@@ -174,6 +180,21 @@ def substring_match(prediction: str, golds: str | Sequence[str]) -> float:
     _check_prediction(prediction)
     pred = normalize_answer(prediction)
     return max(_substring_normalized(pred, normalize_answer(g)) for g in _gold_list(golds))
+
+
+def rouge1_f1(prediction: str, golds: str | Sequence[str]) -> float:
+    """ROUGE-1 F1 (P2S's ``ROUGE-1``): unigram-overlap F1 between the normalised prediction and
+    the best gold alias, in [0, 1].
+
+    Unigrams are the whitespace tokens of :func:`normalize_answer` (SQuAD normalisation, no
+    stemming or stop-word removal, so the number sits beside EM and F1 on the same tokens);
+    overlap is the multiset intersection. Unlike :func:`f1_score` there is no yes/no rule:
+    ``"yes"`` against ``"yes sir"`` earns partial credit (2/3), as ROUGE gives it. An empty
+    normalised prediction or alias scores 0; ``ValueError`` for an empty alias list.
+    """
+    _check_prediction(prediction)
+    pred = normalize_answer(prediction)
+    return max(_unigram_f1(pred, normalize_answer(g)) for g in _gold_list(golds))
 
 
 def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, float]:

@@ -7,7 +7,7 @@ Outputs, in the run's output folder:
   appended and flushed batch by batch, so an interrupted evaluation resumes where it stopped;
 * ``trajectories.jsonl``: the full token-level trajectories (ids, masks, spans, decoded text);
 * ``metrics.json``: the means, named by metric (``em``, ``f1``, ``cover_em``, ``substring_acc``,
-  never a containment metric called EM), the format-valid rate, mean retrieval steps, retrieval
+  never a containment metric called EM; ``rouge1_f1``, P2S's ROUGE-1; ``acc_l`` when a judge is set), the format-valid rate, mean retrieval steps, retrieval
   recall of gold evidence, and the distribution of retrieval steps with the F1 at each count and
   cumulatively (the data of ProRAG's Figure 6).
 
@@ -21,14 +21,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import setting
-from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall
+from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall, rouge1_f1
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
+from prorag.evaluation.llm_judge import JudgeConfig
 from prorag.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,47 @@ class EvalRolloutConfig(RolloutConfig):
     block sets only some fields."""
 
     greedy: bool = setting(True, help="Greedy decoding (the paper's inference setting).")
+
+
+@dataclass
+class GeneratorConfig:
+    """What generates text for a generator baseline (``iter-retgen``, ``ircot``, ``flare``, ``search-o1``,
+    and ``naive``/``standard-rag`` on a TextGenerator): ``hf``, a local Hugging Face causal LM
+    (``prorag.models.generator.HFGenerator``), or ``served``, any OpenAI-compatible server
+    (``prorag.models.served.ServedGenerator``: vLLM, SGLang, a hosted API)."""
+
+    kind: Literal["engine", "hf", "served"] = setting(
+        "engine",
+        help="engine: the rollout engine on --policy (the ProRAG loop, naive, standard-rag); hf: --policy as a "
+        "TextGenerator; served: the `served` endpoint.",
+    )
+    batch_size: int = setting(16, help="hf: prompts per generate() batch.")
+    served: dict[str, Any] = setting(
+        factory=dict,
+        help="served: ServedConfig fields (prorag.models.served), e.g. {base_url: http://127.0.0.1:8000/v1, "
+        "model: Qwen/Qwen3-8B, api: completions, api_key_env: null, concurrency: 16}.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"generator.batch_size must be >= 1, got {self.batch_size}")
+
+    def build(self, policy: str | None = None, *, device: str | None = None) -> Any:
+        """The TextGenerator: the served client, or ``policy`` loaded as an HFGenerator."""
+        if self.kind == "served":
+            if not self.served:
+                raise ValueError("generator.kind is served but generator.served is empty (base_url, model, ...)")
+            from prorag.core.config import config_from_dict
+            from prorag.models.served import ServedConfig, ServedGenerator
+
+            return ServedGenerator(config_from_dict(ServedConfig, dict(self.served), "generator.served"))
+        if policy is None:
+            raise ValueError(f"generator.kind {self.kind} needs a local model (--policy)")
+        from prorag.models.checkpoints import load_policy
+        from prorag.models.generator import HFGenerator
+
+        model, tokenizer = load_policy(policy, device=device)
+        return HFGenerator(model, tokenizer, batch_size=self.batch_size, device=device)
 
 
 @dataclass
@@ -65,6 +107,10 @@ class EvalConfig:
         factory=EvalRolloutConfig,
         help="The engine's settings: documents per retrieval (`top_k`), caps, decoding, batch size, seed, prompt style.",
     )
+    generator: GeneratorConfig = setting(
+        factory=GeneratorConfig, help="What generates: the rollout engine (default), a local HF TextGenerator or a served model."
+    )
+    judge: JudgeConfig | None = setting(None, help="LLM judge of acc_l (ACC_L); null: no acc_l.")
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -102,6 +148,7 @@ def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str,
         "golden_answers": record.golden_answers,
         "prediction": prediction,
         **answer_metrics(prediction or "", record.golden_answers),
+        "rouge1_f1": rouge1_f1(prediction or "", record.golden_answers),
         "format_valid": bool(traj.valid),
         "retrieval_steps": traj.num_searches,
         "stop_reason": traj.stop_reason,
@@ -124,6 +171,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n}
     for name in ANSWER_METRIC_NAMES:
         out[name] = sum(r[name] for r in rows) / n
+    rouge = [row_rouge1(r) for r in rows if "rouge1_f1" in r or "golden_answers" in r]
+    out["rouge1_f1"] = sum(rouge) / n if len(rouge) == n else None
+    for name in ("searches", "prompt_tokens", "completion_tokens"):
+        if all(name in r for r in rows):
+            out[f"mean_{name}"] = sum(r[name] for r in rows) / n
     out["format_valid_rate"] = sum(r["format_valid"] for r in rows) / n
     out["mean_retrieval_steps"] = sum(r["retrieval_steps"] for r in rows) / n
     with_gold = [r["retrieval_recall"] for r in rows if "retrieval_recall" in r]
@@ -140,6 +192,15 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for t, rs in sorted(by_type.items())
         }
     return out
+
+
+def row_rouge1(row: dict[str, Any]) -> float:
+    """A prediction line's ROUGE-1 F1: its ``rouge1_f1``, or computed from its prediction and gold
+    answers (lines written before the metric existed, or by a runner that does not add it), so
+    every system's summary reports it."""
+    if "rouge1_f1" in row:
+        return float(row["rouge1_f1"])
+    return rouge1_f1(row.get("prediction") or "", row["golden_answers"])
 
 
 def steps_distribution(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,15 +292,50 @@ def finish(records: Sequence[Record], out: Path, cfg: EvalConfig, means: Sequenc
 
 
 def evaluate_files(
-    policy: str, data: str | Path, index: str, out_dir: str | Path, config: EvalConfig | None = None, *, device: str | None = None
+    policy: str | None,
+    data: str | Path,
+    index: str,
+    out_dir: str | Path,
+    config: EvalConfig | None = None,
+    *,
+    device: str | None = None,
 ) -> dict[str, Any]:
-    """``prorag eval``: load a policy (checkpoint folder or hub id), the records and the index, evaluate."""
+    """``prorag eval``: load a policy (checkpoint folder or hub id) or a served model, the records and
+    the index, evaluate; then judge ``acc_l`` when ``config.judge`` is set."""
     from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
+    cfg = config or EvalConfig()
     records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
-    model, tokenizer = load_policy(policy, device=device)
-    return evaluate(model, tokenizer, records, retriever, out_dir, config)
+    judge = cfg.judge.generator() if cfg.judge is not None else None  # likewise the judge's endpoint and prompt
+    if uses_generator(cfg):
+        generator = cfg.generator.build(policy, device=device)
+        from prorag.evaluation.generator_eval import evaluate_generator
+
+        metrics = evaluate_generator(generator, records, retriever, out_dir, cfg)
+    else:
+        model, tokenizer = load_policy(policy, device=device)
+        metrics = evaluate(model, tokenizer, records, retriever, out_dir, cfg)
+    if cfg.judge is not None:
+        from prorag.evaluation.llm_judge import add_acc_l
+
+        metrics = add_acc_l(out_dir, cfg.judge, judge)
+    return metrics
+
+
+def uses_generator(config: EvalConfig) -> bool:
+    """Whether ``config`` runs on a TextGenerator (``evaluate_generator``) rather than the rollout
+    engine: a ``hf`` or ``served`` generator, or a baseline that only exists on a generator
+    (Iter-RetGen, IRCoT, FLARE, Search-o1: a ``GeneratorBaseline``)."""
+    if config.generator.kind != "engine":
+        return True
+    if config.baseline is None:
+        return False
+    try:
+        from prorag.evaluation.generator_eval import GeneratorBaseline
+    except ImportError:  # the generator baselines are not installed in this tree: every baseline is an engine one
+        return False
+    return isinstance(config.baseline_runner(), GeneratorBaseline)
 
 
 def compare_predictions(a: str | Path, b: str | Path) -> dict[str, dict[str, float]]:

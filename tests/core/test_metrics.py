@@ -519,3 +519,38 @@ def test_mean_and_ci_by_hand() -> None:
     assert mean_and_ci([0, 0, 0, 0, 5], level=0.9)[1] == pytest.approx(2.131847, abs=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         mean_and_ci([1.0])
+
+
+# ----------------------------------------------------------------------------- ROUGE-1 F1 (P2S)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "golds", "expected"),
+    [
+        # overlap 2 ("red", "dog"); precision 2/4 ("big red dog barked"), recall 2/2: F1 = 2/3
+        ("The big red dog barked", "red dog", 2 / 3),
+        # no yes/no rule, unlike f1_score: overlap 1, precision 1/1, recall 1/2 -> 2/3
+        ("yes", "yes sir", 2 / 3),
+        # multiset overlap: "a"-free tokens "paris paris" vs "paris": overlap 1, P 1/2, R 1 -> 2/3
+        ("Paris, Paris", "paris", 2 / 3),
+        # max over aliases: 0 against "london", 1 against "Paris."
+        ("paris", ["london", "Paris."], 1.0),
+        ("", "paris", 0.0),
+        ("the", "the", 0.0),  # both normalise to empty
+    ],
+)
+def test_rouge1_f1_by_hand(prediction: str, golds: str | list[str], expected: float) -> None:
+    from prorag.core.metrics import rouge1_f1
+
+    assert rouge1_f1(prediction, golds) == pytest.approx(expected)
+
+
+def test_rouge1_f1_differs_from_token_f1_only_on_the_yes_no_rule() -> None:
+    from prorag.core.metrics import rouge1_f1
+
+    assert f1_score("yes", "yes sir") == 0.0 and rouge1_f1("yes", "yes sir") == pytest.approx(2 / 3)
+    assert rouge1_f1("the big red dog", ["red dog barked", "cat"]) == pytest.approx(
+        f1_score("the big red dog", ["red dog barked", "cat"])
+    )
+    with pytest.raises(ValueError):
+        rouge1_f1("paris", ())

@@ -331,10 +331,8 @@ def uses_generator(config: EvalConfig) -> bool:
         return True
     if config.baseline is None:
         return False
-    try:
-        from prorag.evaluation.generator_eval import GeneratorBaseline
-    except ImportError:  # the generator baselines are not installed in this tree: every baseline is an engine one
-        return False
+    from prorag.evaluation.generator_eval import GeneratorBaseline
+
     return isinstance(config.baseline_runner(), GeneratorBaseline)
 
 

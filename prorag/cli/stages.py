@@ -181,8 +181,9 @@ def eval_cmd(
     import json
 
     from prorag.core.config import load_config
-    from prorag.evaluation.harness import compare_predictions, evaluate_files
+    from prorag.evaluation.harness import compare_predictions
     from prorag.evaluation.llm_judge import JudgeConfig
+    from prorag.evaluation.runner import evaluate_files
 
     if compare is not None:
         result = compare_predictions(*compare)

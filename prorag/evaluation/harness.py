@@ -27,7 +27,7 @@ from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import setting
 from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall, rouge1_f1
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
-from prorag.data.records import Record, read_records
+from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
 from prorag.evaluation.llm_judge import JudgeConfig
 from prorag.retrieval.base import Retriever
@@ -289,51 +289,6 @@ def finish(records: Sequence[Record], out: Path, cfg: EvalConfig, means: Sequenc
     metrics["config"] = asdict(cfg)
     write_json(out / "metrics.json", metrics)
     return metrics
-
-
-def evaluate_files(
-    policy: str | None,
-    data: str | Path,
-    index: str,
-    out_dir: str | Path,
-    config: EvalConfig | None = None,
-    *,
-    device: str | None = None,
-) -> dict[str, Any]:
-    """``prorag eval``: load a policy (checkpoint folder or hub id) or a served model, the records and
-    the index, evaluate; then judge ``acc_l`` when ``config.judge`` is set."""
-    from prorag.models.checkpoints import load_policy
-    from prorag.retrieval.index import open_retriever
-
-    cfg = config or EvalConfig()
-    records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
-    judge = cfg.judge.generator() if cfg.judge is not None else None  # likewise the judge's endpoint and prompt
-    if uses_generator(cfg):
-        generator = cfg.generator.build(policy, device=device)
-        from prorag.evaluation.generator_eval import evaluate_generator
-
-        metrics = evaluate_generator(generator, records, retriever, out_dir, cfg)
-    else:
-        model, tokenizer = load_policy(policy, device=device)
-        metrics = evaluate(model, tokenizer, records, retriever, out_dir, cfg)
-    if cfg.judge is not None:
-        from prorag.evaluation.llm_judge import add_acc_l
-
-        metrics = add_acc_l(out_dir, cfg.judge, judge)
-    return metrics
-
-
-def uses_generator(config: EvalConfig) -> bool:
-    """Whether ``config`` runs on a TextGenerator (``evaluate_generator``) rather than the rollout
-    engine: a ``hf`` or ``served`` generator, or a baseline that only exists on a generator
-    (Iter-RetGen, IRCoT, FLARE, Search-o1: a ``GeneratorBaseline``)."""
-    if config.generator.kind != "engine":
-        return True
-    if config.baseline is None:
-        return False
-    from prorag.evaluation.generator_eval import GeneratorBaseline
-
-    return isinstance(config.baseline_runner(), GeneratorBaseline)
 
 
 def compare_predictions(a: str | Path, b: str | Path) -> dict[str, dict[str, float]]:

@@ -85,7 +85,7 @@ def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
     """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
     the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
     done with the same settings, so an ablation reuses any run of the same name and config."""
-    from prorag.evaluation.harness import evaluate_files
+    from prorag.evaluation.runner import evaluate_files
     from prorag.stages.rl import train_rl
 
     run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
@@ -122,7 +122,7 @@ def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
 
 def topk_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
     """The full ProRAG policy (first seed) evaluated with each top-k of :data:`TOP_KS`."""
-    from prorag.evaluation.harness import evaluate_files
+    from prorag.evaluation.runner import evaluate_files
 
     cfg = run.config
     policy = str(run.path("rl", rl_run_name("prorag", cfg.seeds[0]), "policy"))

@@ -635,7 +635,7 @@ def system_eval_config(cfg: PipelineConfig, system: str) -> EvalConfig:
 def stage_eval(run: Run) -> None:
     """Every system on the test split (RL systems once per seed), then the PRM scores of the
     trajectories for the report's viewer."""
-    from prorag.evaluation.harness import evaluate_files
+    from prorag.evaluation.runner import evaluate_files
 
     cfg = run.config
     test = run.path("splits", "test.jsonl")

@@ -30,6 +30,7 @@ import csv
 import functools
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -49,6 +50,7 @@ from prorag.data.records import Record, read_records
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
+from prorag.method.rewards.cpsearch import CPSearchConfig
 from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
@@ -109,8 +111,9 @@ class RLConfig(TrainingConfig):
         "prm",
         help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM), `none` "
         "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
-        "+1/-1 verdict per step: needs gold decompositions) or `shuffled` (the PRM's scores permuted within each "
-        "group: the control arm).",
+        "+1/-1 verdict per step: needs gold decompositions), `shuffled` (the PRM's scores permuted within each "
+        "group: the control arm) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
+        "pair with `advantage: cpgrpo`).",
     )
     advantage: str = setting(
         "dual",
@@ -143,6 +146,9 @@ class RLConfig(TrainingConfig):
         "or `reference` (sigmoid(logit) + 1 / -2).",
     )
     prm_batch_size: int = setting(32, help="Trajectories per batch the PRM scores.")
+    cpsearch: CPSearchConfig = setting(
+        factory=CPSearchConfig, help="The accumulators of `process_reward: cpsearch` (alpha, beta, initial gamma_plus/minus)."
+    )
 
     # --- loss (Eq. 9)
     epsilon: float = setting(0.2, help="PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing.")
@@ -409,7 +415,12 @@ def score_batch(
     if scorer is not None:
         start = time.perf_counter()
         logits = scorer(list(trajectories), records, **({"group_ids": list(group_ids)} if group_ids is not None else {}))
-        steps = trajectory_step_rewards(list(trajectories), logits, config.step_reward)
+        final = getattr(scorer, "final", False)  # e.g. cpsearch: step rewards already, NaN = none
+        steps = (
+            [list(map(float, r)) for r in logits]
+            if final
+            else trajectory_step_rewards(list(trajectories), logits, config.step_reward)
+        )
         seconds = time.perf_counter() - start
     return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
 
@@ -529,6 +540,8 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
 
         cfg = self.rl_config
         judged = [prm_judged_actions(t.actions, cfg.prm_scope) if cfg.uses_prm else [] for t in trajectories]
+        # A NaN step reward (a source's "no process reward here") is no step: its tokens keep A_out.
+        judged = [[i for i in keep if math.isfinite(r[i])] for r, keep in zip(scored.step_rewards, judged, strict=True)]
         spans = [[t.actions[i].span for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
         step_rewards = [[r[i] for i in keep] for r, keep in zip(scored.step_rewards, judged, strict=True)]
         kinds = [[t.actions[i].kind for i in keep] for t, keep in zip(trajectories, judged, strict=True)]
@@ -564,7 +577,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
     def _log_rollout_metrics(self, scored: ScoredBatch) -> None:
         """Per-step means over every process's rows (averaged again over logging steps by TRL)."""
         mode = "train" if self.model.training else "eval"
-        steps = [r for rs in scored.step_rewards for r in rs]
+        steps = [r for rs in scored.step_rewards for r in rs if math.isfinite(r)]
         columns = {
             "outcome_reward": scored.outcome,
             "answer_f1": scored.f1,
@@ -793,7 +806,7 @@ def train_rl(
         model, tokenizer = load_policy(config.policy, dtype=config.dtype)
     elif tokenizer is None:
         raise ValueError("a `model` needs its `tokenizer`")
-    if config.uses_prm and scorer is None and not config.prm and config.beta == 0:
+    if config.process_reward in ("prm", "shuffled") and scorer is None and not config.prm and config.beta == 0:
         log.info("beta = 0 and no PRM: the outcome-only GRPO baseline (process_reward='none')")
         config = replace(config, process_reward="none")
     if config.uses_prm and scorer is None:

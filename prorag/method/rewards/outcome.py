@@ -25,10 +25,10 @@ from prorag.agent.schema import extract_answer, i_traj
 from prorag.core.config import setting
 from prorag.core.metrics import f1_score
 
-OutcomeForm = Literal["paper", "reference"]
+OutcomeForm = Literal["paper", "reference", "f1_if_valid"]
 
 #: The forms of :class:`OutcomeRewardConfig`.
-OUTCOME_FORMS: tuple[str, ...] = ("paper", "reference")
+OUTCOME_FORMS: tuple[str, ...] = ("paper", "reference", "f1_if_valid")
 
 #: Reference code: the answer term is ``REFERENCE_F1_SCALE * F1`` when F1 reaches ``REFERENCE_F1_FLOOR``, else 0.
 REFERENCE_F1_SCALE = 2.0
@@ -46,7 +46,9 @@ class OutcomeRewardConfig:
     """Which form of Eq. 6 to compute, and its settings."""
 
     form: OutcomeForm = setting(
-        "paper", help='`"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)`.'
+        "paper",
+        help='`"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)`; '
+        '`"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0` (METHOD.md §5).',
     )
     nu2: float = setting(
         1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
@@ -105,9 +107,14 @@ def outcome_value(f1: float, format_valid: bool, config: OutcomeRewardConfig) ->
     1.4
     >>> outcome_value(0.5, False, OutcomeRewardConfig(form="reference"))
     0.0
+    >>> cp = OutcomeRewardConfig(form="f1_if_valid")
+    >>> outcome_value(0.5, True, cp), outcome_value(0.5, False, cp)
+    (0.5, 0.0)
     """
     if config.form == "paper":
         return float(f1) + config.nu2 * float(format_valid)
+    if config.form == "f1_if_valid":  # CP-Search's Phi: the format gates the answer, it earns nothing by itself
+        return float(f1) if format_valid else 0.0
     answer_term = REFERENCE_F1_SCALE * f1 if f1 >= REFERENCE_F1_FLOOR else 0.0
     return answer_term + (REFERENCE_FORMAT_BONUS if format_valid else REFERENCE_FORMAT_PENALTY)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -462,3 +463,51 @@ def test_kl_to_init_with_lora_switches_the_adapter_off(
     rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl") if "kl_to_init" in r}
     assert sorted(rows) == [1, 3]
     assert rows[1]["kl_to_init"] == pytest.approx(0.0, abs=1e-6) and rows[3]["kl_to_init"] > 0
+
+
+def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_reward(
+    tmp_path: Path,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``process_reward: cpsearch`` + ``advantage: cpgrpo`` end to end: the token advantages are
+    ``|A_out| * pr_t`` with ``pr_t`` the progressive reward of the segment's retrieval (Eq. 3-4),
+    not Eq. 5 of it; environment tokens 0."""
+    cfg = fast_config(
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        process_reward="cpsearch",
+        advantage="cpgrpo",
+    )
+    # Both samples of a question replay one trajectory; give them different outcomes (1 vs 0, 0 vs 0.5)
+    # so that |A_out| = 0.5 / (std + eps) with std = sqrt(0.5) in both groups.
+    outcomes = itertools.cycle([1.0, 0.0, 0.0, 0.5])  # row order, for TRL's reward call and the trainer's
+    monkeypatch.setattr(rl, "outcome_reward", lambda *a, **k: next(outcomes))
+    source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
+    model = make_tiny_model(world_tokenizer)
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, source)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    batch = trainer._generate_and_score_completions(rows)
+    adv, mask = batch["advantages"], batch["completion_mask"] * batch["tool_mask"]
+    magnitude = 0.5 / (math.sqrt(0.5) + 1e-6)
+    chains = 0
+    for i, row in enumerate(rows):
+        traj: Trajectory = row["trajectory"]
+        hops = [set(h["doc_ids"]) for h in records[int(row["record_index"])].metadata["decomposition"]]
+        plus, minus, resolved, pr = 1.0, -1.0, set(), []
+        for ret in traj.retrievals:  # Eq. 3 by hand: alpha 0.2, beta -0.3
+            new = {h for h, ev in enumerate(hops) if h not in resolved and ev & set(ret["doc_ids"])}
+            resolved |= new
+            plus, minus = (plus + 0.2, minus) if new else (plus, minus - 0.3)
+            pr.append(plus if new else minus)
+        chains += sum(p > 1.3 for p in pr)
+        where = [int(r["action"]) for r in traj.retrievals]
+        for k, a in enumerate(traj.actions):
+            seg = next((j for j, w in enumerate(where) if w >= k), len(where) - 1)  # tail: the last retrieval's pr
+            start, end = a.span
+            expected = torch.full((end - start,), magnitude * pr[seg]) * mask[i, start:end]
+            assert torch.allclose(adv[i, start:end], expected, atol=1e-5), (i, k)
+    assert chains > 0, "the gold trajectories chain valid retrievals (pr 1.4 and up)"
+    assert (adv[mask == 0] == 0).all()

@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
         [--repeats 3] [--threads N] [--sampled] [--prm-kind head|likelihood] [--out results.json]
+        [--process-reward prm|cpsearch|... --advantage dual|cpgrpo|...]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -26,6 +27,8 @@ included; without it decoding is greedy. The PRM is a real
 where the PRM is the policy's backbone), a scalar head by default; ``--prm-kind likelihood``
 scores with the policy's own LM head (the demo's PRM). Each side is timed ``--repeats`` times, alternating, and
 its best time kept; the ratio compares the two totals (target: process supervision adds < 25%).
+``--process-reward cpsearch --advantage cpgrpo`` times CP-Search's rule-based reward (no PRM;
+target < 1.3x) instead; any registered source and estimator can be named.
 """
 
 from __future__ import annotations
@@ -85,6 +88,17 @@ def time_step(trainer: Any, rows: list[dict[str, Any]], optimizer: torch.optim.O
     }
 
 
+def base_config(args: argparse.Namespace) -> RLConfig:
+    """The RL settings both sides share: one step of ``--questions`` x ``--group`` trajectories."""
+    return RLConfig(
+        group_size=args.group,
+        per_device_batch_size=args.group * args.questions,
+        rollout=RolloutConfig(max_actions=11, max_action_tokens=64, batch_size=args.group * args.questions),
+        learning_rate=1e-5,
+        max_steps=1,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=4, help="questions per step")
@@ -96,6 +110,8 @@ def main() -> None:
     ap.add_argument(
         "--prm-kind", default="head", choices=("head", "likelihood"), help="the PRM's kind (the demo uses likelihood)"
     )
+    ap.add_argument("--process-reward", default="prm", help="the process side's step-reward source (STEP_REWARD_SOURCES)")
+    ap.add_argument("--advantage", default="dual", help="the process side's advantage estimator (ADVANTAGE_ESTIMATORS)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.threads:
@@ -111,7 +127,12 @@ def main() -> None:
         policy = make_tiny_model(tokenizer, size=args.size, seed=0)
         save_policy(policy, tokenizer, Path(tmp) / "policy")
         kind = args.prm_kind
-        prm = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy", kind=kind), kind=kind)
+        proc_cfg = replace(base_config(args), process_reward=args.process_reward, advantage=args.advantage)
+        prm_side = args.process_reward in ("prm", "shuffled")
+        if prm_side:
+            prm: Any = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy", kind=kind), kind=kind)
+        else:  # a source that needs no PRM (cpsearch, oracle): built by name
+            prm = rl.STEP_REWARD_SOURCES.get(args.process_reward)(proc_cfg)
 
         golds = render_gold(records, retriever, k=3)
         probe = RolloutEngine(policy, tokenizer, retriever)
@@ -122,17 +143,15 @@ def main() -> None:
         steered = SteeredModel(policy, script)
         rl.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
 
-        base = RLConfig(
-            group_size=args.group,
-            per_device_batch_size=args.group * args.questions,
-            rollout=RolloutConfig(max_actions=11, max_action_tokens=64, batch_size=args.group * args.questions),
-            learning_rate=1e-5,
-            max_steps=1,
-        )
         sides = {
-            "process": make_rl_trainer(base, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),
+            "process": make_rl_trainer(proc_cfg, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),
             "outcome": make_rl_trainer(
-                replace(base, process_reward="none"), Path(tmp) / "outcome", policy, tokenizer, records, retriever
+                replace(base_config(args), process_reward="none", advantage="grpo"),
+                Path(tmp) / "outcome",
+                policy,
+                tokenizer,
+                records,
+                retriever,
             ),
         }
         optimizers = {}
@@ -157,7 +176,7 @@ def main() -> None:
     ratio = proc["total"] / out["total"]
     n = args.questions * args.group
     print(
-        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and a PRM of its backbone, "
+        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and {'a PRM of its backbone' if prm_side else args.process_reward + ' rewards'}, "
         f"{args.questions} questions x G={args.group} = {n} trajectories, {proc['model_tokens']} model tokens "
         f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
         f"{'sampled' if args.sampled else 'greedy'} decoding"
@@ -168,7 +187,11 @@ def main() -> None:
             f"{part:<16}{proc[part]:>12.3f}{proc[part] / proc['total']:>8.1%}{out[part]:>13.3f}{out[part] / out['total']:>8.1%}"
         )
     print(f"{'total':<16}{proc['total']:>12.3f}{'':>8}{out['total']:>13.3f}")
-    print(f"process supervision / outcome-only: {ratio:.3f}x (target < 1.25x: {'met' if ratio < 1.25 else 'NOT met'})")
+    target = 1.25 if args.process_reward in ("prm", "shuffled") else 1.3
+    print(
+        f"process supervision ({args.process_reward}, {args.advantage}) / outcome-only GRPO: {ratio:.3f}x "
+        f"(target < {target}x: {'met' if ratio < target else 'NOT met'})"
+    )
     if args.out:
         args.out.write_text(
             json.dumps({"process": proc, "outcome": out, "ratio": ratio, "args": vars(args) | {"out": str(args.out)}}, indent=2)

@@ -511,3 +511,16 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
             assert torch.allclose(adv[i, start:end], expected, atol=1e-5), (i, k)
     assert chains > 0, "the gold trajectories chain valid retrievals (pr 1.4 and up)"
     assert (adv[mask == 0] == 0).all()
+
+
+def test_cpsearch_is_selected_by_name_with_set_overrides() -> None:
+    from prorag.core.config import apply_overrides
+    from prorag.method.rewards.cpsearch import CPSearchSteps
+
+    sets = ["process_reward=cpsearch", "advantage=cpgrpo", "outcome_reward.form=f1_if_valid", "cpsearch.alpha=0.5"]
+    cfg = apply_overrides(RLConfig(), sets)
+    assert (cfg.process_reward, cfg.advantage, cfg.outcome_reward.form) == ("cpsearch", "cpgrpo", "f1_if_valid")
+    source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
+    assert isinstance(source, CPSearchSteps) and source.config.alpha == 0.5 and source.config.beta == -0.3
+    with pytest.raises(ValueError, match=r"outcome_reward.form=f1: field 'form': expected .*'f1_if_valid', got str 'f1'"):
+        apply_overrides(RLConfig(), ["outcome_reward.form=f1"])

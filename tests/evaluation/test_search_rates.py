@@ -50,7 +50,9 @@ def test_harness_reasks_search_steps_when_asked(
     model = ReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
     rollout = EvalRolloutConfig(batch_size=6)
 
-    plain = evaluate(model, world_tokenizer, records, tiny_retriever, tmp_path / "plain", EvalConfig(rollout=rollout), progress=False)
+    plain = evaluate(
+        model, world_tokenizer, records, tiny_retriever, tmp_path / "plain", EvalConfig(rollout=rollout), progress=False
+    )
     rows = list(read_jsonl(tmp_path / "plain" / "predictions.jsonl"))
     assert plain["em"] == 1.0 and plain["over_search_rate"] is None and all("over_search" not in r for r in rows)
     assert plain["under_search_rate"] is None  # gold trajectories conclude only after a search: no non-search step

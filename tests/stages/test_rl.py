@@ -17,6 +17,7 @@ import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.config import apply_overrides
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
@@ -462,3 +463,37 @@ def test_kl_to_init_with_lora_switches_the_adapter_off(
     rows = {r["step"]: r for r in read_jsonl(tmp_path / "metrics.jsonl") if "kl_to_init" in r}
     assert sorted(rows) == [1, 3]
     assert rows[1]["kl_to_init"] == pytest.approx(0.0, abs=1e-6) and rows[3]["kl_to_init"] > 0
+
+
+def test_hiprag_outcome_reward_by_name_reasks_with_the_policy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+) -> None:
+    """``outcome_reward.form: hiprag`` is picked by name: the trainer hands the policy and records to
+    the reward, which re-asks every search step of the batch in one call; the replayed gold
+    trajectories (correct, well formed, every step searched) score 1 + 0.4 * N_opt / N."""
+    from prorag.supervision import hiprag
+
+    calls: list[tuple[Any, list[str]]] = []
+
+    def fake_reask(policy: Any, tokenizer: Any, queries: list[str], config: Any = None) -> dict[str, str | None]:
+        calls.append((policy, list(queries)))
+        return {}  # the policy knows nothing without documents: no search step is over-search
+
+    monkeypatch.setattr(hiprag, "reask", fake_reask)
+    scored: list[Any] = []
+    real = rl.score_batch
+    monkeypatch.setattr(rl, "score_batch", lambda *a, **k: scored.append(real(*a, **k)) or scored[-1])
+    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    cfg = fast_config(rollout=rollout, process_reward="none", advantage="grpo")
+    cfg = apply_overrides(cfg, ["outcome_reward.form=hiprag"])
+    model = make_tiny_model(world_tokenizer)
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    trainer._generate_and_score_completions(rows)
+    assert len(calls) == 1 and calls[0][0] is model and len(calls[0][1]) == sum(r["trajectory"].num_searches for r in rows)
+    assert scored[0].outcome == pytest.approx([1.4] * 4)

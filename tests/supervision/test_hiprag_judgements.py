@@ -16,22 +16,9 @@ from prorag.method.rewards.hiprag import HiPRAGRewardConfig, SearchCounts
 from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig
 from prorag.supervision import hiprag
 from prorag.supervision.hiprag import reask, search_queries, trajectory_search_counts
+from tests.supervision.test_judge import CHAIN  # director of Saenax -> Siril, born in -> Tamal, country -> Krirek
 
 S, C, A = ActionKind.SEARCH, ActionKind.CONCLUDE, ActionKind.ANSWER
-
-#: Director of Saenax -> Siril, born in -> Tamal, country -> Krirek.
-CHAIN = Record(
-    "w4-q1",
-    "Which country is the birthplace of the director of Saenax in?",
-    ["Krirek"],
-    {
-        "decomposition": [
-            {"question": "Who directed Saenax?", "answer": "Siril", "query": "Saenax director", "subject": "Saenax"},
-            {"question": "Where was Siril born?", "answer": "Tamal", "query": "Siril born", "subject": "Siril"},
-            {"question": "Which country is Tamal in?", "answer": "Krirek", "query": "Tamal country", "subject": "Tamal"},
-        ]
-    },
-)
 
 
 def chain_text(middle: str = "Tamal", final: str = "Krirek") -> str:

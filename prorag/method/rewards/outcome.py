@@ -167,25 +167,13 @@ OutcomeRewardFactory = Callable[[OutcomeRewardConfig], OutcomeReward]
 OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry("outcome reward", builtins=("prorag.supervision.hiprag",))
 
 
-class FormulaOutcome:
+def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:
     """Eq. 6 in one of :data:`OUTCOME_FORMS` as an :class:`OutcomeReward` (records and policy unused)."""
-
-    def __init__(self, config: OutcomeRewardConfig) -> None:
-        self.config = config
-
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        golds: Sequence[Sequence[str]],
-        tokenizer: Any,
-        records: Sequence[Record] | None = None,
-        policy: Any = None,
-    ) -> list[float]:
-        return outcome_rewards(trajectories, golds, tokenizer, self.config)
+    return lambda trajectories, golds, tokenizer, *_, **__: outcome_rewards(trajectories, golds, tokenizer, config)
 
 
 for _form in OUTCOME_FORMS:
-    OUTCOME_REWARDS.register(_form)(FormulaOutcome)
+    OUTCOME_REWARDS.register(_form)(formula_outcome)
 
 
 __all__ = [
@@ -196,12 +184,12 @@ __all__ = [
     "REFERENCE_F1_SCALE",
     "REFERENCE_FORMAT_BONUS",
     "REFERENCE_FORMAT_PENALTY",
-    "FormulaOutcome",
     "OutcomeForm",
     "OutcomeReward",
     "OutcomeRewardConfig",
     "OutcomeRewardFactory",
     "completion_text",
+    "formula_outcome",
     "outcome_reward",
     "outcome_rewards",
     "outcome_value",

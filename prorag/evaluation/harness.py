@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
 from prorag.evaluation.llm_judge import JudgeConfig
 from prorag.retrieval.base import Retriever
+from prorag.supervision.hiprag import REASK_ROLLOUT, reask, search_queries, trajectory_search_counts
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,11 @@ class EvalConfig:
         factory=GeneratorConfig, help="What generates: the rollout engine (default), a local HF TextGenerator or a served model."
     )
     judge: JudgeConfig | None = setting(None, help="LLM judge of acc_l (ACC_L); null: no acc_l.")
+    over_search: bool = setting(
+        False,
+        help="Re-ask each search step's sub-query to the model with no documents (one greedy action per step) for "
+        "`over_search_rate`; off: only `under_search_rate` (records with gold decompositions).",
+    )
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -140,8 +146,11 @@ class EvalConfig:
         return runner.rollout_config(self.rollout) if runner is not None else self.rollout
 
 
-def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str, Any]:
-    """One prediction line: answer metrics, validity, retrieval steps and gold-evidence recall."""
+def score(
+    record: Record, traj: Trajectory, prediction: str | None, reask_answers: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """One prediction line: answer metrics, validity, retrieval steps, gold-evidence recall and
+    HiPRAG's step counts (:func:`search_step_fields`)."""
     row: dict[str, Any] = {
         "id": record.id,
         "question": record.question,
@@ -160,7 +169,29 @@ def score(record: Record, traj: Trajectory, prediction: str | None) -> dict[str,
     for key in ("type", "hops"):
         if key in record.metadata:
             row[key] = record.metadata[key]
+    row.update(search_step_fields(record, traj, reask_answers))
     return row
+
+
+def search_step_fields(record: Record, traj: Trajectory, reask_answers: dict[str, str | None] | None) -> dict[str, int]:
+    """HiPRAG's step counts of a trajectory (:mod:`prorag.supervision.hiprag`): ``search_steps`` and
+    ``non_search_steps`` always; ``under_search`` where the record has a gold decomposition (the
+    oracle decides); ``over_search`` only when the re-asked answers are given (sub-query -> answer)."""
+    counts = trajectory_search_counts(record, traj.text, reask_answers)
+    fields = {"search_steps": counts.search, "non_search_steps": counts.non_search}
+    if record.metadata.get("decomposition"):
+        fields["under_search"] = counts.under
+    if reask_answers is not None:
+        fields["over_search"] = counts.over
+    return fields
+
+
+def step_rate(rows: Sequence[dict[str, Any]], count: str, steps: str) -> float | None:
+    """``sum(count) / sum(steps)`` over the rows that have ``count`` (a rate over steps, not a mean of
+    per-question rates, so long trajectories weigh by their steps); ``None`` without such steps."""
+    have = [r for r in rows if count in r]
+    total = sum(r.get(steps, 0) for r in have)
+    return sum(r[count] for r in have) / total if total else None
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -180,6 +211,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["mean_retrieval_steps"] = sum(r["retrieval_steps"] for r in rows) / n
     with_gold = [r["retrieval_recall"] for r in rows if "retrieval_recall" in r]
     out["retrieval_recall"] = sum(with_gold) / len(with_gold) if with_gold else None
+    out["over_search_rate"] = step_rate(rows, "over_search", "search_steps")
+    out["under_search_rate"] = step_rate(rows, "under_search", "non_search_steps")
     out["stop_reasons"] = dict(Counter(r["stop_reason"] for r in rows))
     out["retrieval_steps_distribution"] = steps_distribution(rows)
     by_type: dict[str, list[dict[str, Any]]] = {}
@@ -255,10 +288,14 @@ def evaluate(
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
 
         def write(batch: list[Trajectory]) -> None:
+            answers = None
+            if cfg.over_search:
+                queries = [q for t in batch for q in search_queries(t.text)]
+                answers = reask(model, tokenizer, queries, replace(REASK_ROLLOUT, batch_size=cfg.rollout.batch_size))
             for t in batch:
                 answer = runner.answer(t, tokenizer) if runner is not None else t.answer
                 trajs.append(t.to_dict())
-                preds.append(score(by_id[t.id], t, answer))
+                preds.append(score(by_id[t.id], t, answer, answers))
 
         if todo and runner is not None:
             runner.run(engine, todo, write, progress=progress)

@@ -51,7 +51,7 @@ from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.cpsearch import CPSearchConfig
-from prorag.method.rewards.outcome import OutcomeRewardConfig, outcome_reward, trajectory_answer, trajectory_format_valid
+from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.retrieval.base import Retriever
@@ -365,9 +365,11 @@ def outcome_reward_function(
     config: OutcomeRewardConfig,
     **_: Any,
 ) -> list[float]:
-    """TRL reward function: Eq. 6 of each row's :class:`~prorag.agent.rollout.Trajectory` (TRL's
-    ``completions`` are ignored: they are decoded without the special tokens, i.e. the tags)."""
-    return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectory, golden_answers, strict=True)]
+    """TRL reward function: the configured outcome reward (``config.form`` in OUTCOME_REWARDS) of each
+    row's :class:`~prorag.agent.rollout.Trajectory` (TRL's ``completions`` are ignored: they are decoded
+    without the special tokens, i.e. the tags). Logged only: without records and policy, ``hiprag``
+    here judges no step; the advantages use :func:`score_batch`'s full reward."""
+    return OUTCOME_REWARDS.get(config.form)(config)(trajectory, golden_answers, tokenizer)
 
 
 def outcome(**kwargs: Any) -> list[float]:
@@ -400,16 +402,20 @@ def score_batch(
     scorer: StepRewardSource | None,
     records: Sequence[Record] | None = None,
     group_ids: Sequence[int] | None = None,
+    policy: Any = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
     (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
     call; skipped without a source), answer F1/EM and I_traj as the outcome reward reads them,
-    searches per trajectory. ``records`` and ``group_ids`` (one per trajectory) go to the source."""
+    searches per trajectory. ``records`` and ``group_ids`` (one per trajectory) go to the source;
+    ``records`` and ``policy`` (unwrapped, for HiPRAG's re-ask) to the outcome reward
+    (``config.outcome_reward.form`` in OUTCOME_REWARDS)."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
-    rewards = [outcome_reward(t, g, tokenizer, config.outcome_reward) for t, g in zip(trajectories, golds, strict=True)]
+    outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
+    rewards = outcome_fn(list(trajectories), golds, tokenizer, records, policy)
     steps: list[list[float]] = [[] for _ in trajectories]
     seconds = 0.0
     if scorer is not None:
@@ -480,7 +486,10 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         records = [rollout.records[int(row["record_index"])] for row in inputs] if isinstance(rollout, EngineRollout) else None
         groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
         golds = [row["golden_answers"] for row in inputs]
-        scored = score_batch(trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist())
+        policy = self.accelerator.unwrap_model(self.model)
+        scored = score_batch(
+            trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist(), policy
+        )
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]

@@ -18,10 +18,12 @@ import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.core.config import apply_overrides
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from prorag.method.losses import ppo_clip_loss
+from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig
 from prorag.method.rewards.process import StepRewardConfig
 from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
@@ -476,15 +478,19 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
     """``process_reward: cpsearch`` + ``advantage: cpgrpo`` end to end: the token advantages are
     ``|A_out| * pr_t`` with ``pr_t`` the progressive reward of the segment's retrieval (Eq. 3-4),
     not Eq. 5 of it; environment tokens 0."""
+    # Both samples of a question replay one trajectory; give them different outcomes (1 vs 0, 0 vs 0.5)
+    # so that |A_out| = 0.5 / (std + eps) with std = sqrt(0.5) in both groups: a test outcome reward,
+    # registered by name like any other, in row order for TRL's reward call and the trainer's.
+    outcomes = itertools.cycle([1.0, 0.0, 0.0, 0.5])
+    OUTCOME_REWARDS.register("test-fixed-outcomes", replace=True)(
+        lambda config: lambda trajectories, *a, **k: [next(outcomes) for _ in trajectories]
+    )
     cfg = fast_config(
         rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
         process_reward="cpsearch",
         advantage="cpgrpo",
+        outcome_reward=OutcomeRewardConfig(form="test-fixed-outcomes"),
     )
-    # Both samples of a question replay one trajectory; give them different outcomes (1 vs 0, 0 vs 0.5)
-    # so that |A_out| = 0.5 / (std + eps) with std = sqrt(0.5) in both groups.
-    outcomes = itertools.cycle([1.0, 0.0, 0.0, 0.5])  # row order, for TRL's reward call and the trainer's
-    monkeypatch.setattr(rl, "outcome_reward", lambda *a, **k: next(outcomes))
     source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
     model = make_tiny_model(world_tokenizer)
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, source)
@@ -524,3 +530,37 @@ def test_cpsearch_is_selected_by_name_with_set_overrides() -> None:
     assert isinstance(source, CPSearchSteps) and source.config.alpha == 0.5 and source.config.beta == -0.3
     with pytest.raises(ValueError, match=r"outcome_reward.form=f1: field 'form': expected .*'f1_if_valid', got str 'f1'"):
         apply_overrides(RLConfig(), ["outcome_reward.form=f1"])
+
+
+def test_hiprag_outcome_reward_by_name_reasks_with_the_policy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+) -> None:
+    """``outcome_reward.form: hiprag`` is picked by name: the trainer hands the policy and records to
+    the reward, which re-asks every search step of the batch in one call; the replayed gold
+    trajectories (correct, well formed, every step searched) score 1 + 0.4 * N_opt / N."""
+    from prorag.supervision import hiprag
+
+    calls: list[tuple[Any, list[str]]] = []
+
+    def fake_reask(policy: Any, tokenizer: Any, queries: list[str], config: Any = None) -> dict[str, str | None]:
+        calls.append((policy, list(queries)))
+        return {}  # the policy knows nothing without documents: no search step is over-search
+
+    monkeypatch.setattr(hiprag, "reask", fake_reask)
+    scored: list[Any] = []
+    real = rl.score_batch
+    monkeypatch.setattr(rl, "score_batch", lambda *a, **k: scored.append(real(*a, **k)) or scored[-1])
+    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    cfg = fast_config(rollout=rollout, process_reward="none", advantage="grpo")
+    cfg = apply_overrides(cfg, ["outcome_reward.form=hiprag"])
+    model = make_tiny_model(world_tokenizer)
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    trainer._generate_and_score_completions(rows)
+    assert len(calls) == 1 and calls[0][0] is model and len(calls[0][1]) == sum(r["trajectory"].num_searches for r in rows)
+    assert scored[0].outcome == pytest.approx([1.4] * 4)

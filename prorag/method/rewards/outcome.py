@@ -16,18 +16,23 @@ an answer, plus the format penalty.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Protocol
 
 from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import extract_answer, i_traj
 from prorag.core.config import setting
 from prorag.core.metrics import f1_score
+from prorag.core.registry import Registry
+from prorag.data.records import Record
+from prorag.method.rewards.hiprag import HiPRAGRewardConfig
 
-OutcomeForm = Literal["paper", "reference", "f1_if_valid"]
+#: A form's name (``OutcomeRewardConfig.form``): a name in :data:`OUTCOME_REWARDS`.
+OutcomeForm = str
 
-#: The forms of :class:`OutcomeRewardConfig`.
+#: The forms computed by :func:`outcome_value` (the others are registered by layers above):
+#: Eq. 6 (``paper``, ``reference``) and CP-Search's Phi (``f1_if_valid``, METHOD.md §5).
 OUTCOME_FORMS: tuple[str, ...] = ("paper", "reference", "f1_if_valid")
 
 #: Reference code: the answer term is ``REFERENCE_F1_SCALE * F1`` when F1 reaches ``REFERENCE_F1_FLOOR``, else 0.
@@ -47,8 +52,8 @@ class OutcomeRewardConfig:
 
     form: OutcomeForm = setting(
         "paper",
-        help='`"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)`; '
-        '`"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0` (METHOD.md §5).',
+        help='A name in OUTCOME_REWARDS: `"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + '
+        '(1 if I_traj else -1)`; `"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0`; `"hiprag"`: HiPRAG\'s `A (1 - lambda_f) + lambda_f F + lambda_p A F N_opt / N` (see `hiprag`).',
     )
     nu2: float = setting(
         1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
@@ -60,10 +65,13 @@ class OutcomeRewardConfig:
         help="Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate); "
         "`None`: strict for the reference form only.",
     )
+    hiprag: HiPRAGRewardConfig = setting(
+        factory=HiPRAGRewardConfig, help="HiPRAG's `lambda_f`, `lambda_p` and `n_steps` (`all` or `search`), for `form: hiprag`."
+    )
 
     def __post_init__(self) -> None:
-        if self.form not in OUTCOME_FORMS:
-            raise ValueError(f"OutcomeRewardConfig.form must be one of {OUTCOME_FORMS}, got {self.form!r}")
+        if self.form not in OUTCOME_REWARDS:
+            raise ValueError(f"OutcomeRewardConfig.form must be one of {OUTCOME_REWARDS.names()}, got {self.form!r}")
 
     @property
     def strict(self) -> bool:
@@ -115,6 +123,8 @@ def outcome_value(f1: float, format_valid: bool, config: OutcomeRewardConfig) ->
         return float(f1) + config.nu2 * float(format_valid)
     if config.form == "f1_if_valid":  # CP-Search's Phi: the format gates the answer, it earns nothing by itself
         return float(f1) if format_valid else 0.0
+    if config.form != "reference":
+        raise ValueError(f"outcome form {config.form!r} is not Eq. 6: compute it with OUTCOME_REWARDS.get({config.form!r})")
     answer_term = REFERENCE_F1_SCALE * f1 if f1 >= REFERENCE_F1_FLOOR else 0.0
     return answer_term + (REFERENCE_FORMAT_BONUS if format_valid else REFERENCE_FORMAT_PENALTY)
 
@@ -140,16 +150,52 @@ def outcome_rewards(
     return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectories, golds, strict=True)]
 
 
+class OutcomeReward(Protocol):
+    """One outcome reward per trajectory of a batch, with the gold answers of its question.
+    ``records`` (one per trajectory) and ``policy`` (the model being trained, unwrapped) are
+    given by the trainer for rewards that need them (HiPRAG re-asks sub-queries); the others
+    ignore them."""
+
+    def __call__(
+        self,
+        trajectories: Sequence[Trajectory],
+        golds: Sequence[Sequence[str]],
+        tokenizer: Any,
+        records: Sequence[Record] | None = None,
+        policy: Any = None,
+    ) -> list[float]: ...
+
+
+#: ``factory(config: OutcomeRewardConfig)`` -> an :class:`OutcomeReward`.
+OutcomeRewardFactory = Callable[[OutcomeRewardConfig], OutcomeReward]
+
+#: Outcome rewards by name (``OutcomeRewardConfig.form``); ``hiprag`` is registered on first look-up.
+OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry("outcome reward", builtins=("prorag.supervision.hiprag",))
+
+
+def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:
+    """Eq. 6 in one of :data:`OUTCOME_FORMS` as an :class:`OutcomeReward` (records and policy unused)."""
+    return lambda trajectories, golds, tokenizer, *_, **__: outcome_rewards(trajectories, golds, tokenizer, config)
+
+
+for _form in OUTCOME_FORMS:
+    OUTCOME_REWARDS.register(_form)(formula_outcome)
+
+
 __all__ = [
     "FINISHED_STOP_REASONS",
+    "OUTCOME_REWARDS",
     "OUTCOME_FORMS",
     "REFERENCE_F1_FLOOR",
     "REFERENCE_F1_SCALE",
     "REFERENCE_FORMAT_BONUS",
     "REFERENCE_FORMAT_PENALTY",
     "OutcomeForm",
+    "OutcomeReward",
     "OutcomeRewardConfig",
+    "OutcomeRewardFactory",
     "completion_text",
+    "formula_outcome",
     "outcome_reward",
     "outcome_rewards",
     "outcome_value",

@@ -528,7 +528,9 @@ def test_cpsearch_is_selected_by_name_with_set_overrides() -> None:
     assert (cfg.process_reward, cfg.advantage, cfg.outcome_reward.form) == ("cpsearch", "cpgrpo", "f1_if_valid")
     source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
     assert isinstance(source, CPSearchSteps) and source.config.alpha == 0.5 and source.config.beta == -0.3
-    with pytest.raises(ValueError, match=r"outcome_reward.form=f1: field 'form': expected .*'f1_if_valid', got str 'f1'"):
+    with pytest.raises(
+        ValueError, match=r"outcome_reward.form=f1: OutcomeRewardConfig.form must be one of .*'f1_if_valid'.*got 'f1'"
+    ):
         apply_overrides(RLConfig(), ["outcome_reward.form=f1"])
 
 

@@ -79,7 +79,7 @@ def test_search_counts_and_rates() -> None:
 
 
 def test_outcome_rewards_by_name() -> None:
-    assert OUTCOME_REWARDS.names()[:3] == ["paper", "reference", "hiprag"]
+    assert OUTCOME_REWARDS.names()[:4] == ["paper", "reference", "f1_if_valid", "hiprag"]
     cfg = apply_overrides(OutcomeRewardConfig(), ["form=hiprag", "hiprag.n_steps=search", "hiprag.lambda_p=0.5"])
     assert cfg.form == "hiprag" and cfg.hiprag == HiPRAGRewardConfig(n_steps="search", lambda_p=0.5)
     with pytest.raises(DataError, match="form must be one of"):

@@ -121,19 +121,14 @@ def is_safe_url(url: str) -> bool:
 
 
 @dataclass
-class ServedConfig:
-    """Settings of a served generator (an OpenAI-compatible server: vLLM, SGLang, a hosted API)."""
+class EndpointConfig:
+    """What every client of an OpenAI-compatible endpoint sets alike (the served generator, the LLM
+    teacher and judge): where it is, the key, the in-flight cap, retries and backoff, the timeout and
+    the reply cache; checked once here. A subclass adds its own settings and redeclares the defaults
+    that differ."""
 
-    base_url: str = setting(
-        help="API root, e.g. `http://127.0.0.1:8000/v1` (vLLM, SGLang) or `https://api.openai.com/v1`; requests go to "
-        "`{base_url}/completions` or `{base_url}/chat/completions`."
-    )
+    base_url: str = setting(help="API root, e.g. `http://127.0.0.1:8000/v1` (vLLM, SGLang) or `https://api.openai.com/v1`.")
     model: str = setting(help="Model name as the server knows it (vLLM: `--served-model-name`, by default the model path).")
-    api: Literal["completions", "chat"] = setting(
-        "completions",
-        help="`completions`: the prompt is sent as is (the baselines' prompts are plain text); `chat`: it is the "
-        "user message, after `system_prompt` if set (hosted chat-only models).",
-    )
     api_key_env: str | None = setting(
         None,
         help="Environment variable holding the key (never the key itself: configs get shared); it must be set. "
@@ -148,26 +143,39 @@ class ServedConfig:
     backoff_max_s: float = setting(30.0, help="Longest wait between two retries.")
     max_retry_after_s: float = setting(120.0, help="Cap on a server's `Retry-After`.")
     timeout_s: float = setting(120.0, help="Per-request timeout (connect, read, write, pool).")
-    cache_path: str | None = setting(None, help="Reply cache (JSONL) of greedy requests. None: no cache.")
-    system_prompt: str | None = setting(None, help="`chat` only: a system message sent before each prompt.")
+    cache_path: str | None = setting(None, help="Reply cache (JSONL). None: no cache.")
 
     def __post_init__(self) -> None:
+        name = type(self).__name__
         if not re.match(r"^https?://", self.base_url):
-            raise ValueError(f"ServedConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+            raise ValueError(f"{name}.base_url must start with http:// or https://, got {self.base_url!r}")
         if not self.allow_insecure_http and not is_safe_url(self.base_url):
             raise ValueError(
-                f"ServedConfig.base_url {self.base_url!r} is plain http to a host other than loopback: the API key "
+                f"{name}.base_url {self.base_url!r} is plain http to a host other than loopback: the API key "
                 "would travel unencrypted; use https:// or set allow_insecure_http: true"
             )
         if not self.model:
-            raise ValueError("ServedConfig.model must be set")
+            raise ValueError(f"{name}.model must be set")
         if self.concurrency < 1:
-            raise ValueError(f"ServedConfig.concurrency must be >= 1, got {self.concurrency}")
-        for name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ServedConfig.{name} must be >= 0, got {getattr(self, name)}")
+            raise ValueError(f"{name}.concurrency must be >= 1, got {self.concurrency}")
+        for field_name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
+            if getattr(self, field_name) < 0:
+                raise ValueError(f"{name}.{field_name} must be >= 0, got {getattr(self, field_name)}")
         if self.timeout_s <= 0:
-            raise ValueError(f"ServedConfig.timeout_s must be > 0, got {self.timeout_s}")
+            raise ValueError(f"{name}.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class ServedConfig(EndpointConfig):
+    """Settings of a served generator (an OpenAI-compatible server: vLLM, SGLang, a hosted API)."""
+
+    api: Literal["completions", "chat"] = setting(
+        "completions",
+        help="`completions`: the prompt is sent as is (the baselines' prompts are plain text); `chat`: it is the "
+        "user message, after `system_prompt` if set (hosted chat-only models).",
+    )
+    cache_path: str | None = setting(None, help="Reply cache (JSONL) of greedy requests. None: no cache.")
+    system_prompt: str | None = setting(None, help="`chat` only: a system message sent before each prompt.")
 
     @property
     def url(self) -> str:

@@ -35,7 +35,7 @@ from prorag.core.config import setting
 from prorag.core.metrics import normalize_answer
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
-from prorag.models.served import backoff_delay, is_safe_url, parse_retry_after, request_key
+from prorag.models.served import EndpointConfig, backoff_delay, parse_retry_after, request_key
 from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
 
@@ -51,55 +51,35 @@ _TAG_LIKE = re.compile(r"<\s*/?\s*(?:" + "|".join(sorted({re.escape(t.strip("</>
 
 
 @dataclass
-class LLMTeacherConfig:
-    """Settings of the LLM teacher (``prorag sft-data --teacher llm``)."""
+class LLMTeacherConfig(EndpointConfig):
+    """Settings of the LLM teacher (``prorag sft-data --teacher llm``): the endpoint's (shared with the
+    served generator, :class:`~prorag.models.served.EndpointConfig`), with the defaults of a hosted
+    chat API, and how thoughts are asked for, accepted and priced."""
 
-    base_url: str = setting(
-        help="API root, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8000/v1`; requests go to "
-        "`{base_url}/chat/completions`."
-    )
-    model: str = setting(help="Model name as the server knows it (`gpt-4o` in the paper).")
     api_key_env: str | None = setting(
         "OPENAI_API_KEY",
         help="Environment variable holding the key (never the key itself: configs get shared); it must be set. "
         "None (YAML `null`) or empty: the server needs no key (a local server).",
     )
-    allow_insecure_http: bool = setting(
-        False, help="Allow a plain `http://` base_url to a host other than loopback (the key would travel unencrypted)."
-    )
     concurrency: int = setting(8, help="Requests in flight at once.")
-    max_retries: int = setting(5, help="Retries of one request after the first (errors and rejected replies alike).")
     backoff_base_s: float = setting(1.0, help="First retry waits about this long, doubling (with jitter) up to `backoff_max_s`.")
     backoff_max_s: float = setting(60.0, help="Longest wait between two retries.")
     max_retry_after_s: float = setting(300.0, help="Cap on a server's `Retry-After`.")
     timeout_s: float = setting(60.0, help="Per-request timeout (connect, read, write, pool).")
-    temperature: float = setting(0.0, help="Sampling temperature of the model's replies.")
-    max_tokens: int = setting(128, help="Completion tokens per reply; a reply cut by it is rejected (retried).")
-    max_thought_chars: int = setting(400, help="Longest accepted thought, in characters.")
     cache_path: str | None = setting(
         None, help="Reply cache (JSONL); `prorag sft-data` defaults it to `OUT.llm_cache.jsonl`. None: no cache."
     )
+    temperature: float = setting(0.0, help="Sampling temperature of the model's replies.")
+    max_tokens: int = setting(128, help="Completion tokens per reply; a reply cut by it is rejected (retried).")
+    max_thought_chars: int = setting(400, help="Longest accepted thought, in characters.")
     price_input_per_1k: float | None = setting(None, help="Price of 1,000 prompt tokens, for the cost estimate (any currency).")
     price_output_per_1k: float | None = setting(None, help="Price of 1,000 completion tokens.")
 
     def __post_init__(self) -> None:
-        if not re.match(r"^https?://", self.base_url):
-            raise ValueError(f"LLMTeacherConfig.base_url must start with http:// or https://, got {self.base_url!r}")
-        if not self.allow_insecure_http and not is_safe_url(self.base_url):
-            raise ValueError(
-                f"LLMTeacherConfig.base_url {self.base_url!r} is plain http to a host other than loopback: the API key "
-                "would travel unencrypted; use https:// or set allow_insecure_http: true"
-            )
-        if not self.model:
-            raise ValueError("LLMTeacherConfig.model must be set")
-        for name in ("concurrency", "max_tokens", "max_thought_chars"):
+        super().__post_init__()
+        for name in ("max_tokens", "max_thought_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LLMTeacherConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"LLMTeacherConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"LLMTeacherConfig.timeout_s must be > 0, got {self.timeout_s}")
 
     @property
     def url(self) -> str:

@@ -109,7 +109,10 @@ class Table1Config:
             raise ValueError(f"system labels must be distinct, got {labels}")
         for name, spec in self.benchmarks.items():
             if not Path(spec.path).is_file():
-                raise FileNotFoundError(f"benchmark {name}: {spec.path} is not a file")
+                unset = (
+                    " (an environment variable in it is not set: e.g. export PRORAG_SHARED=../shared)" if "$" in spec.path else ""
+                )
+                raise FileNotFoundError(f"benchmark {name}: {spec.path} is not a file{unset}")
 
     def eval_config(self, system: SystemSpec) -> EvalConfig:
         """The harness's settings of one row."""

@@ -168,9 +168,11 @@ def test_eval_served_options_fill_the_generator_block() -> None:
     assert cfg.generator.kind == "served" and cfg.generator.served == {"base_url": "http://127.0.0.1:1/v1"}
 
 
-def test_the_offline_config_names_real_files(benchmarks_dir: Path) -> None:
+def test_the_offline_config_names_real_files(benchmarks_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """configs/table1_offline.yaml loads as a Table1Config and its benchmark files exist (${PRORAG_SHARED} expanded)."""
     from prorag.core.config import load_config
+
+    monkeypatch.setenv("PRORAG_SHARED", str(benchmarks_dir.parent.parent))
     from prorag.experiments.table1 import Table1Config
 
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "table1_offline.yaml", Table1Config)

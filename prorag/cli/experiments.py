@@ -73,19 +73,21 @@ def ablate_cmd(
     what: Annotated[
         str,
         typer.Option(
-            help="table2 (all systems over the config's seeds), beta (Table 3), topk (Figure 5) or process (GRPO, "
-            "learned PRM, oracle, shuffled step rewards from the same pi_rft; mean ± 95% CI over seeds)."
+            help="table2 (all systems over the config's seeds), beta (Table 3), topk (Figure 5), process (GRPO, "
+            "learned PRM, oracle, shuffled step rewards from the same pi_rft; mean ± 95% CI over seeds) or family "
+            "(GRPO, ProRAG, ProRAG-oracle, HiPRAG, CP-Search, ...: each method's rewards on the one trainer)."
         ),
     ],
     seeds: Annotated[
-        int | None, typer.Option(help="process: seeds 0..N-1 per arm (default: the config's process_seeds, 0..4).")
+        int | None, typer.Option(help="process, family: seeds 0..N-1 per arm (default: the config's process_seeds, 0..4).")
     ] = None,
     results_dir: Annotated[
-        Path | None, typer.Option(help="process: also write RESULTS_DIR/process_DATE.json (e.g. the repository's results/).")
+        Path | None,
+        typer.Option(help="process, family: also write RESULTS_DIR/WHAT_DATE.json (e.g. the repository's results/)."),
     ] = None,
 ) -> None:
     """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG
-    (process: against GRPO)."""
+    (process and family: against outcome-only GRPO)."""
     import shlex
     import sys
 

@@ -13,6 +13,13 @@
   mean ± 95% CI over seeds, a paired t-test of seed-averaged per-question EM against GRPO, EM by
   question type and hop count, held-out-EM learning curves (with ``rl.eval_every``). Written to
   ``ablations/process.json`` (and, asked, ``RESULTS/process_DATE.json``).
+* ``family``: the process-reward family on the one trainer (:data:`FAMILY_ARMS`: GRPO, ProRAG with
+  the learned PRM and with the oracle, HiPRAG, CP-Search, ...), the same statistics as ``process``
+  plus cover-EM, format validity, searches, over- and under-search rates and seconds per RL step.
+  Written to ``ablations/family.json`` (and ``RESULTS/family_DATE.json``).
+
+An arm is a list of ``rl.*`` assignments (``--set`` syntax) on top of outcome-only GRPO from pi_rft,
+so a new method joins a comparison with one line and its arm reads as the command that runs it.
 
 Each variant is one more stage of the same run folder (``stages/NAME.json`` markers), so an
 ablation reuses SFT, the PRM and RFT, resumes after a kill, and its results are merged into
@@ -27,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+from prorag.core.config import apply_overrides
 from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
@@ -44,12 +52,37 @@ from prorag.experiments.pipeline import (
 
 BETAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 TOP_KS: tuple[int, ...] = (1, 3, 5)
-#: The arms of the process ablation: name -> step-reward source (``RLConfig.process_reward``);
-#: ``none`` is outcome-only GRPO (beta 0). ``grpo`` and ``prorag`` are the pipeline's systems (their
+#: An arm: ``rl.*`` assignments (``--set`` syntax, the ``rl.`` prefix left out) applied to
+#: outcome-only GRPO from pi_rft; a ``process_reward`` other than ``none`` also turns on the
+#: config's beta and the PRM path (:func:`arm_config`).
+Arm = tuple[str, ...]
+#: The arms of the process ablation. ``grpo`` and ``prorag`` are the pipeline's systems (their
 #: runs are reused).
-PROCESS_ARMS: dict[str, str] = {"grpo": "none", "prorag": "prm", "prorag-oracle": "oracle", "prorag-shuffled": "shuffled"}
-ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process")
-Ablation = Literal["table2", "beta", "topk", "process"]
+PROCESS_ARMS: dict[str, Arm] = {
+    "grpo": (),
+    "prorag": ("process_reward=prm",),
+    "prorag-oracle": ("process_reward=oracle",),
+    "prorag-shuffled": ("process_reward=shuffled",),
+}
+#: The arms of the family comparison (METHOD.md sections 2-5): each method's own rewards and
+#: advantage, everything else (start policy, questions, budget, seeds) the same.
+FAMILY_ARMS: dict[str, Arm] = {
+    "grpo": (),
+    "prorag": ("process_reward=prm",),
+    "prorag-oracle": ("process_reward=oracle",),
+    "hiprag": ("outcome_reward.form=hiprag",),
+    "cpsearch": ("process_reward=cpsearch", "advantage=cpgrpo", "outcome_reward.form=f1_if_valid"),
+}
+#: Per-seed evaluation metrics (``metrics.json``) the family comparison reports beside EM and F1.
+FAMILY_METRICS: tuple[str, ...] = (
+    "cover_em",
+    "format_valid_rate",
+    "mean_retrieval_steps",
+    "over_search_rate",
+    "under_search_rate",
+)
+ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process", "family")
+Ablation = Literal["table2", "beta", "topk", "process", "family"]
 
 
 def summarise_variant(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -140,11 +173,14 @@ def topk_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
-def process_arm_config(run: Run, source: str, seed: int) -> Any:
-    """The RL config of one arm and seed: the pipeline's (:func:`rl_config` from pi_rft, the config's
-    beta) with the arm's step-reward source; ``none`` is the GRPO system's config itself."""
+def arm_config(run: Run, arm: Arm, seed: int) -> Any:
+    """The RL config of one arm and seed: the pipeline's (:func:`rl_config` from pi_rft) with the
+    arm's assignments. An arm with a step-reward source starts from the ProRAG system's config
+    (the config's beta, the PRM), one without from the GRPO system's, so the ``grpo`` and
+    ``prorag`` arms have exactly those systems' fingerprints and reuse their runs."""
+    source = next((a.split("=", 1)[1] for a in arm if a.startswith("process_reward=")), "none")
     cfg = rl_config(run, "rft", process=source != "none", beta=run.config.rl.beta, seed=seed)
-    return cfg if source in ("none", "prm") else replace(cfg, process_reward=source)
+    return apply_overrides(cfg, arm, where=f"arm {' '.join(arm) or '(grpo)'}")
 
 
 def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[str, dict[str, float]]:
@@ -157,18 +193,23 @@ def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[st
 
 
 def process_statistics(
-    predictions: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], reference: str = "grpo"
+    predictions: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
+    reference: str = "grpo",
+    extras: Mapping[str, Mapping[int, Mapping[str, float | None]]] | None = None,
 ) -> dict[str, Any]:
-    """The process ablation's numbers from each arm's per-seed prediction rows (``predictions.jsonl``).
+    """An arms ablation's numbers from each arm's per-seed prediction rows (``predictions.jsonl``).
 
     Per arm: per-seed EM/F1, their mean ± 95% CI over seeds (:func:`mean_and_ci`), EM by question
     ``type`` and ``hops`` (of the seed-averaged per-question EM) and, for every arm but
     ``reference``, a paired t-test of seed-averaged per-question EM against it (over the questions
-    both have). Averaging over seeds first takes the seed noise out of each question's score."""
+    both have). Averaging over seeds first takes the seed noise out of each question's score.
+    ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI."""
     out: dict[str, Any] = {}
     averaged: dict[str, dict[str, float]] = {}
     for arm, by_seed in predictions.items():
         per_seed = {str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")} for s, rows in by_seed.items()}
+        for seed, values in (extras or {}).get(arm, {}).items():
+            per_seed.setdefault(str(seed), {}).update({k: v for k, v in values.items() if v is not None})
         em, em_ci = mean_and_ci(v["em"] for v in per_seed.values())
         f1, f1_ci = mean_and_ci(v["f1"] for v in per_seed.values())
         scores: dict[str, list[float]] = {}
@@ -181,6 +222,9 @@ def process_statistics(
                         meta[key][str(r["id"])] = str(r[key])
         averaged[arm] = {q: sum(v) / len(v) for q, v in scores.items()}
         out[arm] = {"per_seed": per_seed, "em": em, "em_ci95": em_ci, "f1": f1, "f1_ci95": f1_ci}
+        for key in sorted({k for v in per_seed.values() for k in v} - {"em", "f1"}):
+            values = [v[key] for v in per_seed.values() if key in v]
+            out[arm][key], out[arm][f"{key}_ci95"] = mean_and_ci(values) if len(values) > 1 else (values[0], 0.0)
         out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key]) for key in meta if meta[key]}
     for arm in out:
         if arm != reference and reference in averaged:
@@ -204,40 +248,75 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
     return "\n".join(lines)
 
 
-def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
-    """Train and evaluate every arm of :data:`PROCESS_ARMS` for each seed (``process_seeds`` unless
-    given), then :func:`process_statistics`; ``curves`` names each arm's ``metrics.jsonl`` per seed."""
+def seconds_per_step(metrics_file: Path) -> float | None:
+    """Mean wall time of one RL optimiser step (``step_time`` of the trainer's ``metrics.jsonl``)."""
+    times = [float(r["step_time"]) for r in read_jsonl(metrics_file) if "step_time" in r] if metrics_file.exists() else []
+    return sum(times) / len(times) if times else None
+
+
+def arms_ablation(
+    run: Run,
+    arms: Mapping[str, Arm],
+    progress: Callable[[str], None],
+    seeds: Sequence[int] | None = None,
+    metrics: Sequence[str] = (),
+    label: str = "ablation",
+    over_search: bool = False,
+) -> dict[str, Any]:
+    """Train and evaluate every arm for each seed (``process_seeds`` unless given), then
+    :func:`process_statistics` with the evaluation's ``metrics`` and ``seconds_per_rl_step`` as
+    extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
+    ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``)."""
     cfg = run.config
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
     if len(seeds) < 2:
-        raise ValueError(f"the process ablation needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
-    ev = system_eval_config(cfg, "prorag")
+        raise ValueError(f"the {label} needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
+    ev = replace(system_eval_config(cfg, "prorag"), over_search=over_search or cfg.eval.over_search)
     predictions: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    for arm, source in PROCESS_ARMS.items():
-        predictions[arm] = {}
+    extras: dict[str, dict[int, dict[str, float | None]]] = {}
+    for arm, assignments in arms.items():
+        predictions[arm], extras[arm] = {}, {}
         for seed in seeds:
             name = rl_run_name(arm, seed)
-            ev_dir = train_and_test(run, name, process_arm_config(run, source, seed), ev)
+            ev_dir = train_and_test(run, name, arm_config(run, assignments, seed), ev)
             predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
-        progress(f"process ablation: {arm} done ({len(seeds)} seeds)")
+            measured = read_json(ev_dir / "metrics.json")
+            extras[arm][seed] = {m: measured.get(m) for m in metrics}
+            extras[arm][seed]["seconds_per_rl_step"] = seconds_per_step(run.path("rl", name, "metrics.jsonl"))
+        progress(f"{label}: {arm} done ({len(seeds)} seeds)")
     return {
-        "arms": dict(PROCESS_ARMS),
+        "arms": {arm: list(a) for arm, a in arms.items()},
         "seeds": seeds,
-        "stats": process_statistics(predictions),
-        "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in PROCESS_ARMS},
+        "stats": process_statistics(predictions, extras=extras),
+        "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
     }
 
 
-def write_process_results(
-    run_dir: Path, result: Mapping[str, Any], digest: str, command: str, results_dir: Path | None = None
+def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+    """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from)."""
+    return arms_ablation(run, PROCESS_ARMS, progress, seeds, label="process ablation")
+
+
+def family_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+    """:func:`arms_ablation` over :data:`FAMILY_ARMS` with :data:`FAMILY_METRICS` (the methods compared)."""
+    return arms_ablation(run, FAMILY_ARMS, progress, seeds, FAMILY_METRICS, label="family comparison", over_search=True)
+
+
+def write_arms_results(
+    run_dir: Path,
+    result: Mapping[str, Any],
+    digest: str,
+    command: str,
+    results_dir: Path | None = None,
+    name: str = "process",
 ) -> Path:
-    """``RUN/ablations/process.json`` (the ablation, the pipeline config's fingerprint, the command
-    line), copied to ``results_dir/process_DATE.json`` when given; returns the run folder's file."""
-    path = Path(run_dir) / "ablations" / "process.json"
+    """``RUN/ablations/NAME.json`` (the ablation, the pipeline config's fingerprint, the command
+    line), copied to ``results_dir/NAME_DATE.json`` when given; returns the run folder's file."""
+    path = Path(run_dir) / "ablations" / f"{name}.json"
     payload = {**result, "config_fingerprint": digest, "command": command}
     write_json(path, payload)
     if results_dir is not None:
-        write_json(Path(results_dir) / f"process_{datetime.date.today().isoformat()}.json", payload)
+        write_json(Path(results_dir) / f"{name}_{datetime.date.today().isoformat()}.json", payload)
     return path
 
 
@@ -270,10 +349,13 @@ def run_ablation(
     elif what == "topk":
         results["topk"] = topk_sweep(run, progress)
         text = "\n".join(f"top-{k}: EM {r['em']:.3f}  F1 {r['f1']:.3f}" for k, r in results["topk"].items())
-    elif what == "process":
-        results["process_ablation"] = process_ablation(run, progress, seeds)
-        where = write_process_results(Path(run_dir), results["process_ablation"], fingerprint(run.config), command, results_dir)
-        text = process_table(results["process_ablation"]["stats"]) + f"\n-> {where}"
+    elif what in ("process", "family"):
+        ablation = process_ablation if what == "process" else family_ablation
+        results[f"{what}_ablation"] = ablation(run, progress, seeds)
+        where = write_arms_results(
+            Path(run_dir), results[f"{what}_ablation"], fingerprint(run.config), command, results_dir, what
+        )
+        text = process_table(results[f"{what}_ablation"]["stats"]) + f"\n-> {where}"
     else:
         raise ValueError(f"unknown ablation {what!r}; expected one of {', '.join(ABLATIONS)}")
     # Merge with what earlier ablations wrote.
@@ -289,11 +371,15 @@ def run_ablation(
 __all__ = [
     "ABLATIONS",
     "BETAS",
+    "FAMILY_ARMS",
+    "FAMILY_METRICS",
     "PROCESS_ARMS",
     "TOP_KS",
+    "arm_config",
+    "arms_ablation",
     "beta_sweep",
+    "family_ablation",
     "process_ablation",
-    "process_arm_config",
     "process_statistics",
     "process_table",
     "run_ablation",
@@ -302,5 +388,5 @@ __all__ = [
     "sweep_variant",
     "topk_sweep",
     "train_and_test",
-    "write_process_results",
+    "write_arms_results",
 ]

@@ -774,7 +774,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
     results = collect_results(run)
     if run.path("results.json").exists():  # keep what the ablations added
         before = read_json(run.path("results.json"))
-        results.update({k: before[k] for k in ("beta_sweep", "topk", "process_ablation") if k in before})
+        results.update({k: before[k] for k in ("beta_sweep", "topk", "process_ablation", "family_ablation") if k in before})
     write_json(run.path("results.json"), results)
     if config.report:
         from prorag.experiments.report.build import write_report

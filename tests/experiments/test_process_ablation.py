@@ -50,7 +50,7 @@ def test_statistics_by_hand() -> None:
     table = ablations.process_table(stats)
     assert "37.5 ± 158.8" in table and "dEM +50.0" in table
     [main, hops] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
-    assert main[2][1] == ["prorag", "prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
+    assert main[2][1] == ["prorag", "process_reward=prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
@@ -68,7 +68,7 @@ def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_pa
             for kind in ("rl", "eval"):
                 name = f"{kind}-{arm}-seed{seed}"
                 assert run.recorded[name] == pipeline.recorded[name], name  # type: ignore[attr-defined]
-        configs = {arm: ablations.process_arm_config(run, source, seed) for arm, source in ablations.PROCESS_ARMS.items()}
+        configs = {arm: ablations.arm_config(run, assignments, seed) for arm, assignments in ablations.PROCESS_ARMS.items()}
         assert {c.process_reward for c in configs.values()} == {"none", "prm", "oracle", "shuffled"}
         assert configs["grpo"].beta == 0.0 and configs["prorag-oracle"].beta == cfg.rl.beta
         base = {k: v for k, v in vars(configs["prorag"]).items() if k != "process_reward"}

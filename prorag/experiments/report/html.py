@@ -17,9 +17,10 @@ from typing import Any
 from prorag.experiments.report.plots import Plot
 from prorag.experiments.report.results import reference_system
 from prorag.experiments.report.table import (
+    ARMS_SECTIONS,
     METRIC_DESCRIPTIONS,
-    PROCESS_NOTE,
     TableRow,
+    arms_note,
     info_rows,
     process_tables,
     sweep_rows,
@@ -181,10 +182,11 @@ def render_html(
     for key, title, col in (("beta_sweep", "Beta sweep (Table 3)", "beta"), ("topk", "Documents per search (Figure 5)", "top-k")):
         if results.get(key):
             body += [f"<h2>{_e(title)}</h2>", _html_table(*sweep_table(sweep_rows(results[key]), col))]
-    if results.get("process_ablation"):
-        body += ["<h2>Where step rewards come from (process ablation)</h2>", f"<p>{_e(PROCESS_NOTE)}</p>"]
-        for title, header, cells in process_tables(results["process_ablation"]):
-            body += [f"<h3>{_e(title)}</h3>", _html_table(header, cells)]
+    for key, (section, plot) in ARMS_SECTIONS.items():
+        if results.get(key):
+            body += [f"<h2>{_e(section)}</h2>", f"<p>{_e(arms_note(plot))}</p>"]
+            for title, header, cells in process_tables(results[key]):
+                body += [f"<h3>{_e(title)}</h3>", _html_table(header, cells)]
     if plots:
         body.append("<h2>Plots</h2>")
         for p in plots:

@@ -38,10 +38,11 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
     for key, title, col in (("beta_sweep", "Beta sweep (Table 3)", "beta"), ("topk", "Documents per search (Figure 5)", "top-k")):
         if results.get(key):
             out += [f"## {title}", "", *_md_table(*table.sweep_table(table.sweep_rows(results[key]), col)), ""]
-    if results.get("process_ablation"):
-        out += ["## Where step rewards come from (process ablation)", "", table.PROCESS_NOTE, ""]
-        for title, header, cells in table.process_tables(results["process_ablation"]):
-            out += [f"{title}:", "", *_md_table(header, cells), ""]
+    for key, (section, plot) in table.ARMS_SECTIONS.items():
+        if results.get(key):
+            out += [f"## {section}", "", table.arms_note(plot), ""]
+            for title, header, cells in table.process_tables(results[key]):
+                out += [f"{title}:", "", *_md_table(header, cells), ""]
     steps_rows = []
     for name in results["order"]:
         for d in results["systems"][name]["metrics"].get("retrieval_steps_distribution") or []:

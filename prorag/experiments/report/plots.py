@@ -17,6 +17,7 @@ from typing import Any
 from prorag.data.jsonl import atomic_writer
 from prorag.experiments.report.curves import curves_by_system, learning_curves, moving_average, read_curve, seed_band
 from prorag.experiments.report.table import (
+    ARMS_SECTIONS,
     Cell,
     TableRow,
     sweep_rows,
@@ -158,19 +159,22 @@ def make_plots(run_dir: Path, results: Mapping[str, Any], rows: Sequence[TableRo
                 curves_by_system(learning_curves(run_dir, results), results.get("curve_groups") or {}), labels, dpi
             ),
         ),
-        (
-            "process_curves.png",
-            "Held-out (dev) EM per RL step of each arm of the process ablation; band: seed range.",
-            plot_learning_curves(
-                {
-                    arm: [read_curve(Path(run_dir) / c, "eval_em") for c in curves]
-                    for arm, curves in ((results.get("process_ablation") or {}).get("curves") or {}).items()
-                },
-                {},
-                dpi,
-                ylabel="dev EM (greedy)",
-                window=1,
-            ),
+        *(
+            (
+                plot,
+                f"Held-out (dev) EM per RL step of each arm of the {key.split('_')[0]} ablation; band: seed range.",
+                plot_learning_curves(
+                    {
+                        arm: [read_curve(Path(run_dir) / c, "eval_em") for c in curves]
+                        for arm, curves in ((results.get(key) or {}).get("curves") or {}).items()
+                    },
+                    {},
+                    dpi,
+                    ylabel="dev EM (greedy)",
+                    window=1,
+                ),
+            )
+            for key, (_, plot) in ARMS_SECTIONS.items()
         ),
         (
             "beta.png",

@@ -146,32 +146,64 @@ def sweep_table(rows: Sequence[tuple[float, Cell, Cell]], name: str) -> tuple[li
 
 
 #: What the process ablation's tables mean (report.md and report.html).
-PROCESS_NOTE = (
-    "Same pi_rft, RL questions and budget in every arm; a seed gives every arm the same rollout streams. "
-    "CI: t distribution over seeds; the paired t-test is on seed-averaged per-question EM against GRPO. "
-    "Held-out EM curves: plots/process_curves.png."
-)
+#: The arms ablations the report shows: results key -> (section title, plot file).
+ARMS_SECTIONS: dict[str, tuple[str, str]] = {
+    "process_ablation": ("Where step rewards come from (process ablation)", "process_curves.png"),
+    "family_ablation": ("The process-reward family on one trainer (family comparison)", "family_curves.png"),
+}
+
+#: Extra per-seed columns of an arms table: stats key -> (header, scale to percent?).
+ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
+    "cover_em": ("Cover-EM (%)", True),
+    "format_valid_rate": ("Format-valid (%)", True),
+    "mean_retrieval_steps": ("Searches", False),
+    "over_search_rate": ("Over-search (%)", True),
+    "under_search_rate": ("Under-search (%)", True),
+    "seconds_per_rl_step": ("s / RL step", False),
+}
+
+
+def arms_note(plot: str) -> str:
+    """The paragraph under an arms ablation's title."""
+    return (
+        "Same starting policy, RL questions and budget in every arm; a seed gives every arm the same rollout "
+        "streams. CI: t distribution over seeds; the paired t-test is on seed-averaged per-question EM against "
+        f"GRPO. Held-out EM curves: plots/{plot}."
+    )
+
+
+def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
+    scale, digits = (100.0, 1) if percent else (1.0, 2)
+    return f"{scale * row[key]:.{digits}f} ± {scale * row.get(f'{key}_ci95', 0.0):.{digits}f}"
 
 
 def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """``(title, header, rows)`` of the process ablation: EM/F1 (%) mean ± 95% CI over seeds with
-    the paired test against GRPO, then EM (%) by question type and by hop count."""
+    """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
+    over seeds with the paired test against GRPO, then the extra per-seed metrics measured
+    (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop count."""
     stats = ablation["stats"]
     rows = []
     for arm, row in stats.items():
         test = row.get("vs_grpo")
+        assignments = ablation["arms"].get(arm, "")
         rows.append(
             [
                 arm,
-                str(ablation["arms"].get(arm, "")),
+                " ".join(assignments) if isinstance(assignments, list | tuple) else str(assignments),
                 str(len(row["per_seed"])),
-                f"{100 * row['em']:.1f} ± {100 * row['em_ci95']:.1f}",
-                f"{100 * row['f1']:.1f} ± {100 * row['f1_ci95']:.1f}",
+                _mean_ci(row, "em", True),
+                _mean_ci(row, "f1", True),
                 f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else "reference",
             ]
         )
-    header = ["Arm", "Step rewards", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
+    header = ["Arm", "RL settings", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
     out = [("Test EM and F1 per arm", header, rows)]
+    extras = [k for k in ARMS_EXTRAS if any(k in row for row in stats.values())]
+    if extras:
+        cells = [[arm, *(_mean_ci(row, k, ARMS_EXTRAS[k][1]) if k in row else "" for k in extras)] for arm, row in stats.items()]
+        out.append(
+            ("Behaviour and cost per arm (mean ± 95% CI over seeds)", ["Arm", *(ARMS_EXTRAS[k][0] for k in extras)], cells)
+        )
     for key, title in (("by_type", "question type"), ("by_hops", "hops")):
         groups = sorted({g for row in stats.values() for g in row.get(key, {})})
         if groups:

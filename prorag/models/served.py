@@ -51,7 +51,7 @@ import httpx
 from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
 from prorag.data.jsonl import JsonlAppender, read_jsonl
-from prorag.models.generator import Generation
+from prorag.models.generator import Generation, Sampling, TextGenerator
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-class ServedGenerator:
+class ServedGenerator(TextGenerator):
     """A :class:`~prorag.models.generator.TextGenerator` on an OpenAI-compatible server (module docstring).
 
     ``usage`` accumulates over calls; ``sleep`` and ``rng`` are for tests (instant, seeded backoff).
@@ -344,46 +344,29 @@ class ServedGenerator:
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
 
-    def body(self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, logprobs: bool) -> dict[str, Any]:
+    def body(self, prompt: str, sampling: Sampling) -> dict[str, Any]:
         """The request body of one prompt (also what the cache key hashes)."""
         c = self.config
-        body: dict[str, Any] = {"model": c.model, "max_tokens": max_tokens, "temperature": temperature}
+        body: dict[str, Any] = {"model": c.model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature}
         if c.api == "completions":
             body["prompt"] = prompt
         else:
             system = [{"role": "system", "content": c.system_prompt}] if c.system_prompt else []
             body["messages"] = [*system, {"role": "user", "content": prompt}]
-        if stop:
-            body["stop"] = list(stop)
-        if logprobs:
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.logprobs:
             body["logprobs"] = 1 if c.api == "completions" else True
         return body
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]:
-        """One :class:`Generation` per prompt, in order (all requests concurrent, see :meth:`agenerate`)."""
-        return run_sync(self.agenerate(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs))
+    def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """One :class:`Generation` per prompt, in order (all requests concurrent, see :meth:`acomplete`)."""
+        return run_sync(self.acomplete(prompts, sampling))
 
-    async def agenerate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]:
-        """:meth:`generate` in a running event loop. The first request that fails for good cancels
+    async def acomplete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """:meth:`complete` in a running event loop. The first request that fails for good cancels
         the others and is raised (:class:`ServedError` or :class:`ServiceUnavailableError`)."""
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        temperature = sampling.temperature
         c = self.config
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         limits = httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency)
@@ -395,7 +378,7 @@ class ServedGenerator:
             async with httpx.AsyncClient(timeout=httpx.Timeout(c.timeout_s), limits=limits, headers=headers) as http:
                 async with asyncio.TaskGroup() as tg:
                     for i, prompt in enumerate(prompts):
-                        body = self.body(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs)
+                        body = self.body(prompt, sampling)
                         key = request_key(body)
                         slot = key if temperature == 0 else f"{key}#{i}"  # identical greedy requests go out once
                         if slot not in jobs:

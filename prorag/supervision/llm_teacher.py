@@ -6,12 +6,13 @@ One request per thought, not per record: each prompt holds exactly what the poli
 point plus its next action, so no thought can peek at a later hop; replies are one checked line
 (:func:`check_thought`), cached and retried per thought, and all run concurrently.
 
-Robustness: ``concurrency`` in-flight requests; exponential backoff with jitter on 429, 5xx,
-timeouts and connection errors (honouring ``Retry-After``), and on malformed or truncated replies;
-after ``max_retries`` the thought fails and its record is dropped. 401/403/404 stop the run
-(:class:`LLMTeacherError`). Cache: JSONL keyed by the SHA-256 of the request body (not key or URL),
-re-checked on read. The key comes from ``api_key_env`` at request time and is never logged, cached
-or shown. :class:`LLMUsage` counts billed tokens and cost.
+Robustness (the served client's retry loop, :func:`~prorag.models.served.retrying`): ``concurrency``
+in-flight requests; exponential backoff with jitter on 429, 5xx, timeouts and connection errors
+(honouring ``Retry-After``), and on malformed or truncated replies; after ``max_retries`` the
+thought fails and its record is dropped. 401/403/404 stop the run (:class:`LLMTeacherError`).
+Cache: JSONL keyed by the SHA-256 of the request body (not key or URL), re-checked on read. The
+key comes from ``api_key_env`` at request time and is never logged, cached or shown.
+:class:`LLMUsage` counts billed tokens and cost.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import httpx
 
@@ -378,6 +379,10 @@ class ChatClient:
             return cached.strip()
         http, sem = self._http, self._sem
 
+        def reject(reason: str) -> NoReturn:
+            usage.rejected[reason] += 1
+            raise Retry(None, reason)  # counted as a rejection, not a failed request
+
         async def attempt() -> str:
             async with sem:
                 usage.requests += 1
@@ -399,11 +404,14 @@ class ChatClient:
                 usage.prompt_tokens += _count(payload["usage"].get("prompt_tokens"))
                 usage.completion_tokens += _count(payload["usage"].get("completion_tokens"))
             content, finish = _content(payload)
-            reason = "malformed reply" if content is None else "cut by max_tokens" if finish == "length" else check(content)
+            if content is None:
+                reject("malformed reply")
+            if finish == "length":
+                reject("cut by max_tokens")
+            reason = check(content)
             if reason is not None:
-                usage.rejected[reason] += 1
-                raise Retry(None, reason)
-            return content.strip()  # type: ignore[union-attr]
+                reject(reason)
+            return content.strip()
 
         try:
             content = await retrying(attempt, c, usage, url=c.url, sleep=self._sleep, rng=self._rng)

@@ -21,14 +21,7 @@ from dataclasses import dataclass
 
 from prorag.core.config import setting
 from prorag.evaluation.baselines import EVAL_BASELINES
-from prorag.evaluation.generator_eval import (
-    GeneratorBaseline,
-    QuestionRun,
-    Session,
-    cot_prompt,
-    first_sentence,
-    read_answer,
-)
+from prorag.evaluation.generator_eval import GeneratorBaseline, QuestionRun, Session, first_sentence, next_cot_line, read_answer
 from prorag.models.generator import Generation
 
 
@@ -83,7 +76,7 @@ class FLARE(GeneratorBaseline):
         if not sentence:
             run.stop_reason = "eos"
             return
-        run.state["sentences"].append(sentence)
+        run.state["cot"].append(sentence)
         if "answer is" in sentence.lower():
             run.stop_reason = "answer"
         elif g.finish_reason == "stop" and g.text.strip() == sentence:
@@ -92,20 +85,14 @@ class FLARE(GeneratorBaseline):
     def run_batch(self, session: Session, runs: list[QuestionRun]) -> None:
         o: FLAREOptions = self.options
         for r in runs:
-            r.state = {"docs": [], "sentences": []}
+            r.state = {"docs": [], "cot": []}
         if o.initial_retrieval:
             for r, hits in zip(runs, session.search(runs, [r.record.question for r in runs], action=0), strict=True):
                 r.state["docs"] = hits
         theta = math.log(o.theta)
         for step in range(o.max_sentences):
             active = [r for r in runs if not r.done]
-            ahead = session.generate(
-                active,
-                [cot_prompt(session, r.record.question, r.state["docs"], r.state["sentences"]) for r in active],
-                max_tokens=o.look_ahead_tokens,
-                stop=("\n",),
-                logprobs=True,
-            )
+            ahead = next_cot_line(session, active, max_tokens=o.look_ahead_tokens, logprobs=True)
             unsure, queries = [], []
             for r, g in zip(active, ahead, strict=True):
                 sentence, tokens, lps = sentence_tokens(g)
@@ -116,16 +103,11 @@ class FLARE(GeneratorBaseline):
                     self._keep(r, sentence, g)
             for r, hits in zip(unsure, session.search(unsure, queries, action=step + 1), strict=True):
                 r.state["docs"] = hits
-            again = session.generate(
-                unsure,
-                [cot_prompt(session, r.record.question, r.state["docs"], r.state["sentences"]) for r in unsure],
-                max_tokens=o.look_ahead_tokens,
-                stop=("\n",),
-            )
+            again = next_cot_line(session, unsure, max_tokens=o.look_ahead_tokens)
             for r, g in zip(unsure, again, strict=True):
                 self._keep(r, first_sentence(g.text), g)
         for r in runs:
-            r.text = " ".join(r.state["sentences"])
+            r.text = " ".join(r.state["cot"])
             r.answer = read_answer(r.text) if r.text else None
             r.stop_reason = r.stop_reason or "max_sentences"
             r.state = {}

@@ -174,6 +174,16 @@ def cot_prompt(session: Session, question: str, hits: Sequence[Hit], sentences: 
     return session.head(CHAIN_OF_THOUGHT, user) + " ".join(["Answer:", *sentences])
 
 
+def next_cot_line(
+    session: Session, runs: Sequence[QuestionRun], *, max_tokens: int, logprobs: bool = False, suffix: str = ""
+) -> list[Generation]:
+    """Each run's chain of thought continued by one line (stop at a newline) from its documents: the
+    step IRCoT and FLARE share. ``run.state`` holds ``docs`` (hits) and ``cot`` (sentences so far);
+    ``suffix`` follows the prompt (IRCoT's read-out "So the answer is:")."""
+    prompts = [cot_prompt(session, r.record.question, r.state["docs"], r.state["cot"]) + suffix for r in runs]
+    return session.generate(runs, prompts, max_tokens=max_tokens, stop=("\n",), logprobs=logprobs)
+
+
 class GeneratorBaseline(EvalBaseline):
     """An inference-time method on a :class:`TextGenerator`: a subclass sets :attr:`name`, its
     :attr:`Options` dataclass (the paper's defaults) and :meth:`run_batch`."""

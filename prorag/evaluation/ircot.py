@@ -19,14 +19,7 @@ from dataclasses import dataclass
 
 from prorag.core.config import setting
 from prorag.evaluation.baselines import EVAL_BASELINES
-from prorag.evaluation.generator_eval import (
-    GeneratorBaseline,
-    QuestionRun,
-    Session,
-    cot_prompt,
-    first_sentence,
-    read_answer,
-)
+from prorag.evaluation.generator_eval import GeneratorBaseline, QuestionRun, Session, first_sentence, next_cot_line, read_answer
 
 
 @dataclass
@@ -60,12 +53,7 @@ class IRCoT(GeneratorBaseline):
             self._add_docs(r, hits)
         for step in range(o.max_steps):
             active = [r for r in runs if not r.done]
-            gens = session.generate(
-                active,
-                [cot_prompt(session, r.record.question, r.state["docs"], r.state["cot"]) for r in active],
-                max_tokens=o.sentence_tokens,
-                stop=("\n",),
-            )
+            gens = next_cot_line(session, active, max_tokens=o.sentence_tokens)
             for r, g in zip(active, gens, strict=True):
                 sentence = first_sentence(g.text)
                 if not sentence:
@@ -80,8 +68,8 @@ class IRCoT(GeneratorBaseline):
             ):
                 self._add_docs(r, hits)
         unread = [r for r in runs if r.answer is None]
-        prompts = [cot_prompt(session, r.record.question, r.state["docs"], r.state["cot"]) + " So the answer is:" for r in unread]
-        for r, g in zip(unread, session.generate(unread, prompts, max_tokens=o.sentence_tokens, stop=("\n",)), strict=True):
+        readout = next_cot_line(session, unread, max_tokens=o.sentence_tokens, suffix=" So the answer is:")
+        for r, g in zip(unread, readout, strict=True):
             r.state["cot"].append("So the answer is: " + first_sentence(g.text))
             r.answer = read_answer(r.state["cot"][-1])
             r.stop_reason = r.stop_reason or "max_steps"

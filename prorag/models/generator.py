@@ -31,37 +31,26 @@ class Generation:
     finish_reason: str = "stop"
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How to continue a batch of prompts: the settings every backend reads alike (one request)."""
+
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+
 class TextGenerator(Protocol):
-    """Anything that continues prompts (batching and concurrency are its own business)."""
+    """Anything that continues prompts (batching and concurrency are its own business).
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]: ...
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> int | None:
-    """Index of the earliest stop string in ``text`` (``None`` when there is none): where the
-    completion ends, the stop string excluded, as an OpenAI-compatible server cuts it."""
-    found = [i for i in (text.find(s) for s in stop if s) if i >= 0]
-    return min(found) if found else None
-
-
-class ScriptedGenerator:
-    """A generator whose reply to a prompt is ``replies(prompt)`` (a string or a whole
-    :class:`Generation`), for tests. Stop strings are honoured on string replies; token counts are
-    whitespace words (prompt) and the reply's words, so a test can hand-compute them. Every prompt
-    seen is kept in :attr:`calls`, every request's keyword arguments in :attr:`requests`."""
-
-    def __init__(self, replies: Callable[[str], str | Generation]) -> None:
-        self.replies = replies
-        self.calls: list[str] = []
-        self.requests: list[dict[str, Any]] = []
+    A backend subclasses it and implements :meth:`complete`; :meth:`generate` is the keyword form
+    every caller uses, so the argument handling stands here once."""
 
     def generate(
         self,
@@ -72,7 +61,37 @@ class ScriptedGenerator:
         temperature: float = 0.0,
         logprobs: bool = False,
     ) -> list[Generation]:
-        self.requests.append({"n": len(prompts), "max_tokens": max_tokens, "stop": list(stop), "logprobs": logprobs})
+        """One :class:`Generation` per prompt, in order."""
+        return self.complete(prompts, Sampling(max_tokens, tuple(stop), temperature, logprobs))
+
+    def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """:meth:`generate` with its settings in one :class:`Sampling` (what a backend implements)."""
+        raise NotImplementedError
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> int | None:
+    """Index of the earliest stop string in ``text`` (``None`` when there is none): where the
+    completion ends, the stop string excluded, as an OpenAI-compatible server cuts it."""
+    found = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return min(found) if found else None
+
+
+class ScriptedGenerator(TextGenerator):
+    """A generator whose reply to a prompt is ``replies(prompt)`` (a string or a whole
+    :class:`Generation`), for tests. Stop strings are honoured on string replies; token counts are
+    whitespace words (prompt) and the reply's words, so a test can hand-compute them. Every prompt
+    seen is kept in :attr:`calls`, every request's keyword arguments in :attr:`requests`."""
+
+    def __init__(self, replies: Callable[[str], str | Generation]) -> None:
+        self.replies = replies
+        self.calls: list[str] = []
+        self.requests: list[dict[str, Any]] = []
+
+    def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        stop = sampling.stop
+        self.requests.append(
+            {"n": len(prompts), "max_tokens": sampling.max_tokens, "stop": list(stop), "logprobs": sampling.logprobs}
+        )
         out = []
         for prompt in prompts:
             self.calls.append(prompt)
@@ -96,7 +115,7 @@ def _kept_tokens(pieces: Sequence[str], end: int) -> int:
     return n
 
 
-class HFGenerator:
+class HFGenerator(TextGenerator):
     """A local Hugging Face causal LM as a :class:`TextGenerator`.
 
     Prompts are tokenised as given (no special tokens added: a chat prompt already carries its
@@ -113,24 +132,16 @@ class HFGenerator:
         self.batch_size = batch_size
         self.device = device or str(next(model.parameters()).device)
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]:
+    def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
-            out.extend(self._batch(prompts[start : start + self.batch_size], max_tokens, stop, temperature, logprobs))
+            out.extend(self._batch(prompts[start : start + self.batch_size], sampling))
         return out
 
-    def _batch(
-        self, prompts: Sequence[str], max_tokens: int, stop: Sequence[str], temperature: float, logprobs: bool
-    ) -> list[Generation]:
+    def _batch(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
         import torch
+
+        max_tokens, stop, temperature, logprobs = sampling.max_tokens, sampling.stop, sampling.temperature, sampling.logprobs
 
         tok = self.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -185,4 +196,4 @@ class HFGenerator:
         )
 
 
-__all__ = ["Generation", "HFGenerator", "ScriptedGenerator", "TextGenerator", "cut_at_stop"]
+__all__ = ["Generation", "HFGenerator", "Sampling", "ScriptedGenerator", "TextGenerator", "cut_at_stop"]

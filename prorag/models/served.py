@@ -21,8 +21,8 @@ sample. The key comes from the environment variable ``api_key_env`` names and is
 cached or shown; a key that is named but not set is an error before any request. Plain http
 goes only to loopback unless ``allow_insecure_http``.
 
-The helpers :func:`request_key`, :func:`parse_retry_after`, :func:`backoff_delay` and
-:func:`token_count` also serve the LLM teacher's chat client.
+The helpers :func:`api_key`, :func:`post`, :func:`retrying` (the retry loop), :class:`RequestCounts`,
+:func:`request_key` and :func:`token_count` also serve the LLM teacher's chat client.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import httpx
 from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
 from prorag.data.jsonl import JsonlAppender, read_jsonl
-from prorag.models.generator import Generation
+from prorag.models.generator import Generation, Sampling, TextGenerator
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,8 @@ def parse_reply(payload: Any, *, api: Literal["completions", "chat"], logprobs: 
 
 
 @dataclass
-class ServedUsage:
-    """What the generator did: requests (retries included), cache hits, billed tokens, errors."""
+class RequestCounts:
+    """What a client of an endpoint did: requests (retries included), cache hits, billed tokens, errors."""
 
     requests: int = 0
     retries: int = 0
@@ -267,6 +267,11 @@ class ServedUsage:
     completion_tokens: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     """Failed attempts by kind (``timeout``, ``connection``, ``http 503``, ``malformed``)."""
+
+
+@dataclass
+class ServedUsage(RequestCounts):
+    """What the generator did (:class:`RequestCounts`), printable in one line."""
 
     def describe(self) -> str:
         line = (
@@ -278,13 +283,69 @@ class ServedUsage:
         return line
 
 
-class _Retry(Exception):
-    """One failed attempt worth repeating: its kind (for the counts), what went wrong, and the
-    server's ``Retry-After`` if it gave one."""
+class Retry(Exception):
+    """One failed attempt worth repeating: its kind (counted in ``errors``; None when the caller
+    counted it elsewhere), what went wrong, and the server's ``Retry-After`` if it gave one."""
 
-    def __init__(self, kind: str, detail: str, wait: float | None = None) -> None:
+    def __init__(self, kind: str | None, detail: str, wait: float | None = None) -> None:
         super().__init__(detail)
         self.kind, self.detail, self.wait = kind, detail, wait
+
+
+async def retrying(
+    attempt: Callable[[], Awaitable[T]],
+    config: EndpointConfig,
+    counts: RequestCounts,
+    *,
+    url: str,
+    sleep: Callable[[float], Awaitable[Any]],
+    rng: random.Random,
+) -> T:
+    """``attempt()``'s result, asked again after each :class:`Retry` it raises, with backoff
+    (:func:`backoff_delay`, or the server's ``Retry-After`` capped at ``max_retry_after_s``); after
+    ``max_retries`` retries :class:`~prorag.core.errors.ServiceUnavailableError` naming ``url`` and the
+    last error. The one retry loop of every endpoint client (served generator, LLM teacher and judge)."""
+    last, delay = "", 0.0
+    for n in range(config.max_retries + 1):
+        if n:
+            counts.retries += 1
+            await sleep(delay)
+        delay = backoff_delay(n, config.backoff_base_s, config.backoff_max_s, rng)
+        try:
+            return await attempt()
+        except Retry as r:
+            if r.kind is not None:
+                counts.errors[r.kind] += 1
+            last = r.detail
+            if r.wait is not None:
+                delay = min(r.wait, config.max_retry_after_s)
+    raise ServiceUnavailableError(f"{url}: no valid reply after {config.max_retries + 1} attempts; last error: {last}")
+
+
+async def post(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], *, timeout_s: float, redact: Callable[[str], str]
+) -> httpx.Response:
+    """POST ``body``; timeouts and connection errors become :class:`Retry` (the key ``redact``ed away)."""
+    try:
+        return await http.post(url, json=body)
+    except httpx.TimeoutException:
+        raise Retry("timeout", f"timed out after {timeout_s:g} s") from None
+    except httpx.TransportError as e:
+        raise Retry("connection", f"connection error: {redact(str(e)) or type(e).__name__}") from None
+
+
+def api_key(env: str | None, error: type[Exception]) -> str | None:
+    """The key in environment variable ``env``; None when no key is needed (``env`` unset). Named but
+    not set: ``error`` now, before any request (a request without it would only come back 401)."""
+    if not env:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise error(
+            f"environment variable {env} (api_key_env) is not set: export the API key, or set api_key_env: null "
+            "for a server that needs none"
+        )
+    return key
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -298,7 +359,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-class ServedGenerator:
+class ServedGenerator(TextGenerator):
     """A :class:`~prorag.models.generator.TextGenerator` on an OpenAI-compatible server (module docstring).
 
     ``usage`` accumulates over calls; ``sleep`` and ``rng`` are for tests (instant, seeded backoff).
@@ -315,7 +376,7 @@ class ServedGenerator:
         self.usage = ServedUsage()
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self._key = self._api_key()
+        self._key = api_key(config.api_key_env, ServedError)
         self._cache: dict[str, Generation] = {}
         if config.cache_path and Path(config.cache_path).is_file():
             for row in read_jsonl(config.cache_path, tolerate_truncated_tail=True):
@@ -327,63 +388,32 @@ class ServedGenerator:
                         continue  # a row of another version: asked again
             log.info("served reply cache %s: %d replies", config.cache_path, len(self._cache))
 
-    def _api_key(self) -> str | None:
-        """The key from ``api_key_env``; None when the config needs none. Named but not set: an
-        error now, before any request (a request without it would only come back 401)."""
-        env = self.config.api_key_env
-        if not env:
-            return None
-        key = os.environ.get(env)
-        if not key:
-            raise ServedError(
-                f"environment variable {env} (api_key_env) is not set: export the API key, or set api_key_env: null "
-                "for a server that needs none"
-            )
-        return key
-
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
 
-    def body(self, prompt: str, *, max_tokens: int, stop: Sequence[str], temperature: float, logprobs: bool) -> dict[str, Any]:
+    def body(self, prompt: str, sampling: Sampling) -> dict[str, Any]:
         """The request body of one prompt (also what the cache key hashes)."""
         c = self.config
-        body: dict[str, Any] = {"model": c.model, "max_tokens": max_tokens, "temperature": temperature}
+        body: dict[str, Any] = {"model": c.model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature}
         if c.api == "completions":
             body["prompt"] = prompt
         else:
             system = [{"role": "system", "content": c.system_prompt}] if c.system_prompt else []
             body["messages"] = [*system, {"role": "user", "content": prompt}]
-        if stop:
-            body["stop"] = list(stop)
-        if logprobs:
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.logprobs:
             body["logprobs"] = 1 if c.api == "completions" else True
         return body
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]:
-        """One :class:`Generation` per prompt, in order (all requests concurrent, see :meth:`agenerate`)."""
-        return run_sync(self.agenerate(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs))
+    def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """One :class:`Generation` per prompt, in order (all requests concurrent, see :meth:`acomplete`)."""
+        return run_sync(self.acomplete(prompts, sampling))
 
-    async def agenerate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        logprobs: bool = False,
-    ) -> list[Generation]:
-        """:meth:`generate` in a running event loop. The first request that fails for good cancels
+    async def acomplete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """:meth:`complete` in a running event loop. The first request that fails for good cancels
         the others and is raised (:class:`ServedError` or :class:`ServiceUnavailableError`)."""
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        temperature = sampling.temperature
         c = self.config
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         limits = httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency)
@@ -395,7 +425,7 @@ class ServedGenerator:
             async with httpx.AsyncClient(timeout=httpx.Timeout(c.timeout_s), limits=limits, headers=headers) as http:
                 async with asyncio.TaskGroup() as tg:
                     for i, prompt in enumerate(prompts):
-                        body = self.body(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, logprobs=logprobs)
+                        body = self.body(prompt, sampling)
                         key = request_key(body)
                         slot = key if temperature == 0 else f"{key}#{i}"  # identical greedy requests go out once
                         if slot not in jobs:
@@ -422,48 +452,32 @@ class ServedGenerator:
         if greedy and key in self._cache:
             usage.cache_hits += 1
             return self._cache[key]
-        last, delay = "", 0.0
-        for attempt in range(c.max_retries + 1):
-            if attempt:
-                usage.retries += 1
-                await self._sleep(delay)
-            delay = backoff_delay(attempt, c.backoff_base_s, c.backoff_max_s, self._rng)
-            try:
-                async with sem:
-                    usage.requests += 1
-                    gen = self._read(await self._post(http, body), logprobs="logprobs" in body)
-            except _Retry as r:
-                usage.errors[r.kind] += 1
-                last = r.detail
-                if r.wait is not None:
-                    delay = min(r.wait, c.max_retry_after_s)
-                continue
-            usage.prompt_tokens += gen.prompt_tokens
-            usage.completion_tokens += gen.completion_tokens
-            if greedy:
-                self._cache[key] = gen
-                if appender is not None:
-                    appender.append({"key": key, "model": c.model, "reply": dataclasses.asdict(gen)})
-            return gen
-        raise ServiceUnavailableError(f"{c.url}: no valid reply after {c.max_retries + 1} attempts; last error: {last}")
+
+        async def attempt() -> Generation:
+            async with sem:
+                usage.requests += 1
+                return self._read(await self._post(http, body), logprobs="logprobs" in body)
+
+        gen = await retrying(attempt, c, usage, url=c.url, sleep=self._sleep, rng=self._rng)
+        usage.prompt_tokens += gen.prompt_tokens
+        usage.completion_tokens += gen.completion_tokens
+        if greedy:
+            self._cache[key] = gen
+            if appender is not None:
+                appender.append({"key": key, "model": c.model, "reply": dataclasses.asdict(gen)})
+        return gen
 
     async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
-        """POST ``body``; timeouts and connection errors become :class:`_Retry`."""
-        try:
-            return await http.post(self.config.url, json=body)
-        except httpx.TimeoutException:
-            raise _Retry("timeout", f"timed out after {self.config.timeout_s:g} s") from None
-        except httpx.TransportError as e:
-            raise _Retry("connection", f"connection error: {self._redact(str(e)) or type(e).__name__}") from None
+        return await post(http, self.config.url, body, timeout_s=self.config.timeout_s, redact=self._redact)
 
     def _read(self, resp: httpx.Response, *, logprobs: bool) -> Generation:
-        """The Generation in ``resp``; :class:`_Retry` for a status or reply worth asking again,
+        """The Generation in ``resp``; :class:`Retry` for a status or reply worth asking again,
         :class:`ServedError` for a status that will not change."""
         status = resp.status_code
         if status != 200:
             detail = self._redact(resp.text[:300]).replace("\n", " ")
             if status in RETRY_STATUSES or status >= 500:
-                raise _Retry(f"http {status}", f"HTTP {status}: {detail}", parse_retry_after(resp.headers.get("retry-after")))
+                raise Retry(f"http {status}", f"HTTP {status}: {detail}", parse_retry_after(resp.headers.get("retry-after")))
             raise ServedError(
                 f"{self.config.url}: HTTP {status} (check base_url, model and api_key_env; a prompt over the "
                 f"model's context also ends here): {detail}"
@@ -471,22 +485,27 @@ class ServedGenerator:
         try:
             return parse_reply(resp.json(), api=self.config.api, logprobs=logprobs)
         except ValueError:
-            raise _Retry("malformed", "the reply is not JSON") from None
+            raise Retry("malformed", "the reply is not JSON") from None
         except (MalformedReply, AttributeError) as e:
-            raise _Retry("malformed", f"malformed reply: {e}") from None
+            raise Retry("malformed", f"malformed reply: {e}") from None
 
 
 __all__ = [
     "MalformedReply",
+    "RequestCounts",
+    "Retry",
     "ServedConfig",
     "ServedError",
     "ServedGenerator",
     "ServedUsage",
+    "api_key",
     "backoff_delay",
     "is_safe_url",
     "parse_reply",
     "parse_retry_after",
+    "post",
     "request_key",
+    "retrying",
     "run_sync",
     "token_count",
 ]

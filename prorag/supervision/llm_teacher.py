@@ -6,12 +6,13 @@ One request per thought, not per record: each prompt holds exactly what the poli
 point plus its next action, so no thought can peek at a later hop; replies are one checked line
 (:func:`check_thought`), cached and retried per thought, and all run concurrently.
 
-Robustness: ``concurrency`` in-flight requests; exponential backoff with jitter on 429, 5xx,
-timeouts and connection errors (honouring ``Retry-After``), and on malformed or truncated replies;
-after ``max_retries`` the thought fails and its record is dropped. 401/403/404 stop the run
-(:class:`LLMTeacherError`). Cache: JSONL keyed by the SHA-256 of the request body (not key or URL),
-re-checked on read. The key comes from ``api_key_env`` at request time and is never logged, cached
-or shown. :class:`LLMUsage` counts billed tokens and cost.
+Robustness (the served client's retry loop, :func:`~prorag.models.served.retrying`): ``concurrency``
+in-flight requests; exponential backoff with jitter on 429, 5xx, timeouts and connection errors
+(honouring ``Retry-After``), and on malformed or truncated replies; after ``max_retries`` the
+thought fails and its record is dropped. 401/403/404 stop the run (:class:`LLMTeacherError`).
+Cache: JSONL keyed by the SHA-256 of the request body (not key or URL), re-checked on read. The
+key comes from ``api_key_env`` at request time and is never logged, cached or shown.
+:class:`LLMUsage` counts billed tokens and cost.
 """
 
 from __future__ import annotations
@@ -25,17 +26,28 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import httpx
 
 from prorag.agent.gold import Hop
 from prorag.agent.schema import TAGS
 from prorag.core.config import setting
+from prorag.core.errors import ServiceUnavailableError
 from prorag.core.metrics import normalize_answer
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
-from prorag.models.served import EndpointConfig, backoff_delay, parse_retry_after, request_key
+from prorag.models.served import (
+    EndpointConfig,
+    RequestCounts,
+    Retry,
+    api_key,
+    backoff_delay,
+    parse_retry_after,
+    post,
+    request_key,
+    retrying,
+)
 from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
 
@@ -232,23 +244,17 @@ def check_thought(text: str, *, max_chars: int, withheld: str | None = None, sho
 
 
 @dataclass
-class LLMUsage:
-    """What the teacher did: requests, retries, cache hits, rejections, tokens."""
+class LLMUsage(RequestCounts):
+    """What the teacher did: the endpoint's counts (:class:`~prorag.models.served.RequestCounts`: HTTP
+    requests with retries, cache hits, billed tokens of every reply, failed requests by kind), and
+    thoughts obtained, failed and rejected."""
 
-    requests: int = 0
-    """HTTP requests sent (retries included)."""
-    retries: int = 0
-    cache_hits: int = 0
     thoughts: int = 0
     """Thoughts obtained (from the cache or the server)."""
     failed_thoughts: int = 0
     """Thoughts with no acceptable reply after every retry."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     """Replies rejected, by reason (malformed, cut, :func:`check_thought`'s reasons)."""
-    errors: Counter[str] = field(default_factory=Counter)
-    """Failed requests, by kind (``http 429``, ``http 500``, ``timeout``, ``connection``)."""
 
     def cost(self, config: LLMTeacherConfig) -> float | None:
         """Estimated cost from the token counts and the configured prices (None without prices)."""
@@ -288,6 +294,10 @@ def _content(payload: Any) -> tuple[str | None, str | None]:
     return content, choice.get("finish_reason") if isinstance(choice, dict) else None
 
 
+class _GiveUp(Exception):
+    """A status that asking again cannot fix, short of a fatal one: this reply fails."""
+
+
 class ChatClient:
     """Chat completions with a concurrency limit, retries, a validating reply cache and usage counts.
 
@@ -319,19 +329,8 @@ class ChatClient:
         self._key()  # a needed key that is not set fails here, before any work
 
     def _key(self) -> str | None:
-        """The API key from ``api_key_env``; None when the config says no key is needed. A key
-        that is needed but not set is an error before any request goes out (a request without
-        it would only come back 401, or worse, be served by the wrong account's defaults)."""
-        env = self.config.api_key_env
-        if not env:
-            return None
-        key = os.environ.get(env)
-        if not key:
-            raise LLMTeacherError(
-                f"environment variable {env} (api_key_env) is not set: export the API key, or set api_key_env: null "
-                "for a server that needs none"
-            )
-        return key
+        """The API key from ``api_key_env``, read at each use (:func:`~prorag.models.served.api_key`)."""
+        return api_key(self.config.api_key_env, LLMTeacherError)
 
     def _headers(self) -> dict[str, str]:
         key = self._key()
@@ -378,34 +377,25 @@ class ChatClient:
             usage.cache_hits += 1
             usage.thoughts += 1
             return cached.strip()
-        delay = 0.0
-        for attempt in range(c.max_retries + 1):
-            if attempt:
-                usage.retries += 1
-                await self._sleep(delay)
-            delay = backoff_delay(attempt, c.backoff_base_s, c.backoff_max_s, self._rng)
-            try:
-                async with self._sem:
-                    usage.requests += 1
-                    resp = await self._http.post(c.url, json=body)
-            except httpx.TimeoutException:
-                usage.errors["timeout"] += 1
-                continue
-            except httpx.TransportError:
-                usage.errors["connection"] += 1
-                continue
+        http, sem = self._http, self._sem
+
+        def reject(reason: str) -> NoReturn:
+            usage.rejected[reason] += 1
+            raise Retry(None, reason)  # counted as a rejection, not a failed request
+
+        async def attempt() -> str:
+            async with sem:
+                usage.requests += 1
+                resp = await post(http, c.url, body, timeout_s=c.timeout_s, redact=self._redact)
             status = resp.status_code
             if status in FATAL_STATUSES:
                 detail = self._redact(resp.text[:300]).replace("\n", " ")
                 raise LLMTeacherError(f"{c.url}: HTTP {status} (check --base-url, --model and ${c.api_key_env}): {detail}")
             if status != 200:
-                usage.errors[f"http {status}"] += 1
                 if status == 429 or status >= 500:
-                    wait = parse_retry_after(resp.headers.get("retry-after"))
-                    if wait is not None:
-                        delay = min(wait, c.max_retry_after_s)
-                    continue
-                break  # another 4xx: this request will not succeed by asking again
+                    raise Retry(f"http {status}", f"HTTP {status}", parse_retry_after(resp.headers.get("retry-after")))
+                usage.errors[f"http {status}"] += 1
+                raise _GiveUp  # another 4xx: this request will not succeed by asking again
             try:
                 payload = resp.json()
             except ValueError:
@@ -415,23 +405,24 @@ class ChatClient:
                 usage.completion_tokens += _count(payload["usage"].get("completion_tokens"))
             content, finish = _content(payload)
             if content is None:
-                usage.rejected["malformed reply"] += 1
-                continue
+                reject("malformed reply")
             if finish == "length":
-                usage.rejected["cut by max_tokens"] += 1
-                continue
+                reject("cut by max_tokens")
             reason = check(content)
             if reason is not None:
-                usage.rejected[reason] += 1
-                continue
-            content = content.strip()
-            self._cache[key] = content
-            if self._appender is not None:
-                self._appender.append({"key": key, "model": c.model, "content": content})
-            usage.thoughts += 1
-            return content
-        usage.failed_thoughts += 1
-        return None
+                reject(reason)
+            return content.strip()
+
+        try:
+            content = await retrying(attempt, c, usage, url=c.url, sleep=self._sleep, rng=self._rng)
+        except (ServiceUnavailableError, _GiveUp):
+            usage.failed_thoughts += 1
+            return None
+        self._cache[key] = content
+        if self._appender is not None:
+            self._appender.append({"key": key, "model": c.model, "content": content})
+        usage.thoughts += 1
+        return content
 
 
 class LLMTeacher:

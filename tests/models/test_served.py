@@ -12,8 +12,8 @@ import pytest
 
 from prorag.core.config import load_config
 from prorag.core.errors import DataError, ServiceUnavailableError
-from prorag.models.generator import Generation
-from prorag.models.served import ServedConfig, ServedError, ServedGenerator
+from prorag.models.generator import Generation, Sampling, ScriptedGenerator
+from prorag.models.served import RequestCounts, Retry, ServedConfig, ServedError, ServedGenerator, retrying
 from tests.fake_chat_server import COMPLETION_TOKENS, PROMPT_TOKENS, FakeChatServer, Reply, user_text
 
 
@@ -221,3 +221,44 @@ def test_interrupted_batch_keeps_finished_replies(tmp_path: Path) -> None:
         rerun, _ = make(server, cache_path=str(cache))
         assert [g.text for g in rerun.generate(["a", "b", "late"], max_tokens=4)] == ["re: a", "re: b", "re: late"]
     assert server.n_requests == 5 and rerun.usage.cache_hits == 2
+
+
+def test_retrying_counts_waits_and_gives_up() -> None:
+    """The one retry loop: a Retry with a kind is counted in errors (None: counted by the caller);
+    the server's Retry-After replaces the backoff, capped; after max_retries retries it gives up."""
+    config = ServedConfig(base_url="http://127.0.0.1:1/v1", model="m", max_retries=2, max_retry_after_s=5.0)
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    def run(failures: list[Retry]) -> tuple[str, RequestCounts]:
+        counts, left = RequestCounts(), list(failures)
+
+        async def attempt() -> str:
+            if left:
+                raise left.pop(0)
+            return "ok"
+
+        return asyncio.run(retrying(attempt, config, counts, url="U", sleep=sleep, rng=random.Random(0))), counts
+
+    got, counts = run([Retry("http 429", "busy", wait=60.0), Retry(None, "rejected", wait=1.5)])
+    assert got == "ok" and counts.retries == 2 and counts.errors == {"http 429": 1} and slept == [5.0, 1.5]
+    with pytest.raises(ServiceUnavailableError, match="U: no valid reply after 3 attempts; last error: third"):
+        run([Retry("timeout", "first"), Retry("timeout", "second"), Retry("timeout", "third")])
+
+
+def test_generate_hands_backends_one_sampling() -> None:
+    """generate's keyword form becomes one Sampling for every backend; max_tokens < 1 is refused."""
+    seen: list[Sampling] = []
+
+    class Recording(ScriptedGenerator):
+        def complete(self, prompts, sampling):  # noqa: ANN001, ANN202 - the backend hook
+            seen.append(sampling)
+            return super().complete(prompts, sampling)
+
+    gen = Recording(lambda p: "a\nb")
+    assert [g.text for g in gen.generate(["x"], max_tokens=3, stop=["\n"], logprobs=True)] == ["a"]
+    assert seen == [Sampling(3, ("\n",), 0.0, True)]
+    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
+        gen.generate(["x"], max_tokens=0)

@@ -252,6 +252,17 @@ def split_by_question(pairs: Sequence[StepPair], fraction: float, seed: int) -> 
     return [p for p in pairs if p.question_id not in held], [p for p in pairs if p.question_id in held]
 
 
+def check_vocabulary(pair: StepPair, vocab: int, owner: str) -> None:
+    """``ValueError`` when a token id of ``pair`` is outside a tokenizer of ``vocab`` ids (``owner``
+    names it in the message): pairs made with another policy's tokenizer would train on wrong tokens."""
+    top = max([*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids])
+    if top >= vocab:
+        raise ValueError(
+            f"pair {pair.id!r}: token id {top} is outside the {owner} tokenizer's {vocab} ids; "
+            "were the pairs made with another policy's tokenizer?"
+        )
+
+
 def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """TRL preference examples ``{"chosen_ids", "rejected_ids"}`` (each ``context + step`` as
     :meth:`~prorag.supervision.reward_model.ProcessRewardModel.build_input` builds it) and counts
@@ -261,12 +272,7 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
     out: list[dict[str, Any]] = []
     truncated = 0
     for pair in pairs:
-        top = max([*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids])
-        if top >= vocab:
-            raise ValueError(
-                f"pair {pair.id!r}: token id {top} is outside the PRM tokenizer's {vocab} ids; "
-                "were the pairs made with another policy's tokenizer?"
-            )
+        check_vocabulary(pair, vocab, "PRM")
         chosen = scorer.build_input(pair.context_ids, pair.chosen_ids)
         rejected = scorer.build_input(pair.context_ids, pair.rejected_ids)
         full = len(pair.context_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids)) + int(scorer.append_eos)
@@ -705,6 +711,7 @@ __all__ = [
     "SampledLikelihood",
     "StepPair",
     "ValidationSelection",
+    "check_vocabulary",
     "held_out_scores",
     "make_prm_trainer",
     "pair_examples",

@@ -24,7 +24,7 @@ from trl import DPOTrainer
 
 from prorag.core.config import setting
 from prorag.data.jsonl import write_json, write_jsonl
-from prorag.stages.prm import StepPair, check_vocabulary, read_step_pairs
+from prorag.stages.prm import StepPair, check_vocabulary, pair_stage_inputs
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 from prorag.supervision.reward_model import DEFAULT_MAX_LENGTH
 
@@ -181,13 +181,7 @@ def train_dpo(
     from prorag.models.checkpoints import load_policy, save_policy
 
     run = Path(run_dir)
-    init = init if init is not None else config.init
-    if init is None:
-        raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
-    if pairs is None:
-        if not config.pairs_file:
-            raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
-        pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "copy_policy")
+    init, pairs = pair_stage_inputs(config, init, pairs, allow_empty=config.if_no_pairs == "copy_policy")
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "dpo_config.json", asdict(config) | {"init": str(init)})
     model, tokenizer = load_policy(str(init), dtype=config.dtype)

@@ -586,6 +586,22 @@ def likelihood_baseline_metrics(
     return {"eval_policy_likelihood_accuracy": metrics["accuracy"], "eval_policy_likelihood_auc": metrics["auc"]}
 
 
+def pair_stage_inputs(
+    config: Any, init: str | Path | None, pairs: Sequence[StepPair] | None, *, allow_empty: bool
+) -> tuple[str | Path, Sequence[StepPair]]:
+    """The policy and the pairs a stage trained on step pairs (the PRM, offline DPO) starts from:
+    the arguments, else the config's ``init`` and ``pairs_file`` (read and checked); ``ValueError``
+    naming the option when one is missing. Checked before the stage writes anything."""
+    init = init if init is not None else config.init
+    if init is None:
+        raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
+    if pairs is None:
+        if not config.pairs_file:
+            raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
+        pairs = read_step_pairs(config.pairs_file, allow_empty=allow_empty)
+    return init, pairs
+
+
 def train_prm(
     config: PRMConfig,
     run_dir: str | Path,
@@ -602,13 +618,7 @@ def train_prm(
     ``metrics.jsonl`` holds the held-out pairwise accuracy, loss and AUC of the saved scorer.
     """
     run = Path(run_dir)
-    init = init if init is not None else config.init
-    if init is None:
-        raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
-    if pairs is None:
-        if not config.pairs_file:
-            raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
-        pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
+    init, pairs = pair_stage_inputs(config, init, pairs, allow_empty=config.if_no_pairs == "untrained")
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
     model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
@@ -716,6 +726,7 @@ __all__ = [
     "make_prm_trainer",
     "pair_examples",
     "pair_metrics",
+    "pair_stage_inputs",
     "step_ranking_audit",
     "fresh_sample_audit",
     "likelihood_baseline_metrics",

@@ -1,4 +1,4 @@
-"""The stage commands: sft-data, sft, eval, mcts (and mcts-show), pairs, prm, prm-audit, rft, rl.
+"""The stage commands: sft-data, sft, eval, mcts (and mcts-show), pairs, prm, prm-audit, dpo, rft, rl.
 
 Each stage command is built from its config dataclass (:func:`~prorag.cli.options.config_command`):
 ``--config FILE``, repeatable ``--set KEY=VALUE`` over any field, and shortcut options that set
@@ -48,6 +48,7 @@ SHORTCUTS: dict[str, dict[str, str]] = {
     "mcts": {},
     "pairs": {"LLM options": "llm", "--judge": "judge", "--min-visits": "min_visits", "--pairs-per-set": "pairs_per_set"},
     "prm": {"--pairs": "pairs_file", "--init": "init", "--max-steps": "max_steps"},
+    "dpo": {"--pairs": "pairs_file", "--init": "init", "--beta": "beta", "--max-steps": "max_steps"},
     "rft": {"--limit": "limit"},
     "rl": {
         "--policy": "policy",
@@ -374,6 +375,27 @@ def prm_audit(
     write_json(out, audit)
     typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))
     typer.echo(f"-> {out}")
+
+
+@stage_command("dpo", "prorag.stages.dpo:DPOConfig", "dpo")
+def dpo(
+    source: ConfigSource,
+    pairs: Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")],
+    init: Annotated[str, typer.Option(help="Policy to start from and regularise towards (pi_sft): checkpoint or run folder.")],
+    run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
+    beta: Annotated[float | None, typer.Option(help="DPO's beta (the config's beta; 0.1).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+) -> None:
+    """Baseline: ReasonRAG-style offline DPO of pi_sft on the judged sibling-step pairs (TRL's DPOTrainer).
+
+    Writes RUN_DIR/policy (what `prorag eval --policy RUN_DIR` evaluates) and resumes from the last
+    checkpoint in RUN_DIR.
+    """
+    from prorag.stages.dpo import train_dpo
+
+    cfg = source.load({"--pairs": pairs, "--init": init, "--beta": beta, "--max-steps": max_steps})
+    out = train_dpo(cfg, run_dir)
+    typer.echo(f"wrote the DPO policy to {out}")
 
 
 # ----------------------------------------------------------------------------- stage 3: RFT

@@ -12,6 +12,7 @@ right in every sample, which leaves RFT and GRPO no signal (the probe is in docs
 Systems on the test split: ``naive``, ``standard-rag`` (trained on the SFT questions), ``sft``
 (pi_sft), ``rft`` (pi_rft, "w/o RL"), ``rl-from-sft`` ("w/o refinement"), ``grpo`` (outcome only,
 beta 0, from pi_rft) and ``prorag`` (full); RL systems once per seed, reported as mean and spread.
+``dpo`` (offline DPO of pi_sft on the MCTS pairs, ReasonRAG-style) runs only when listed in ``systems``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, 
 from prorag.data.records import Record, read_records
 from prorag.data.world.documents import Granularity
 from prorag.evaluation.harness import EvalConfig, compare_predictions
+from prorag.stages.dpo import DPOConfig
 from prorag.stages.mcts import MCTSConfig
 from prorag.stages.pairs import PairsConfig
 from prorag.stages.prm import PRMConfig
@@ -46,13 +48,16 @@ from prorag.stages.sft_data import SFTDataConfig
 
 log = logging.getLogger(__name__)
 
-System = Literal["naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag"]
-SYSTEMS: tuple[str, ...] = ("naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag")
+System = Literal["naive", "standard-rag", "sft", "rft", "dpo", "rl-from-sft", "grpo", "prorag"]
+#: The systems a config that names none trains (the demo's); ``dpo`` is optional.
+DEFAULT_SYSTEMS: tuple[str, ...] = ("naive", "standard-rag", "sft", "rft", "rl-from-sft", "grpo", "prorag")
+SYSTEMS: tuple[str, ...] = (*DEFAULT_SYSTEMS, "dpo")
 LABELS: dict[str, str] = {
     "naive": "Naive generation (no retrieval)",
     "standard-rag": "Standard RAG (one retrieval)",
     "sft": "SFT policy (stage 1)",
     "rft": "w/o RL (SFT + RFT)",
+    "dpo": "Offline DPO (MCTS pairs)",
     "rl-from-sft": "w/o refinement (RL from SFT)",
     "grpo": "GRPO baseline (outcome reward only)",
     "prorag": "ProRAG (full)",
@@ -162,11 +167,13 @@ class PipelineConfig:
     mcts: MCTSConfig = setting(factory=MCTSConfig, help="Stage 2: the tree search.")
     pairs: PairsConfig = setting(factory=PairsConfig, help="Stage 2: the judged sibling-step pairs.")
     prm: PRMConfig = setting(factory=PRMConfig, help="Stage 2: the process reward model.")
+    dpo: DPOConfig = setting(factory=DPOConfig, help="Baseline `dpo`: offline DPO of pi_sft on the step pairs.")
     rft: RFTConfig = setting(factory=RFTConfig, help="Stage 3: rejection-sampling fine-tuning.")
     rl: RLConfig = setting(factory=RLConfig, help="Stage 4: RL with dual-granularity advantages.")
     eval: EvalConfig = setting(factory=EvalConfig, help="The evaluation of every system.")
     systems: list[str] = setting(
-        factory=lambda: list(SYSTEMS), help="Systems to train and evaluate (rows of the results table), in table order."
+        factory=lambda: list(DEFAULT_SYSTEMS),
+        help="Systems to train and evaluate (rows of the results table), in table order; `dpo` only when listed.",
     )
     seeds: list[int] = setting(factory=lambda: [0], help="Seeds of the RL systems (each is trained and evaluated once per seed).")
     process_seeds: list[int] = setting(
@@ -199,6 +206,7 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
         sft=replace(config.sft, top_k=k, seed=config.seed),
         mcts=replace(config.mcts, seed=config.seed, rollout=replace(config.mcts.rollout, top_k=k)),
         prm=replace(config.prm, seed=config.seed),
+        dpo=replace(config.dpo, seed=config.seed),
         rft=replace(config.rft, seed=config.seed, rollout=replace(config.rft.rollout, top_k=k)),
         rl=replace(config.rl, rollout=replace(config.rl.rollout, top_k=k)),
         eval=replace(config.eval, rollout=replace(config.eval.rollout, top_k=k)),
@@ -518,7 +526,7 @@ def stage_sft(run: Run, files: dict[str, Path]) -> None:
 
 
 def stage_prm(run: Run) -> None:
-    """MCTS trees of pool questions from pi_sft, judged sibling pairs, and the PRM."""
+    """MCTS trees of pool questions from pi_sft, judged sibling pairs, the PRM, and the ``dpo`` baseline when listed."""
     from prorag.stages.mcts import read_trees, run_mcts_files
     from prorag.stages.pairs import extract_pairs, make_judge
     from prorag.stages.prm import train_prm
@@ -538,6 +546,11 @@ def stage_prm(run: Run) -> None:
     run.stage("pairs", cfg.pairs, judge)
     run.stage("prm", cfg.prm, lambda: train_prm(replace(cfg.prm, pairs_file=str(pairs), init=policy), run.path("prm")))
     run.stage("prm-audit", {"top_k": cfg.top_k, "seed": cfg.seed}, lambda: audit_prm(run))
+    if "dpo" in cfg.systems:
+        from prorag.stages.dpo import train_dpo
+
+        dpo_cfg = replace(cfg.dpo, pairs_file=str(pairs), init=policy)
+        run.stage("dpo", cfg.dpo, lambda: train_dpo(dpo_cfg, run.path("policies", "dpo")))
 
 
 def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
@@ -755,7 +768,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
     stage_index(run, files)
     stage_splits(run, files)
     stage_sft(run, files)
-    if {"rft", "grpo", "prorag", "rl-from-sft"} & set(config.systems):
+    if {"rft", "grpo", "prorag", "rl-from-sft", "dpo"} & set(config.systems):
         stage_prm(run)
     stage_rft(run)
     stage_rl(run)
@@ -885,6 +898,7 @@ __all__ = [
     "CONFIG_SCHEMA",
     "LABELS",
     "RL_SYSTEMS",
+    "DEFAULT_SYSTEMS",
     "SYSTEMS",
     "DataConfig",
     "IndexConfig",

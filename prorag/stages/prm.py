@@ -252,6 +252,17 @@ def split_by_question(pairs: Sequence[StepPair], fraction: float, seed: int) -> 
     return [p for p in pairs if p.question_id not in held], [p for p in pairs if p.question_id in held]
 
 
+def check_vocabulary(pair: StepPair, vocab: int, owner: str) -> None:
+    """``ValueError`` when a token id of ``pair`` is outside a tokenizer of ``vocab`` ids (``owner``
+    names it in the message): pairs made with another policy's tokenizer would train on wrong tokens."""
+    top = max([*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids])
+    if top >= vocab:
+        raise ValueError(
+            f"pair {pair.id!r}: token id {top} is outside the {owner} tokenizer's {vocab} ids; "
+            "were the pairs made with another policy's tokenizer?"
+        )
+
+
 def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """TRL preference examples ``{"chosen_ids", "rejected_ids"}`` (each ``context + step`` as
     :meth:`~prorag.supervision.reward_model.ProcessRewardModel.build_input` builds it) and counts
@@ -261,12 +272,7 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
     out: list[dict[str, Any]] = []
     truncated = 0
     for pair in pairs:
-        top = max([*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids])
-        if top >= vocab:
-            raise ValueError(
-                f"pair {pair.id!r}: token id {top} is outside the PRM tokenizer's {vocab} ids; "
-                "were the pairs made with another policy's tokenizer?"
-            )
+        check_vocabulary(pair, vocab, "PRM")
         chosen = scorer.build_input(pair.context_ids, pair.chosen_ids)
         rejected = scorer.build_input(pair.context_ids, pair.rejected_ids)
         full = len(pair.context_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids)) + int(scorer.append_eos)
@@ -580,6 +586,22 @@ def likelihood_baseline_metrics(
     return {"eval_policy_likelihood_accuracy": metrics["accuracy"], "eval_policy_likelihood_auc": metrics["auc"]}
 
 
+def pair_stage_inputs(
+    config: Any, init: str | Path | None, pairs: Sequence[StepPair] | None, *, allow_empty: bool
+) -> tuple[str | Path, Sequence[StepPair]]:
+    """The policy and the pairs a stage trained on step pairs (the PRM, offline DPO) starts from:
+    the arguments, else the config's ``init`` and ``pairs_file`` (read and checked); ``ValueError``
+    naming the option when one is missing. Checked before the stage writes anything."""
+    init = init if init is not None else config.init
+    if init is None:
+        raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
+    if pairs is None:
+        if not config.pairs_file:
+            raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
+        pairs = read_step_pairs(config.pairs_file, allow_empty=allow_empty)
+    return init, pairs
+
+
 def train_prm(
     config: PRMConfig,
     run_dir: str | Path,
@@ -596,13 +618,7 @@ def train_prm(
     ``metrics.jsonl`` holds the held-out pairwise accuracy, loss and AUC of the saved scorer.
     """
     run = Path(run_dir)
-    init = init if init is not None else config.init
-    if init is None:
-        raise ValueError("no policy to start from: pass `init` (--init) or set `init` in the config")
-    if pairs is None:
-        if not config.pairs_file:
-            raise ValueError("no step pairs: pass `pairs` (--pairs) or set `pairs_file` in the config")
-        pairs = read_step_pairs(config.pairs_file, allow_empty=config.if_no_pairs == "untrained")
+    init, pairs = pair_stage_inputs(config, init, pairs, allow_empty=config.if_no_pairs == "untrained")
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
     model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
@@ -705,10 +721,12 @@ __all__ = [
     "SampledLikelihood",
     "StepPair",
     "ValidationSelection",
+    "check_vocabulary",
     "held_out_scores",
     "make_prm_trainer",
     "pair_examples",
     "pair_metrics",
+    "pair_stage_inputs",
     "step_ranking_audit",
     "fresh_sample_audit",
     "likelihood_baseline_metrics",

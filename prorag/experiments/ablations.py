@@ -114,23 +114,44 @@ def sweep_variant(run: Run, beta: float, seed: int) -> str:
     return f"beta{beta:g}-seed{seed}"
 
 
-def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
-    """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
-    the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
-    done with the same settings, so an ablation reuses any run of the same name and config."""
+def evaluate_on_test(run: Run, name: str, policy: str, ev: Any) -> Path:
+    """Stage ``eval-NAME``: ``policy`` on the test split with ``ev``; returns ``eval/NAME``."""
     from prorag.evaluation.runner import evaluate_files
-    from prorag.stages.rl import train_rl
 
-    run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
     ev_dir = run.path("eval", name)
     run.stage(
         f"eval-{name}",
         ev,
-        lambda: evaluate_files(
-            str(run.path("rl", name, "policy")), run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev
-        ),
+        lambda: evaluate_files(policy, run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev),
     )
     return ev_dir
+
+
+def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
+    """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
+    the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
+    done with the same settings, so an ablation reuses any run of the same name and config."""
+    from prorag.stages.rl import train_rl
+
+    run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
+    return evaluate_on_test(run, name, str(run.path("rl", name, "policy")), ev)
+
+
+def dpo_policy(run: Run, seed: int) -> str:
+    """The family's ``dpo`` arm: offline DPO of pi_sft on the run's judged MCTS pairs with the
+    config's ``dpo`` settings and ``seed`` (stage ``dpo-seedS``, ``policies/dpo-seedS``). It is
+    the ReasonRAG-style baseline: process supervision without RL, from pi_sft as in the paper."""
+    from prorag.stages.dpo import train_dpo
+
+    cfg = replace(
+        run.config.dpo,
+        pairs_file=str(run.path("pairs", "pairs.jsonl")),
+        init=str(run.path("policies", "sft", "policy")),
+        seed=seed,
+    )
+    out = run.path("policies", f"dpo-seed{seed}")
+    run.stage(f"dpo-seed{seed}", cfg, lambda: train_dpo(cfg, out))
+    return str(out / "policy")
 
 
 def beta_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -254,6 +275,16 @@ def seconds_per_step(metrics_file: Path) -> float | None:
     return sum(times) / len(times) if times else None
 
 
+#: The family's arms trained without RL: name -> ``fn(run, seed)`` -> policy folder.
+FAMILY_OFFLINE: dict[str, Callable[[Run, int], str]] = {"dpo": dpo_policy}
+
+
+def _measured(ev_dir: Path, metrics: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """An evaluation folder's prediction rows and its ``metrics`` (``None`` where not measured)."""
+    measured = read_json(ev_dir / "metrics.json")
+    return list(read_jsonl(ev_dir / "predictions.jsonl")), {m: measured.get(m) for m in metrics}
+
+
 def arms_ablation(
     run: Run,
     arms: Mapping[str, Arm],
@@ -262,11 +293,13 @@ def arms_ablation(
     metrics: Sequence[str] = (),
     label: str = "ablation",
     over_search: bool = False,
+    offline: Mapping[str, Callable[[Run, int], str]] | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every arm for each seed (``process_seeds`` unless given), then
     :func:`process_statistics` with the evaluation's ``metrics`` and ``seconds_per_rl_step`` as
     extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
-    ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``)."""
+    ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
+    ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike."""
     cfg = run.config
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
     if len(seeds) < 2:
@@ -279,13 +312,17 @@ def arms_ablation(
         for seed in seeds:
             name = rl_run_name(arm, seed)
             ev_dir = train_and_test(run, name, arm_config(run, assignments, seed), ev)
-            predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
-            measured = read_json(ev_dir / "metrics.json")
-            extras[arm][seed] = {m: measured.get(m) for m in metrics}
+            predictions[arm][seed], extras[arm][seed] = _measured(ev_dir, metrics)
             extras[arm][seed]["seconds_per_rl_step"] = seconds_per_step(run.path("rl", name, "metrics.jsonl"))
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
+    for arm, train in (offline or {}).items():
+        predictions[arm], extras[arm] = {}, {}
+        for seed in seeds:
+            ev_dir = evaluate_on_test(run, rl_run_name(arm, seed), train(run, seed), ev)
+            predictions[arm][seed], extras[arm][seed] = _measured(ev_dir, metrics)
+        progress(f"{label}: {arm} done ({len(seeds)} seeds)")
     return {
-        "arms": {arm: list(a) for arm, a in arms.items()},
+        "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
         "stats": process_statistics(predictions, extras=extras),
         "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
@@ -299,7 +336,9 @@ def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[
 
 def family_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`FAMILY_ARMS` with :data:`FAMILY_METRICS` (the methods compared)."""
-    return arms_ablation(run, FAMILY_ARMS, progress, seeds, FAMILY_METRICS, label="family comparison", over_search=True)
+    return arms_ablation(
+        run, FAMILY_ARMS, progress, seeds, FAMILY_METRICS, label="family comparison", over_search=True, offline=FAMILY_OFFLINE
+    )
 
 
 def write_arms_results(
@@ -373,11 +412,13 @@ __all__ = [
     "BETAS",
     "FAMILY_ARMS",
     "FAMILY_METRICS",
+    "FAMILY_OFFLINE",
     "PROCESS_ARMS",
     "TOP_KS",
     "arm_config",
     "arms_ablation",
     "beta_sweep",
+    "dpo_policy",
     "family_ablation",
     "process_ablation",
     "process_statistics",
@@ -386,6 +427,7 @@ __all__ = [
     "significance",
     "summarise_variant",
     "sweep_variant",
+    "evaluate_on_test",
     "topk_sweep",
     "train_and_test",
     "write_arms_results",

@@ -53,7 +53,11 @@ def test_family_ablation_reuses_the_systems_and_measures_the_extras(tmp_path: Pa
     for seed in (0, 1):
         for arm in ("grpo", "prorag"):
             assert run.recorded[f"rl-{arm}-seed{seed}"] == pipeline.recorded[f"rl-{arm}-seed{seed}"]  # type: ignore[attr-defined]
-    assert set(out["stats"]) == set(ablations.FAMILY_ARMS)
+    assert set(out["stats"]) == set(ablations.FAMILY_ARMS) | {"dpo"} and out["arms"]["dpo"] == ["offline"]
+    # offline DPO: one training per seed from pi_sft on the pairs, tested like the RL arms
+    assert {"dpo-seed0", "dpo-seed1", "eval-dpo-seed0", "eval-dpo-seed1"} <= set(run.recorded)  # type: ignore[attr-defined]
+    assert run.recorded["dpo-seed0"] != run.recorded["dpo-seed1"]  # type: ignore[attr-defined]
+    assert "seconds_per_rl_step" not in out["stats"]["dpo"] and out["stats"]["dpo"]["format_valid_rate"] == 1.0
     assert out["arms"]["cpsearch"] == ["process_reward=cpsearch", "advantage=cpgrpo", "outcome_reward.form=f1_if_valid"]
     grpo = out["stats"]["grpo"]
     # seconds per step: seed 0 mean 3, seed 1 mean 5 -> 4 ± t(0.975, 1) * sqrt(2) / sqrt(2) = 12.706205

@@ -188,7 +188,10 @@ class P2SReward:
 
         # --- answer passes: S_k of the well-formed candidates, and Eq. 7 of every trajectory
         kept = [
-            (q, c) for q, cands in zip(firsts, candidates, strict=True) for c in cands if trajectory_format_valid(c, tokenizer, strict=self.config.strict)
+            (q, c)
+            for q, cands in zip(firsts, candidates, strict=True)
+            for c in cands
+            if trajectory_format_valid(c, tokenizer, strict=self.config.strict)
         ]
         lengths = [reasoning_path(t, open_id) for t in trajectories]
         passes: list[Pass] = [

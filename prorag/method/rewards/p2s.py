@@ -55,7 +55,9 @@ class P2SConfig:
         "per policy object in this process: a resumed run warms up again.",
     )
     malformed_reward: float = setting(-1.0, help="Reward of a malformed trajectory (Eq. 9's -1, also during warm-up).")
-    warmup_reward: float = setting(1.0, help="Reward of a well-formed trajectory during warm-up (format only).")
+    warmup_reward: float = setting(
+        1.0, help="Reward of a well-formed trajectory during warm-up (format only; the paper gives no value: +1 against -1)."
+    )
     hint: str = setting(
         "{question}\nThe answer is: {answer}",
         help="The synthesis prompt's question: the question with its gold answer (`{question}`, `{answer}`: the "

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
         [--repeats 3] [--threads N] [--sampled] [--prm-kind head|likelihood] [--out results.json]
-        [--process-reward prm|cpsearch|... --advantage dual|cpgrpo|...] [--outcome-reward hiprag]
+        [--process-reward prm|cpsearch|... --advantage dual|cpgrpo|...] [--outcome-reward hiprag|p2s]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -31,6 +31,11 @@ its best time kept; the ratio compares the two totals (target: process supervisi
 target < 1.3x) instead; any registered source and estimator can be named. ``--outcome-reward hiprag``
 times HiPRAG: outcome-only GRPO with HiPRAG's reward in place of Eq. 6, whose cost is the re-ask of every
 search step's sub-query to the policy with no documents, in "scoring, other" (target < 1.3x).
+``--outcome-reward p2s`` times P2S at its worst case: the rows' gold answers are replaced by one no
+trajectory reaches, so every group is unsolved and every trajectory gets the path-faithfulness reward
+(K gold-path candidates steered along the gold trajectories, the answer and suffix likelihood passes),
+in "scoring, other"; the rows of a group are identical here, so identical passes are computed once
+and the number of passes asked and computed is printed (a batch of distinct rows computes all).
 """
 
 from __future__ import annotations
@@ -88,6 +93,38 @@ def time_step(trainer: Any, rows: list[dict[str, Any]], optimizer: torch.optim.O
         "tokens": int(batch["completion_mask"].sum()),
         "model_tokens": int((batch["completion_mask"] * batch["tool_mask"]).sum()),
     }
+
+
+#: A gold answer no trajectory reaches (``--outcome-reward p2s``: every group unsolved).
+UNREACHABLE = "Nobody Knows"
+
+
+def steer_p2s_synthesis(
+    config: RLConfig, tokenizer: Any, golds: list[Any], steered: Any, retriever: Any, passes: list[int]
+) -> None:
+    """P2S's synthesis writes the gold trajectories too (its hinted prompts join the steering
+    script, the engine it builds runs the steered model and searches ``retriever``), and its
+    likelihood passes are counted in ``passes`` (asked, distinct)."""
+    from prorag.agent.prompts import prompt_token_ids
+    from prorag.supervision import p2s
+
+    hint = config.outcome_reward.p2s.hint
+    config.outcome_reward.p2s.synthesis.temperature = 0.02  # sampled, cold enough to follow the steering
+    targets = {}
+    for g in golds:
+        completion = tokenize_segments(tokenizer, g.segments)[0]
+        targets[tuple(prompt_token_ids(tokenizer, g.question))] = completion
+        targets[tuple(prompt_token_ids(tokenizer, hint.format(question=g.question, answer=UNREACHABLE)))] = completion
+    steered.script = GoldScript(targets, tokenizer.eos_token_id)
+    real_engine, real_logprobs = p2s.RolloutEngine, p2s.sequence_logprobs
+    p2s.RolloutEngine = lambda model, tok, _, *a, **k: real_engine(steered, tok, retriever, *a, **k)
+
+    def counted(model: Any, items: Any, *a: Any, **k: Any) -> list[float]:
+        passes[0] += len(items)
+        passes[1] += len({(tuple(c), tuple(t), tuple(w)) for c, t, w in items})
+        return real_logprobs(model, items, *a, **k)
+
+    p2s.sequence_logprobs = counted
 
 
 def base_config(args: argparse.Namespace) -> RLConfig:
@@ -172,6 +209,10 @@ def main() -> None:
             trainer.current_gradient_accumulation_steps = 1
             optimizers[id(trainer)] = torch.optim.AdamW(policy.parameters(), lr=0.0)  # lr 0: every step sees the same model
         rows = [dict(sides["process"].train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
+        passes = [0, 0]  # likelihood passes asked, distinct (P2S)
+        if args.outcome_reward == "p2s":
+            steer_p2s_synthesis(proc_cfg, tokenizer, golds, steered, retriever, passes)
+            rows = [r | {"golden_answers": [UNREACHABLE]} for r in rows]
 
         best: dict[str, dict[str, float]] = {}
         for trainer in sides.values():
@@ -186,7 +227,7 @@ def main() -> None:
     ratio = proc["total"] / out["total"]
     n = args.questions * args.group
     print(
-        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and {'a PRM of its backbone' if prm_side else args.process_reward + ' rewards'}, "
+        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and {'a PRM of its backbone' if prm_side else (args.outcome_reward or args.process_reward) + ' rewards'}, "
         f"{args.questions} questions x G={args.group} = {n} trajectories, {proc['model_tokens']} model tokens "
         f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
         f"{'sampled' if args.sampled else 'greedy'} decoding"
@@ -204,6 +245,8 @@ def main() -> None:
         else f"process supervision ({args.process_reward}, {args.advantage})"
     )
     print(f"{label} / outcome-only GRPO: {ratio:.3f}x (target < {target}x: {'met' if ratio < target else 'NOT met'})")
+    if args.outcome_reward == "p2s":
+        print(f"P2S likelihood passes over all timed steps: {passes[0]} asked, {passes[1]} distinct computed")
     if args.out:
         args.out.write_text(
             json.dumps({"process": proc, "outcome": out, "ratio": ratio, "args": vars(args) | {"out": str(args.out)}}, indent=2)

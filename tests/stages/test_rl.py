@@ -566,3 +566,50 @@ def test_hiprag_outcome_reward_by_name_reasks_with_the_policy(
     trainer._generate_and_score_completions(rows)
     assert len(calls) == 1 and calls[0][0] is model and len(calls[0][1]) == sum(r["trajectory"].num_searches for r in rows)
     assert scored[0].outcome == pytest.approx([1.4] * 4)
+
+
+class NoisyReplayLM(ReplayLM):
+    """:class:`ReplayLM` with a soft margin: each token leaves the script with probability about
+    ``e^-5``, after which the row writes EOS (malformed), so a group's rows differ."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().forward(*args, **kwargs)
+        out.logits = torch.where(out.logits > 0, math.log(self.vocab_size) + 5.0, 0.0)
+        return out
+
+
+def test_p2s_reward_trains_a_few_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """``outcome_reward.form: p2s`` with outcome-only GRPO: gold rollouts that sometimes break off,
+    against golds nobody reaches, so every well-formed row gets the path-faithfulness reward (K
+    candidates synthesized by the policy, its likelihood passes); the loss is finite and the
+    weights move."""
+    from prorag.supervision import p2s
+
+    golds = render_gold(records, tiny_retriever, k=3)
+    engine = RolloutEngine(make_tiny_model(world_tokenizer), world_tokenizer, tiny_retriever)
+    targets = {tuple(engine.prompt_ids(g.question)): tokenize_segments(world_tokenizer, g.segments)[0] for g in golds}
+    replay = NoisyReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
+    monkeypatch.setattr(rl, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
+    paths: list[list[float]] = []
+    real = p2s.P2SReward.path_rewards
+    monkeypatch.setattr(p2s.P2SReward, "path_rewards", lambda self, *a, **k: paths.append(real(self, *a, **k)) or paths[-1])
+    unreachable = [Record(r.id, r.question, ["Nobody"], r.metadata) for r in records]
+    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    cfg = apply_overrides(
+        fast_config(rollout=rollout, process_reward="none", advantage="grpo", group_size=4, per_device_batch_size=8),
+        [
+            "outcome_reward.form=p2s",
+            "outcome_reward.p2s.k=2",
+            "outcome_reward.p2s.synthesis.max_actions=2",
+            "outcome_reward.p2s.synthesis.max_action_tokens=8",
+        ],
+    )
+    model = make_tiny_model(world_tokenizer)
+    before = _params(model)
+    train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=unreachable, retriever=tiny_retriever)
+    assert len(paths) == 2 and all(math.isfinite(x) for xs in paths for x in xs) and any(paths)
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
+    assert any(n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])), "training must move the weights"

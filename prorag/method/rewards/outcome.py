@@ -27,6 +27,7 @@ from prorag.core.metrics import f1_score
 from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import HiPRAGRewardConfig
+from prorag.method.rewards.p2s import P2SConfig
 
 #: A form's name (``OutcomeRewardConfig.form``): a name in :data:`OUTCOME_REWARDS`.
 OutcomeForm = str
@@ -53,7 +54,7 @@ class OutcomeRewardConfig:
     form: OutcomeForm = setting(
         "paper",
         help='A name in OUTCOME_REWARDS: `"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + '
-        '(1 if I_traj else -1)`; `"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0`; `"hiprag"`: HiPRAG\'s `A (1 - lambda_f) + lambda_f F + lambda_p A F N_opt / N` (see `hiprag`).',
+        '(1 if I_traj else -1)`; `"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0`; `"hiprag"`: HiPRAG\'s `A (1 - lambda_f) + lambda_f F + lambda_p A F N_opt / N` (see `hiprag`); `"p2s"`: P2S\'s hierarchical path-faithfulness reward (see `p2s`).',
     )
     nu2: float = setting(
         1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
@@ -67,6 +68,9 @@ class OutcomeRewardConfig:
     )
     hiprag: HiPRAGRewardConfig = setting(
         factory=HiPRAGRewardConfig, help="HiPRAG's `lambda_f`, `lambda_p` and `n_steps` (`all` or `search`), for `form: hiprag`."
+    )
+    p2s: P2SConfig = setting(
+        factory=P2SConfig, help="P2S's K, step cut (`tags` or `chunks`), warm-up and synthesis settings, for `form: p2s`."
     )
 
     def __post_init__(self) -> None:
@@ -169,8 +173,10 @@ class OutcomeReward(Protocol):
 #: ``factory(config: OutcomeRewardConfig)`` -> an :class:`OutcomeReward`.
 OutcomeRewardFactory = Callable[[OutcomeRewardConfig], OutcomeReward]
 
-#: Outcome rewards by name (``OutcomeRewardConfig.form``); ``hiprag`` is registered on first look-up.
-OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry("outcome reward", builtins=("prorag.supervision.hiprag",))
+#: Outcome rewards by name (``OutcomeRewardConfig.form``); ``hiprag`` and ``p2s`` are registered on first look-up.
+OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry(
+    "outcome reward", builtins=("prorag.supervision.hiprag", "prorag.supervision.p2s")
+)
 
 
 def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:

@@ -14,7 +14,8 @@
   question type and hop count, held-out-EM learning curves (with ``rl.eval_every``). Written to
   ``ablations/process.json`` (and, asked, ``RESULTS/process_DATE.json``).
 * ``family``: the process-reward family on the one trainer (:data:`FAMILY_ARMS`: GRPO, ProRAG with
-  the learned PRM and with the oracle, HiPRAG, CP-Search, ...), the same statistics as ``process``
+  the learned PRM and with the oracle, HiPRAG, CP-Search, P2S; offline DPO from pi_sft), the same
+  statistics as ``process``
   plus cover-EM, format validity, searches, over- and under-search rates and seconds per RL step.
   Written to ``ablations/family.json`` (and ``RESULTS/family_DATE.json``).
 
@@ -72,6 +73,7 @@ FAMILY_ARMS: dict[str, Arm] = {
     "prorag-oracle": ("process_reward=oracle",),
     "hiprag": ("outcome_reward.form=hiprag",),
     "cpsearch": ("process_reward=cpsearch", "advantage=cpgrpo", "outcome_reward.form=f1_if_valid"),
+    "p2s": ("outcome_reward.form=p2s",),
 }
 #: Per-seed evaluation metrics (``metrics.json``) the family comparison reports beside EM and F1.
 FAMILY_METRICS: tuple[str, ...] = (

@@ -32,6 +32,7 @@ def test_each_arm_is_its_method_and_nothing_else(tmp_path: Path) -> None:
     assert configs["hiprag"].outcome_reward.form == "hiprag" and configs["hiprag"].process_reward == "none"
     cp = configs["cpsearch"]
     assert (cp.process_reward, cp.advantage, cp.outcome_reward.form) == ("cpsearch", "cpgrpo", "f1_if_valid")
+    assert configs["p2s"].outcome_reward.form == "p2s" and configs["p2s"].process_reward == "none"
     assert configs["prorag-oracle"].process_reward == "oracle" and configs["prorag-oracle"].beta == run.config.rl.beta
     shared = ("policy", "train_file", "seed", "max_steps", "learning_rate", "group_size", "rollout", "num_iterations")
     for arm, cfg in configs.items():

@@ -15,8 +15,8 @@
   ``ablations/process.json`` (and, asked, ``RESULTS/process_DATE.json``).
 * ``family``: the process-reward family on the one trainer (:data:`FAMILY_ARMS`: GRPO, ProRAG with
   the learned PRM and with the oracle, HiPRAG, CP-Search, P2S; offline DPO from pi_sft), the same
-  statistics as ``process``
-  plus cover-EM, format validity, searches, over- and under-search rates and seconds per RL step.
+  statistics as ``process`` plus cover-EM, format validity, searches, over- and under-search rates
+  and seconds per RL step.
   Written to ``ablations/family.json`` (and ``RESULTS/family_DATE.json``).
 
 An arm is a list of ``rl.*`` assignments (``--set`` syntax) on top of outcome-only GRPO from pi_rft,

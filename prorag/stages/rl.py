@@ -403,19 +403,21 @@ def score_batch(
     records: Sequence[Record] | None = None,
     group_ids: Sequence[int] | None = None,
     policy: Any = None,
+    retriever: Any = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
     (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
     call; skipped without a source), answer F1/EM and I_traj as the outcome reward reads them,
     searches per trajectory. ``records`` and ``group_ids`` (one per trajectory) go to the source;
-    ``records`` and ``policy`` (unwrapped, for HiPRAG's re-ask) to the outcome reward
+    ``records``, ``policy`` (unwrapped, for HiPRAG's re-ask) and ``retriever`` (P2S's
+    gold-conditioned samples search like the rollouts) to the outcome reward
     (``config.outcome_reward.form`` in OUTCOME_REWARDS)."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
     outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
-    rewards = outcome_fn(list(trajectories), golds, tokenizer, records, policy)
+    rewards = outcome_fn(list(trajectories), golds, tokenizer, records, policy, retriever)
     steps: list[list[float]] = [[] for _ in trajectories]
     seconds = 0.0
     if scorer is not None:
@@ -487,8 +489,9 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         groups = torch.tensor([int(row["record_index"]) for row in inputs], dtype=torch.long)
         golds = [row["golden_answers"] for row in inputs]
         policy = self.accelerator.unwrap_model(self.model)
+        retriever = rollout.retriever if isinstance(rollout, EngineRollout) else None
         scored = score_batch(
-            trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist(), policy
+            trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist(), policy, retriever
         )
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:

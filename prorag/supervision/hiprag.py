@@ -126,6 +126,7 @@ class HiPRAGReward:
         tokenizer: Any,
         records: Sequence[Record] | None = None,
         policy: Any = None,
+        retriever: Any = None,
     ) -> list[float]:
         if len(trajectories) != len(golds):
             raise ValueError(f"{len(trajectories)} trajectories but {len(golds)} gold answer lists")

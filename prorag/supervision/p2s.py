@@ -15,8 +15,8 @@ the policy. For the groups that need the path reward (well formed, nobody in the
    the batch's ``O(m^2)`` pairs in one padded pass, identical sequences computed once.
 
 A suffix's likelihood counts the tokens the policy writes (``env_mask``), not retrieved text. The
-candidates are sampled without documents (the reward is given no retriever; pass one to
-:class:`P2SReward` to search). Without a well-formed candidate a group has no ``o*``: its
+candidates search the trainer's retriever, as the rollouts do (a :class:`P2SReward` built with
+a retriever uses its own; with neither, searches return no documents). Without a well-formed candidate a group has no ``o*``: its
 trajectories get Eq. 7's last-step reward alone. "Right" is exact match of the answer of a
 well-formed trajectory; the outcome Eq. 9 keeps for a solved group is that 1/0.
 """
@@ -145,6 +145,7 @@ class P2SReward:
         tokenizer: Any,
         records: Sequence[Record] | None = None,
         policy: Any = None,
+        retriever: Any = None,
     ) -> list[float]:
         if len(trajectories) != len(golds):
             raise ValueError(f"{len(trajectories)} trajectories but {len(golds)} gold answer lists")
@@ -165,15 +166,23 @@ class P2SReward:
             if policy is None:
                 values = [0.0] * len(todo)
             else:
-                values = self.path_rewards(policy, tokenizer, [trajectories[i] for i in todo], [golds[i] for i in todo], seen)
+                rows = [trajectories[i] for i in todo]
+                values = self.path_rewards(policy, tokenizer, rows, [golds[i] for i in todo], seen, retriever or self.retriever)
             for i, v in zip(todo, values, strict=True):
                 path[i] = v
         return hierarchical_rewards(fmt, correct, path, groups, self.p2s.malformed_reward)
 
     def path_rewards(
-        self, policy: Any, tokenizer: Any, trajectories: Sequence[Trajectory], golds: Sequence[Sequence[str]], seed: int = 0
+        self,
+        policy: Any,
+        tokenizer: Any,
+        trajectories: Sequence[Trajectory],
+        golds: Sequence[Sequence[str]],
+        seed: int = 0,
+        retriever: Retriever | None = None,
     ) -> list[float]:
-        """``R_PFR-w`` (Eq. 8) of each trajectory against its group's synthesized ``o*``."""
+        """``R_PFR-w`` (Eq. 8) of each trajectory against its group's synthesized ``o*`` (the
+        candidates search ``retriever``, else this reward's own)."""
         cfg = self.p2s
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         open_id = tokenizer.convert_tokens_to_ids(ANSWER_OPEN)
@@ -183,7 +192,7 @@ class P2SReward:
         # The question with its retrieval partition (the trajectory keeps it in its metadata).
         source = {t.id: Record(t.id, t.question, [gold[t.id]], dict(t.metadata)) for t in trajectories}
         records = [source[q] for q in firsts]
-        candidates = synthesize(policy, tokenizer, records, cfg, self.retriever, cfg.synthesis.seed + seed)
+        candidates = synthesize(policy, tokenizer, records, cfg, retriever or self.retriever, cfg.synthesis.seed + seed)
         target = {q: answer_target(tokenizer, gold[q]) for q in firsts}
 
         # --- answer passes: S_k of the well-formed candidates, and Eq. 7 of every trajectory

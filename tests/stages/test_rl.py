@@ -595,6 +595,9 @@ def test_p2s_reward_trains_a_few_steps(
     paths: list[list[float]] = []
     real = p2s.P2SReward.path_rewards
     monkeypatch.setattr(p2s.P2SReward, "path_rewards", lambda self, *a, **k: paths.append(real(self, *a, **k)) or paths[-1])
+    searched_with: list[Any] = []  # the gold-conditioned samples search like the rollouts: the trainer's retriever
+    real_synthesize = p2s.synthesize
+    monkeypatch.setattr(p2s, "synthesize", lambda *a, **k: searched_with.append(a[4]) or real_synthesize(*a, **k))
     unreachable = [Record(r.id, r.question, ["Nobody"], r.metadata) for r in records]
     rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
     cfg = apply_overrides(
@@ -610,6 +613,7 @@ def test_p2s_reward_trains_a_few_steps(
     before = _params(model)
     train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=unreachable, retriever=tiny_retriever)
     assert len(paths) == 2 and all(math.isfinite(x) for xs in paths for x in xs) and any(paths)
+    assert searched_with and all(r is tiny_retriever for r in searched_with)
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
     assert any(n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])), "training must move the weights"

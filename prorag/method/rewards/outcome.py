@@ -156,9 +156,9 @@ def outcome_rewards(
 
 class OutcomeReward(Protocol):
     """One outcome reward per trajectory of a batch, with the gold answers of its question.
-    ``records`` (one per trajectory) and ``policy`` (the model being trained, unwrapped) are
-    given by the trainer for rewards that need them (HiPRAG re-asks sub-queries); the others
-    ignore them."""
+    ``records`` (one per trajectory), ``policy`` (the model being trained, unwrapped) and
+    ``retriever`` (the rollouts' search engine) are given by the trainer for rewards that need
+    them (HiPRAG re-asks sub-queries, P2S samples gold-conditioned searches); the others ignore them."""
 
     def __call__(
         self,
@@ -167,6 +167,7 @@ class OutcomeReward(Protocol):
         tokenizer: Any,
         records: Sequence[Record] | None = None,
         policy: Any = None,
+        retriever: Any = None,
     ) -> list[float]: ...
 
 

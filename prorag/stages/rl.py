@@ -21,6 +21,11 @@ region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 
 ``kl_to_init`` (:func:`k3_kl`: KL(pi_theta || pi_init) on the sampled tokens, pi_theta as it sampled
 them; one no-grad forward of the initial policy per generation batch: a frozen copy of the model
 in memory for full fine-tuning, the adapter switched off with LoRA).
+
+Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
+policy's, through TRL's fused LM head in its compact form on CPU too
+(:meth:`ProcessSupervisedGRPOTrainer._get_per_token_logps_and_entropies`). With ``num_iterations``
+1, TRL already takes ``pi_old`` as the detached ``pi_theta`` (no second forward).
 """
 
 from __future__ import annotations

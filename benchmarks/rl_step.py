@@ -138,7 +138,68 @@ def base_config(args: argparse.Namespace) -> RLConfig:
     )
 
 
-def main() -> None:
+def build_sides(
+    args: argparse.Namespace, tmp: str
+) -> tuple[dict[str, Any], dict[int, torch.optim.Optimizer], list[dict[str, Any]], Any, bool]:
+    """The two trainers (``process``, ``outcome``) on one steered tiny policy in ``tmp``, their
+    optimisers (lr 0), the generation batch's rows, the policy, and whether the process side has a PRM."""
+    build_world(tmp, seed=0, size="demo")
+    tokenizer = train_world_tokenizer(world_tokenizer_texts(tmp))
+    retriever = BM25Retriever(read_passages(Path(tmp) / "corpus.jsonl"))
+    records = read_records(Path(tmp) / "train.jsonl")[: args.questions]
+    policy = make_tiny_model(tokenizer, size=args.size, seed=0)
+    save_policy(policy, tokenizer, Path(tmp) / "policy")
+    kind = args.prm_kind
+    proc_cfg = replace(base_config(args), process_reward=args.process_reward, advantage=args.advantage)
+    if args.outcome_reward:  # HiPRAG-style: a trajectory-level reward on outcome-only GRPO, no step term
+        form = replace(proc_cfg.outcome_reward, form=args.outcome_reward)
+        proc_cfg = replace(proc_cfg, process_reward="none", advantage="grpo", outcome_reward=form)
+    prm_side = proc_cfg.process_reward in ("prm", "shuffled")
+    if proc_cfg.process_reward == "none":
+        prm = None
+    elif prm_side:
+        prm: Any = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy", kind=kind), kind=kind)
+    else:  # a source that needs no PRM (cpsearch, oracle): built by name
+        prm = rl.STEP_REWARD_SOURCES.get(args.process_reward)(proc_cfg)
+
+    golds = render_gold(records, retriever, k=3)
+    probe = RolloutEngine(policy, tokenizer, retriever)
+    script = GoldScript(
+        {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds},
+        tokenizer.eos_token_id,
+    )
+    steered = SteeredModel(policy, script)
+    rl.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
+
+    sides = {
+        "process": make_rl_trainer(proc_cfg, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),
+        "outcome": make_rl_trainer(
+            replace(base_config(args), process_reward="none", advantage="grpo"),
+            Path(tmp) / "outcome",
+            policy,
+            tokenizer,
+            records,
+            retriever,
+        ),
+    }
+    optimizers = {}
+    for trainer in sides.values():
+        # Steering is argmax steering: greedy, or sampling cold enough to pick the argmax.
+        sampling = dict(greedy=False, temperature=0.02) if args.sampled else dict(greedy=True)
+        trainer.rollout_func.config = replace(trainer.rollout_func.config, **sampling)
+        trainer.current_gradient_accumulation_steps = 1
+        optimizers[id(trainer)] = torch.optim.AdamW(policy.parameters(), lr=0.0)  # lr 0: every step sees the same model
+    rows = [dict(sides["process"].train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
+    passes = [0, 0]  # likelihood passes asked, distinct (P2S)
+    if args.outcome_reward == "p2s":
+        steer_p2s_synthesis(proc_cfg, tokenizer, golds, steered, retriever, passes)
+        rows = [r | {"golden_answers": [UNREACHABLE]} for r in rows]
+
+    return sides, optimizers, rows, policy, prm_side, passes
+
+
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's options (also those of ``rl_step_profile.py``)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=4, help="questions per step")
     ap.add_argument("--group", type=int, default=8, help="G, trajectories per question")
@@ -155,65 +216,18 @@ def main() -> None:
         "--outcome-reward", default=None, help="time this outcome reward (OUTCOME_REWARDS, e.g. hiprag) instead of a step reward"
     )
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_world(tmp, seed=0, size="demo")
-        tokenizer = train_world_tokenizer(world_tokenizer_texts(tmp))
-        retriever = BM25Retriever(read_passages(Path(tmp) / "corpus.jsonl"))
-        records = read_records(Path(tmp) / "train.jsonl")[: args.questions]
-        policy = make_tiny_model(tokenizer, size=args.size, seed=0)
-        save_policy(policy, tokenizer, Path(tmp) / "policy")
-        kind = args.prm_kind
-        proc_cfg = replace(base_config(args), process_reward=args.process_reward, advantage=args.advantage)
-        if args.outcome_reward:  # HiPRAG-style: a trajectory-level reward on outcome-only GRPO, no step term
-            form = replace(proc_cfg.outcome_reward, form=args.outcome_reward)
-            proc_cfg = replace(proc_cfg, process_reward="none", advantage="grpo", outcome_reward=form)
-        prm_side = proc_cfg.process_reward in ("prm", "shuffled")
-        if proc_cfg.process_reward == "none":
-            prm = None
-        elif prm_side:
-            prm: Any = ProcessRewardModel(*reward_model_from_policy(Path(tmp) / "policy", kind=kind), kind=kind)
-        else:  # a source that needs no PRM (cpsearch, oracle): built by name
-            prm = rl.STEP_REWARD_SOURCES.get(args.process_reward)(proc_cfg)
-
-        golds = render_gold(records, retriever, k=3)
-        probe = RolloutEngine(policy, tokenizer, retriever)
-        script = GoldScript(
-            {tuple(probe.prompt_ids(g.question)): tokenize_segments(tokenizer, g.segments)[0] for g in golds},
-            tokenizer.eos_token_id,
-        )
-        steered = SteeredModel(policy, script)
-        rl.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
-
-        sides = {
-            "process": make_rl_trainer(proc_cfg, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),
-            "outcome": make_rl_trainer(
-                replace(base_config(args), process_reward="none", advantage="grpo"),
-                Path(tmp) / "outcome",
-                policy,
-                tokenizer,
-                records,
-                retriever,
-            ),
-        }
-        optimizers = {}
-        for trainer in sides.values():
-            # Steering is argmax steering: greedy, or sampling cold enough to pick the argmax.
-            sampling = dict(greedy=False, temperature=0.02) if args.sampled else dict(greedy=True)
-            trainer.rollout_func.config = replace(trainer.rollout_func.config, **sampling)
-            trainer.current_gradient_accumulation_steps = 1
-            optimizers[id(trainer)] = torch.optim.AdamW(policy.parameters(), lr=0.0)  # lr 0: every step sees the same model
-        rows = [dict(sides["process"].train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
-        passes = [0, 0]  # likelihood passes asked, distinct (P2S)
-        if args.outcome_reward == "p2s":
-            steer_p2s_synthesis(proc_cfg, tokenizer, golds, steered, retriever, passes)
-            rows = [r | {"golden_answers": [UNREACHABLE]} for r in rows]
-
+        sides, optimizers, rows, policy, prm_side, passes = build_sides(args, tmp)
         best: dict[str, dict[str, float]] = {}
         for trainer in sides.values():
             time_step(trainer, rows, optimizers[id(trainer)])  # warm-up

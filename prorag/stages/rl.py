@@ -21,10 +21,16 @@ region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 
 ``kl_to_init`` (:func:`k3_kl`: KL(pi_theta || pi_init) on the sampled tokens, pi_theta as it sampled
 them; one no-grad forward of the initial policy per generation batch: a frozen copy of the model
 in memory for full fine-tuning, the adapter switched off with LoRA).
+
+Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
+policy's, through TRL's fused LM head in its compact form on CPU too
+(:meth:`ProcessSupervisedGRPOTrainer._get_per_token_logps_and_entropies`). With ``num_iterations``
+1, TRL already takes ``pi_old`` as the detached ``pi_theta`` (no second forward).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import functools
@@ -32,7 +38,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -433,6 +439,24 @@ def score_batch(
     return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
 
 
+@contextlib.contextmanager
+def compact_fused_head() -> Iterator[None]:
+    """TRL's fused LM head, scoring only the positions with a label on CPU too.
+
+    TRL 1.16 projects only the labelled positions through the LM head where its Triton kernel runs;
+    elsewhere it projects every position (prompt, padding, retrieved tokens), to keep tile shapes
+    fixed for compilers such as Neuron's. Eager CPU recompiles nothing, so there the compact path is
+    the same per-row arithmetic on fewer rows (benchmarks/rl_step_profile.py). Other devices keep TRL's choice."""
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
 class ProcessSupervisedGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with rollouts from the rollout engine and ProRAG's ``(B, T)``
     dual-granularity advantages (see the module docstring for what is overridden and why).
@@ -456,6 +480,12 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
         self.pending_logs: dict[str, float] = {}
         """Values merged into the next log row (the dev evaluation's ``eval_em``/``eval_f1``)."""
+        self.compact_logps = True
+        """Score only the tokens the loss reads (:meth:`_get_per_token_logps_and_entropies`); ``False``:
+        TRL's path (every completion position through the LM head on CPU), kept for the benchmark."""
+        self.score_mask: torch.Tensor | None = None
+        """``(B, T)`` completion positions whose log-probabilities are read (the policy's tokens) while
+        the loss or ``kl_to_init`` is computed; ``None``: every completion token."""
         model = kwargs.get("model")
         self.init_policy: Any = None
         """pi_init for ``kl_to_init``: a frozen copy (full fine-tuning); ``None`` with LoRA (adapter off)."""
@@ -502,6 +532,58 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             self._log_kl_to_init(output, loss_mask)
         return output
 
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's loss, with log-probabilities (and the logged entropy) computed on the policy's tokens only."""
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else None
+        with self._scoring(mask):
+            return super()._compute_loss(model, inputs)
+
+    @contextlib.contextmanager
+    def _scoring(self, mask: torch.Tensor | None) -> Iterator[None]:
+        """:attr:`score_mask` set to ``mask`` for the duration."""
+        self.score_mask = mask
+        try:
+            yield
+        finally:
+            self.score_mask = None
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """TRL's per-token log-probabilities and entropies of the completion, only on the tokens that
+        are read: labels are ``-100`` off :attr:`score_mask` (retrieved tokens, padding) and the fused
+        LM head projects only the labelled positions (:func:`compact_fused_head`). Equal to TRL's on
+        the scored tokens, 0 elsewhere (where every use of them is masked). Text-only models; others,
+        MoE auxiliary losses and ``compact_logps = False`` take TRL's path."""
+        if not self.compact_logps or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **multimodal
+            )
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        with compact_fused_head():
+            for start in range(0, input_ids.size(0), batch_size):
+                ids, attention = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+                labels = ids.masked_fill(attention == 0, -100)
+                labels[:, :-logits_to_keep] = -100
+                if self.score_mask is not None:
+                    keep = self.score_mask[start : start + batch_size].to(labels.device).bool()
+                    labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
+                with self.accelerator.autocast():
+                    out = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+                logps.append(out.log_probs[:, -logits_to_keep:])
+                if compute_entropy:
+                    entropies.append(out.entropy[:, -logits_to_keep:])
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
     def _init_logps(self, output: dict[str, Any]) -> torch.Tensor:
         """pi_init's log-probabilities of the sampled completion tokens (TRL's reference ones when
         ``beta_kl > 0`` already computed them), at the sampling temperature."""
@@ -525,7 +607,9 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         sampled = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
         if sampled is None:
             return
-        kl = k3_kl(sampled, self._init_logps(output))
+        with self._scoring(loss_mask):
+            init = self._init_logps(output)
+        kl = k3_kl(sampled, init)
         mask = loss_mask.to(kl.dtype)
         total = self.accelerator.gather(torch.stack([(kl * mask).sum(), mask.sum()]).double().view(1, 2)).sum(0)
         mode = "train" if self.model.training else "eval"

@@ -137,6 +137,44 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert trainer.compute_loss(trainer.model, own).item() != pytest.approx(got.item(), rel=1e-3)
 
 
+def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # The compact path (only the policy's tokens through the LM head) against TRL's (every completion
+    # position): same loss, gradients, logged entropy and kl_to_init; pi_old off pi_theta so the clip binds.
+    cfg = fast_config(rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64))
+    model = make_tiny_model(world_tokenizer)
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, FakePRM())
+    trainer.current_gradient_accumulation_steps = 1
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    model.train()
+    batch = trainer._generate_and_score_completions(rows)
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    assert (mask == 0).sum() > (batch["completion_mask"] == 0).sum(), "replayed gold trajectories hold retrievals"
+    batch["old_per_token_logps"] = batch["sampling_per_token_logps"] + 0.3 * torch.randn(
+        mask.shape, generator=torch.Generator().manual_seed(0)
+    )
+    results = {}
+    for compact in (True, False):
+        trainer.compact_logps = compact
+        model.zero_grad(set_to_none=True)
+        loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        with trainer._scoring(mask):
+            init = trainer._init_logps(batch)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[compact] = loss.detach(), grads, trainer._metrics["train"]["entropy"][-1], init
+    (loss, grads, entropy, init), (ref_loss, ref_grads, ref_entropy, ref_init) = results[True], results[False]
+    assert torch.allclose(loss, ref_loss, rtol=0, atol=1e-6)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name, g in grads.items():
+        assert torch.allclose(g, ref_grads[name], rtol=1e-5, atol=1e-6), name
+    assert entropy == pytest.approx(ref_entropy, rel=1e-6)
+    assert torch.allclose(init[mask == 1], ref_init[mask == 1], atol=1e-6)
+    # Only the policy's tokens were scored: retrieved tokens are 0, not their log-probabilities.
+    assert (init[mask == 0] == 0).all() and (ref_init[(mask == 0) & (batch["completion_mask"] == 1)] != 0).any()
+
+
 def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:

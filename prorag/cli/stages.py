@@ -363,8 +363,8 @@ def prm_audit(
     from prorag.data.jsonl import write_json
     from prorag.data.records import read_records
     from prorag.retrieval.index import open_retriever
-    from prorag.stages.prm import fresh_sample_audit
-    from prorag.supervision.reward_model import ProcessRewardModel
+    from prorag.stages.prm import fresh_sample_audit, write_prm_summary
+    from prorag.supervision.reward_model import ProcessRewardModel, model_folder
 
     _check_limit(limit)
     records = read_records(data)[:limit] if limit is not None else read_records(data)
@@ -374,6 +374,10 @@ def prm_audit(
     )
     write_json(out, audit)
     typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))
+    run = model_folder(prm).parent
+    if (run / "metrics.jsonl").is_file():  # a `prorag prm` run folder: its verdict gets the audit
+        verdict = write_prm_summary(run, audit)
+        typer.echo(f"beats the init policy's likelihood on all three checks: {verdict['beats_all']} -> {run / 'summary.json'}")
     typer.echo(f"-> {out}")
 
 

@@ -557,7 +557,7 @@ def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
     """How the PRM ranks valid against invalid steps (oracle labels) of fresh pi_sft samples on
     the dev questions, which neither SFT, MCTS nor the PRM saw; written to ``prm/audit.json``."""
     from prorag.retrieval.index import open_retriever
-    from prorag.stages.prm import fresh_sample_audit
+    from prorag.stages.prm import fresh_sample_audit, write_prm_summary
     from prorag.supervision.reward_model import ProcessRewardModel
 
     audit = fresh_sample_audit(
@@ -571,6 +571,8 @@ def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
     )
     write_json(run.path("prm", "audit.json"), audit)
     run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
+    verdict = write_prm_summary(run.path("prm"), audit)
+    run.progress(f"PRM beats the init policy's likelihood on all three checks: {verdict['beats_all']} (prm/summary.json)")
     return audit
 
 
@@ -687,6 +689,8 @@ def stage_summaries(run: Run) -> dict[str, Any]:
             out["prm_held_out"] = {k: v for k, v in final[-1].items() if k.startswith("eval_")}
     if run.path("prm", "audit.json").exists():
         out["prm_audit"] = read_json(run.path("prm", "audit.json"))
+    if run.path("prm", "summary.json").exists():
+        out["prm_verdict"] = read_json(run.path("prm", "summary.json"))
     if run.path("policies", "rft", "rft_counts.json").exists():
         out["rft"] = read_json(run.path("policies", "rft", "rft_counts.json"))
     return out

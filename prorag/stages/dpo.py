@@ -114,7 +114,7 @@ def dpo_examples(pairs: Sequence[StepPair], tokenizer: Any, max_length: int) -> 
     out: list[dict[str, Any]] = []
     truncated = dropped = 0
     for pair in pairs:
-        check_vocabulary(pair, vocab, "policy")
+        check_vocabulary(pair.id, [*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids], vocab, "policy")
         example = dpo_example(pair, tokenizer, max_length)
         if example is None:
             dropped += 1

@@ -10,12 +10,17 @@ rejected actions (actions never include the retrieval that follows), kinds, Q/N,
 depth. ``id`` is ``QUESTION_ID@ADDRESS`` (``#C>R`` for the extra pairs); the file is appended per
 sibling set and a rerun skips sets that already gave a pair. :func:`judge_agreement` compares two
 judges on the same sibling sets.
+
+``pointwise`` (on by default) also writes ``pointwise.jsonl`` beside the pairs file: one line per
+judged node (every child with ``min_visits`` visits, siblings or not) with its context, its step and
+the judge's per-step verdict as ``label`` 1/0 (:func:`make_point`). Only a judge that labels each
+step gives them (the oracle); an LLM judge names one pair, so it writes none (logged once).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +54,11 @@ class PairsConfig:
         None, help="The LLM judge's server, model, concurrency, retries and reply cache (`judge: llm`)."
     )
     chunk_size: int = setting(256, help="Sibling sets judged per batch (the LLM judge runs a batch's requests concurrently).")
+    pointwise: bool = setting(
+        True,
+        help="Also write `pointwise.jsonl` beside the pairs file: every judged node's step with the judge's verdict as a "
+        "label 1/0 (the PRM's pointwise term). Needs a judge that labels each step (the oracle); the LLM judge skips it.",
+    )
 
     def __post_init__(self) -> None:
         if self.min_visits < 1:
@@ -76,11 +86,12 @@ class SiblingSet:
         return f"{self.tree.id}@{format_address(self.address)}"
 
 
-def sibling_sets(tree: SearchTree, min_visits: int) -> Iterator[SiblingSet]:
-    """Every node with at least two children visited ``min_visits`` times or more."""
+def sibling_sets(tree: SearchTree, min_visits: int, min_children: int = 2) -> Iterator[SiblingSet]:
+    """Every node with at least ``min_children`` children visited ``min_visits`` times or more
+    (two to make a pair; one is enough for pointwise labels)."""
     for address, path in iter_paths(tree.root):
         kept = [c for c in path[-1].children if c.visits >= min_visits]
-        if len(kept) >= 2:
+        if len(kept) >= min_children:
             yield SiblingSet(tree, address, path, kept)
 
 
@@ -149,6 +160,29 @@ def set_pairs(s: SiblingSet, judgement: Judgement, judge_name: str, pairs_per_se
     return rows
 
 
+def make_point(s: SiblingSet, index: int, verdict: tuple[bool, str], judge_name: str) -> dict[str, Any]:
+    """One line of ``pointwise.jsonl``: candidate ``index`` of ``s`` with the judge's verdict on
+    it, ``label`` 1 (valid) or 0; ``id`` is ``QUESTION_ID@ADDRESS`` of the set, then ``/index``."""
+    node = s.candidates[index]
+    return {
+        "id": f"{s.id}/{index}",
+        "question_id": s.tree.id,
+        "question": s.tree.question,
+        "partition": s.tree.record.get("metadata", {}).get("partition"),
+        "context_ids": state_ids(s.tree.prompt_ids, s.path)[0],
+        "step_ids": node.action_ids,
+        "context_text": history_text(s.path),
+        "step_text": node.action_text,
+        "kind": node.kind,
+        "label": int(verdict[0]),
+        "reason": verdict[1],
+        "q": node.q,
+        "n": node.visits,
+        "judge": judge_name,
+        "depth": node.depth,
+    }
+
+
 def set_id(pair_id: str) -> str:
     """The sibling set a pair's id comes from (an extra pair's id ends in ``#C>R``)."""
     return pair_id.split("#", 1)[0]
@@ -160,20 +194,24 @@ def set_id(pair_id: str) -> str:
 @dataclass
 class PairsSummary:
     """What a run judged: ``sibling_sets`` seen (``already_done`` of them paired by an earlier run),
-    ``judged``, ``pairs`` (sets that gave the judge's own pair) and ``extra_pairs`` (the further
-    valid x invalid combinations of ``pairs_per_set: all``)."""
+    ``judged``, ``pairs`` (sets that gave the judge's own pair), ``extra_pairs`` (the further
+    valid x invalid combinations of ``pairs_per_set: all``) and ``points`` (pointwise labels
+    written this run, ``valid_points`` of them label 1)."""
 
     sibling_sets: int = 0
     already_done: int = 0
     judged: int = 0
     pairs: int = 0
     extra_pairs: int = 0
+    points: int = 0
+    valid_points: int = 0
 
     def describe(self) -> str:
         extra = f" (+{self.extra_pairs} more combinations)" if self.extra_pairs else ""
+        points = f"; {self.points} pointwise labels ({self.valid_points} valid)" if self.points else ""
         return (
             f"{self.sibling_sets} sibling sets ({self.already_done} already paired): judged {self.judged}, "
-            f"wrote {self.pairs} pairs{extra}, {self.judged - self.pairs} without a pair"
+            f"wrote {self.pairs} pairs{extra}, {self.judged - self.pairs} without a pair{points}"
         )
 
 
@@ -185,16 +223,54 @@ def make_judge(config: PairsConfig) -> Judge:
     return LLMJudge(config.llm)
 
 
+def pointwise_file(pairs_path: str | Path) -> Path:
+    """Where the pointwise labels of a pairs file go: beside it, ``NAME.pointwise.jsonl``."""
+    path = Path(pairs_path)
+    return path.with_name(f"{path.stem}.pointwise.jsonl")
+
+
+def _done_ids(path: Path, set_of: Callable[[str], str]) -> set[str]:
+    """The sibling sets a JSONL file of pairs or points already has lines of (``set_of``: a
+    line's id to its set's)."""
+    if not path.stat().st_size:
+        return set()
+    return {set_of(row["id"]) for row in read_jsonl(path, tolerate_truncated_tail=True)}
+
+
+def extract_points(trees: Sequence[SearchTree], out_path: str | Path, judge: Any, min_visits: int) -> tuple[int, int]:
+    """Append to ``out_path`` a pointwise line (:func:`make_point`) for every node visited
+    ``min_visits`` times or more, from ``judge.verdicts`` (one ``(valid, reason)`` per candidate, or
+    None for a question it cannot judge); sets already in the file are skipped. Returns the lines
+    written and how many are labelled valid. A single child is judged too: pointwise labels need
+    no sibling, and the nodes whose siblings all agree (no pair) are as informative here."""
+    written = valid = 0
+    with JsonlAppender(Path(out_path)) as appender:
+        done = _done_ids(Path(out_path), lambda point_id: point_id.rsplit("/", 1)[0])
+        for s in (s for tree in trees for s in sibling_sets(tree, min_visits, min_children=1)):
+            if s.id in done:
+                continue
+            verdicts = judge.verdicts(judge_request(s))
+            if verdicts is None:
+                continue
+            rows = [make_point(s, i, v, judge.name) for i, v in enumerate(verdicts)]
+            appender.extend(rows)
+            written += len(rows)
+            valid += sum(r["label"] for r in rows)
+    return written, valid
+
+
 def extract_pairs(
     trees: Sequence[SearchTree], out_path: str | Path, config: PairsConfig | None = None, *, judge: Judge | None = None
 ) -> PairsSummary:
-    """Judge every sibling set of ``trees`` not yet paired in ``out_path`` and append the pairs."""
+    """Judge every sibling set of ``trees`` not yet paired in ``out_path`` and append the pairs;
+    with ``config.pointwise`` and a judge that has per-step ``verdicts``, also the pointwise labels
+    (:func:`extract_points`, into :func:`pointwise_file`)."""
     cfg = config or PairsConfig()
     judge = judge or make_judge(cfg)
     summary = PairsSummary()
     out = Path(out_path)
     with JsonlAppender(out) as appender:  # repairs a cut last line before the done ids are read
-        done = {set_id(row["id"]) for row in read_jsonl(out, tolerate_truncated_tail=True)} if out.stat().st_size else set()
+        done = _done_ids(out, set_id)
         sets = [s for tree in trees for s in sibling_sets(tree, cfg.min_visits)]
         summary.sibling_sets = len(sets)
         todo = [s for s in sets if s.id not in done]
@@ -209,6 +285,11 @@ def extract_pairs(
                     summary.pairs += 1
                     summary.extra_pairs += len(rows) - 1
             log.info("pairs: %d of %d sibling sets judged", min(start + cfg.chunk_size, len(todo)), len(todo))
+    if cfg.pointwise and hasattr(judge, "verdicts"):
+        summary.points, summary.valid_points = extract_points(trees, pointwise_file(out), judge, cfg.min_visits)
+        log.info("pairs: %d pointwise labels (%d valid) in %s", summary.points, summary.valid_points, pointwise_file(out))
+    elif cfg.pointwise:
+        log.info("pairs: the %s judge gives no per-step verdict, so no pointwise labels are written", judge.name)
     return summary
 
 
@@ -255,9 +336,12 @@ __all__ = [
     "extract_pairs",
     "history_text",
     "judge_agreement",
+    "extract_points",
     "judge_request",
     "make_judge",
     "make_pair",
+    "make_point",
+    "pointwise_file",
     "sibling_sets",
     "step_view",
 ]

@@ -12,7 +12,13 @@ means weigh a short last batch like a full one). TRL's ``max_length`` drops long
 are cut here instead. The likelihood kind (``PRMConfig.kind``) trains the
 policy's LM head through the same path; its zero point is fitted on the *training* pairs.
 Writes ``prm_config.json``, ``split.json``, ``checkpoints/``, ``metrics.jsonl`` (with held-out
-``eval_auc`` and the init policy's likelihood baseline, the number to beat) and ``prm/``.
+``eval_auc`` and the init policy's likelihood baseline, the number to beat), ``prm/`` and
+``summary.json`` (:func:`likelihood_verdict`: does the PRM beat that baseline).
+
+Two additions to the paper, both off by the settings that reproduce it: pointwise labels (the
+judge's verdict on every judged node, ``pairs.pointwise.jsonl``) add a binary cross-entropy term
+(:func:`prm_loss`, ``pointwise_weight``), and ``backbone_size`` gives the PRM a fresh built-in
+backbone of another size than the policy's (:func:`~prorag.supervision.reward_model.reward_model_of_size`).
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ from prorag.agent.rollout import Trajectory
 from prorag.core.config import setting
 from prorag.core.errors import DataError
 from prorag.core.metrics import ranking_auc
-from prorag.data.jsonl import JsonlAppender, read_jsonl_numbered, write_json
+from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, read_jsonl_numbered, write_json
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer
+from prorag.models.tiny import TINY_SIZES
 from prorag.stages.training import MetricsFile, TrainingConfig, resume_training
 from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
@@ -45,6 +52,7 @@ from prorag.supervision.reward_model import (
     length_batches,
     pad_batch,
     reward_model_from_policy,
+    reward_model_of_size,
     separating_threshold,
     span_means,
     step_token_count,
@@ -141,8 +149,39 @@ class PRMConfig(TrainingConfig):
         " samples, and invalid ones are often its unlikely draws).",
     )
 
+    # --- beyond the paper
+    pointwise_file: str | None = setting(
+        None,
+        help="Pointwise step labels (`prorag pairs` writes NAME.pointwise.jsonl beside NAME.jsonl); None: that file "
+        "beside the pairs file when it exists.",
+    )
+    pointwise_weight: float | None = setting(
+        None,
+        help="Weight of the binary cross-entropy on the pointwise labels added to Eq. 4 (0: Eq. 4 alone, the paper). "
+        "None: 1.0 for the `head` kind when pointwise labels exist, 0 for the likelihood kinds (which refuse > 0).",
+    )
+    backbone_size: str | None = setting(
+        None,
+        help="None: the PRM starts from the policy's own backbone (the paper); a TINY_SIZES name (`tiny`, `small`): "
+        "a fresh built-in model of that size on the policy's tokenizer, drawn as SFT draws the policy (`head` kind only).",
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.pointwise_weight is not None and not self.pointwise_weight >= 0:
+            raise ValueError(f"PRMConfig.pointwise_weight must be >= 0, got {self.pointwise_weight}")
+        if self.pointwise_weight and self.kind != "head":
+            raise ValueError(
+                f"PRMConfig.pointwise_weight > 0 needs kind 'head' (a calibrated scalar score); the {self.kind} kind's "
+                "zero point is fitted after training, so a cross-entropy on its raw score would fight that fit"
+            )
+        if self.backbone_size is not None and self.backbone_size not in TINY_SIZES:
+            raise ValueError(f"PRMConfig.backbone_size must be one of {sorted(TINY_SIZES)} or null, got {self.backbone_size!r}")
+        if self.backbone_size is not None and self.kind != "head":
+            raise ValueError(
+                f"PRMConfig.backbone_size needs kind 'head': the {self.kind} kind scores by a language model's likelihood, "
+                "and a fresh backbone's is noise"
+            )
         if not 0 <= self.held_out_fraction < 1:
             raise ValueError(f"PRMConfig.held_out_fraction must be in [0, 1), got {self.held_out_fraction}")
         if not 0 <= self.validation_fraction < 1:
@@ -236,6 +275,41 @@ def read_step_pairs(path: str | Path, *, allow_empty: bool = False) -> list[Step
     return pairs
 
 
+@dataclass
+class PointStep:
+    """One judged step with its label (a row of the pointwise file, ``prorag pairs``)."""
+
+    id: str
+    question_id: str
+    context_ids: list[int]
+    step_ids: list[int]
+    label: int
+
+
+def read_pointwise(path: str | Path) -> list[PointStep]:
+    """All rows of a pointwise-labels JSONL file, checked like the pairs (ids, token ids, and
+    ``label`` 0 or 1); :class:`DataError` names ``file:line`` and the field of the first bad row."""
+    points: list[PointStep] = []
+    seen: dict[str, int] = {}
+    for lineno, row in read_jsonl_numbered(path):
+        where = f"{path}:{lineno}"
+        label = row.get("label")
+        if label not in (0, 1) or isinstance(label, bool):
+            raise DataError(where, f"field 'label': expected 0 or 1, got {label!r}")
+        point = PointStep(
+            id=_text_field(row, "id", where),
+            question_id=_text_field(row, "question_id", where),
+            context_ids=_token_ids(row, "context_ids", where, non_empty=False),
+            step_ids=_token_ids(row, "step_ids", where, non_empty=True),
+            label=int(label),
+        )
+        if point.id in seen:
+            raise DataError(where, f"field 'id': {point.id!r} already used on line {seen[point.id]}")
+        seen[point.id] = lineno
+        points.append(point)
+    return points
+
+
 def split_by_question(pairs: Sequence[StepPair], fraction: float, seed: int) -> tuple[list[StepPair], list[StepPair]]:
     """``(train, held_out)``: the pairs of a seeded ``fraction`` of the question ids held out
     whole, so no question has pairs on both sides (at least one question is held out when
@@ -252,15 +326,36 @@ def split_by_question(pairs: Sequence[StepPair], fraction: float, seed: int) -> 
     return [p for p in pairs if p.question_id not in held], [p for p in pairs if p.question_id in held]
 
 
-def check_vocabulary(pair: StepPair, vocab: int, owner: str) -> None:
-    """``ValueError`` when a token id of ``pair`` is outside a tokenizer of ``vocab`` ids (``owner``
-    names it in the message): pairs made with another policy's tokenizer would train on wrong tokens."""
-    top = max([*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids])
+def check_vocabulary(item_id: str, ids: Sequence[int], vocab: int, owner: str = "PRM") -> None:
+    """``ValueError`` when a token id of item ``item_id`` (a pair or a pointwise label) is outside a
+    tokenizer of ``vocab`` ids (``owner`` names it in the message): items made with another
+    policy's tokenizer would train on wrong tokens."""
+    top = max(ids)
     if top >= vocab:
         raise ValueError(
-            f"pair {pair.id!r}: token id {top} is outside the {owner} tokenizer's {vocab} ids; "
+            f"pair {item_id!r}: token id {top} is outside the {owner} tokenizer's {vocab} ids; "
             "were the pairs made with another policy's tokenizer?"
         )
+
+
+def point_examples(points: Sequence[PointStep], scorer: ProcessRewardModel) -> list[dict[str, Any]]:
+    """Training examples of pointwise labels, in the pair examples' columns (one dataset holds
+    both; :class:`PairCollator` tells them apart): ``chosen_ids`` is the input, ``rejected_ids``
+    None and ``point_label`` the label (None on a pair)."""
+    vocab = len(scorer.tokenizer)
+    out = []
+    for point in points:
+        check_vocabulary(point.id, [*point.context_ids, *point.step_ids], vocab)
+        out.append(
+            {
+                "chosen_ids": scorer.build_input(point.context_ids, point.step_ids),
+                "rejected_ids": None,
+                "chosen_step_length": len(point.step_ids),
+                "rejected_step_length": None,
+                "point_label": float(point.label),
+            }
+        )
+    return out
 
 
 def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -272,7 +367,7 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
     out: list[dict[str, Any]] = []
     truncated = 0
     for pair in pairs:
-        check_vocabulary(pair, vocab, "PRM")
+        check_vocabulary(pair.id, [*pair.context_ids, *pair.chosen_ids, *pair.rejected_ids], vocab)
         chosen = scorer.build_input(pair.context_ids, pair.chosen_ids)
         rejected = scorer.build_input(pair.context_ids, pair.rejected_ids)
         full = len(pair.context_ids) + max(len(pair.chosen_ids), len(pair.rejected_ids)) + int(scorer.append_eos)
@@ -283,6 +378,7 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
                 "rejected_ids": rejected,
                 "chosen_step_length": len(pair.chosen_ids),
                 "rejected_step_length": len(pair.rejected_ids),
+                "point_label": None,
             }
         )
     return out, {"pairs": len(out), "truncated": truncated}
@@ -293,15 +389,24 @@ class PairCollator:
     """A batch of pairs for :class:`PairwiseRewardTrainer`: the chosen inputs then the rejected
     ones (``2B`` rows, right padding, as TRL's preference collator lays them out), and
     ``step_lengths``, each row's step length in tokens (the likelihood kind reads the step's
-    tokens, the last ones of the row)."""
+    tokens, the last ones of the row). Pointwise examples (:func:`point_examples`) follow as one
+    row each, with their labels in ``point_labels`` (empty when the batch has none)."""
 
     pad_token_id: int
 
     def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = [e["chosen_ids"] for e in examples] + [e["rejected_ids"] for e in examples]
+        pairs = [e for e in examples if e.get("point_label") is None]
+        points = [e for e in examples if e.get("point_label") is not None]
+        rows = [e["chosen_ids"] for e in pairs] + [e["rejected_ids"] for e in pairs] + [e["chosen_ids"] for e in points]
         ids, mask = pad_batch(rows, int(self.pad_token_id))
-        steps = [e["chosen_step_length"] for e in examples] + [e["rejected_step_length"] for e in examples]
-        return {"input_ids": ids, "attention_mask": mask, "step_lengths": torch.tensor(steps, dtype=torch.long)}
+        steps = [e["chosen_step_length"] for e in pairs] + [e["rejected_step_length"] for e in pairs]
+        steps += [e["chosen_step_length"] for e in points]
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "step_lengths": torch.tensor(steps, dtype=torch.long),
+            "point_labels": torch.tensor([e["point_label"] for e in points], dtype=torch.float32),
+        }
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -310,6 +415,26 @@ class PairCollator:
 def pairwise_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     """Eq. 4: ``-mean log sigmoid(r+ - r-)`` over pairs (``logsigmoid`` is the stable form)."""
     return -nn.functional.logsigmoid(chosen - rejected).mean()
+
+
+def prm_loss(
+    chosen: torch.Tensor, rejected: torch.Tensor, point_logits: torch.Tensor, point_labels: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """Eq. 4 on the pairs plus ``weight`` times the binary cross-entropy of the pointwise
+    logits against their 0/1 labels (each term a mean over its own items; a term with no item
+    in the batch is 0).
+
+    Why the second term: Eq. 4 sees only differences between siblings, so it leaves each
+    context's level of the scores free: a PRM can rank every pair right and still give a valid
+    step of one question less than an invalid step of another. The RL process advantage compares
+    steps across contexts (the group's trajectories and their steps), and the RFT filter reads
+    the score's sign, so both need scores that mean the same thing everywhere; the cross-entropy
+    ties ``sigmoid(score)`` to the probability that the step is valid. ``weight`` 0 is Eq. 4 alone."""
+    zero = (chosen.sum() + point_logits.sum()) * 0.0  # keeps the graph when a term is empty
+    loss = pairwise_loss(chosen, rejected) if chosen.numel() else zero
+    if weight and point_logits.numel():
+        loss = loss + weight * nn.functional.binary_cross_entropy_with_logits(point_logits, point_labels)
+    return loss
 
 
 def pair_wins(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
@@ -324,8 +449,9 @@ class PairwiseRewardTrainer(RewardTrainer):
     attended token, or the step's scaled mean likelihood) and per-pair metrics (see the module
     docstring for why). ``scorer`` is the PRM being trained (its model is the trainer's)."""
 
-    def __init__(self, *args: Any, scorer: ProcessRewardModel, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, scorer: ProcessRewardModel, pointwise_weight: float = 0.0, **kwargs: Any) -> None:
         self.scorer = scorer
+        self.pointwise_weight = float(pointwise_weight)
         super().__init__(*args, **kwargs)
 
     def compute_loss(
@@ -333,8 +459,10 @@ class PairwiseRewardTrainer(RewardTrainer):
     ) -> Any:
         mode = "train" if self.model.training else "eval"
         rewards = self.scorer.pair_logits(model, inputs["input_ids"], inputs["attention_mask"], inputs["step_lengths"].tolist())
-        chosen, rejected = torch.chunk(rewards, chunks=2)
-        loss = pairwise_loss(chosen, rejected)
+        point_labels = inputs.get("point_labels", rewards.new_zeros(0))
+        n_pairs = (len(rewards) - len(point_labels)) // 2
+        chosen, rejected, point_logits = rewards[:n_pairs], rewards[n_pairs : 2 * n_pairs], rewards[2 * n_pairs :]
+        loss = prm_loss(chosen, rejected, point_logits, point_labels.to(rewards.dtype), self.pointwise_weight)
         if self.args.center_rewards_coefficient is not None:
             loss = loss + self.args.center_rewards_coefficient * torch.mean((chosen + rejected) ** 2)
         with torch.no_grad():
@@ -419,9 +547,12 @@ def make_prm_trainer(
     train_examples: list[dict[str, Any]],
     eval_examples: list[dict[str, Any]] | None = None,
     extra_callbacks: Sequence[TrainerCallback] = (),
+    *,
+    pointwise_weight: float = 0.0,
 ) -> PairwiseRewardTrainer:
     """The :class:`PairwiseRewardTrainer` of :func:`train_prm` (metrics file and time budget
-    included, then ``extra_callbacks``), not yet trained."""
+    included, then ``extra_callbacks``), not yet trained; ``pointwise_weight`` weighs the
+    cross-entropy of the pointwise examples among ``train_examples`` (:func:`prm_loss`)."""
     from datasets import Dataset
 
     run = Path(run_dir)
@@ -437,6 +568,7 @@ def make_prm_trainer(
         processing_class=scorer.tokenizer,
         callbacks=callbacks,
         scorer=scorer,
+        pointwise_weight=pointwise_weight,
     )
 
 
@@ -602,26 +734,51 @@ def pair_stage_inputs(
     return init, pairs
 
 
+def resolve_pointwise(config: PRMConfig, points: Sequence[PointStep] | None) -> tuple[list[PointStep], float]:
+    """The pointwise labels to train on and their weight: ``points``, else ``config.pointwise_file``,
+    else the pairs file's ``NAME.pointwise.jsonl`` when it exists; the weight is
+    ``config.pointwise_weight``, or when unset 1.0 for the head kind with labels and 0 otherwise.
+    A weight of 0 trains on no label (Eq. 4 alone)."""
+    from prorag.stages.pairs import pointwise_file
+
+    if points is None:
+        path = config.pointwise_file
+        if path is None and config.pairs_file and pointwise_file(config.pairs_file).is_file():
+            path = str(pointwise_file(config.pairs_file))
+        points = read_pointwise(path) if path else []
+    weight = config.pointwise_weight
+    if weight is None:
+        weight = 1.0 if points and config.kind == "head" else 0.0
+    return (list(points) if weight > 0 else []), weight
+
+
 def train_prm(
     config: PRMConfig,
     run_dir: str | Path,
     *,
     pairs: Sequence[StepPair] | None = None,
     init: str | Path | None = None,
+    points: Sequence[PointStep] | None = None,
 ) -> Path:
     """Run the PRM stage in ``run_dir``; return the saved scorer folder ``run_dir/prm``.
 
     ``pairs`` (else ``config.pairs_file``) are split by question (:func:`split_by_question`);
-    ``init`` (else ``config.init``) is the policy whose backbone the PRM starts from. Resumes
+    ``init`` (else ``config.init``) is the policy whose backbone the PRM starts from (or whose
+    tokenizer a fresh ``backbone_size`` model gets); ``points`` the pointwise labels
+    (:func:`resolve_pointwise`), split by the pairs' held-out questions. Resumes
     from the last checkpoint in ``run_dir/checkpoints`` (same config and seed give the same
     split and data order; raise ``max_steps`` to train further). The last line of
     ``metrics.jsonl`` holds the held-out pairwise accuracy, loss and AUC of the saved scorer.
     """
     run = Path(run_dir)
     init, pairs = pair_stage_inputs(config, init, pairs, allow_empty=config.if_no_pairs == "untrained")
+    points, pointwise_weight = resolve_pointwise(config, points)
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
-    write_json(run / "prm_config.json", asdict(config) | {"init": str(init)})
-    model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
+    write_json(run / "prm_config.json", asdict(config) | {"init": str(init), "pointwise_weight": pointwise_weight})
+    if config.backbone_size is not None:
+        model, tokenizer = reward_model_of_size(init, config.backbone_size, dtype=config.dtype, seed=config.seed)
+    else:
+        model, tokenizer = reward_model_from_policy(init, dtype=config.dtype, seed=config.seed, kind=config.kind)
     positions = getattr(model.config, "max_position_embeddings", None) or config.max_length
     if positions < config.max_length:
         log.info("max_length %d capped at the model's %d positions", config.max_length, positions)
@@ -663,7 +820,17 @@ def train_prm(
     )
     train_examples, stats = pair_examples(train_pairs, scorer)
     eval_examples, eval_stats = pair_examples(held_out, scorer)
-    log.info("PRM examples: train %s, held out %s", stats, eval_stats)
+    kept_out = {p.question_id for p in [*held_out, *validation]}
+    train_points = [p for p in points if p.question_id not in kept_out]
+    held_points = [p for p in points if p.question_id in {q.question_id for q in held_out}]
+    train_examples += point_examples(train_points, scorer)
+    log.info(
+        "PRM examples: train %s and %d pointwise labels (weight %g), held out %s",
+        stats,
+        len(train_points),
+        pointwise_weight,
+        eval_stats,
+    )
 
     selection = (
         [
@@ -674,7 +841,7 @@ def train_prm(
         if validation
         else []
     )
-    trainer = make_prm_trainer(config, run, scorer, train_examples, eval_examples, selection)
+    trainer = make_prm_trainer(config, run, scorer, train_examples, eval_examples, selection, pointwise_weight=pointwise_weight)
     resume_training(trainer, run, "PRM training")
 
     out = run / "prm"
@@ -699,6 +866,8 @@ def train_prm(
         if selection:
             row["selected_step"] = selection[0].best_step
             row["validation_accuracy"] = selection[0].best_accuracy
+        if held_points:
+            row |= pointwise_metrics(scorer, held_points, config.eval_batch_size)
         if config.likelihood_baseline:
             row |= likelihood_baseline_metrics(init, held_out, scorer, config)
         with JsonlAppender(run / "metrics.jsonl") as f:
@@ -711,11 +880,73 @@ def train_prm(
                 row["eval_policy_likelihood_auc"],
             )
     scorer.save(out)
+    write_prm_summary(run)
     return out
+
+
+def pointwise_metrics(scorer: ProcessRewardModel, points: Sequence[PointStep], batch_size: int = 32) -> dict[str, float]:
+    """Held-out pointwise labels ranked by the PRM across contexts: ``eval_pointwise_auc`` (valid
+    against invalid steps) and ``eval_pointwise_points``."""
+    logits = scorer.score([p.context_ids for p in points], [p.step_ids for p in points], batch_size).tolist()
+    valid = [x for x, p in zip(logits, points, strict=True) if p.label]
+    invalid = [x for x, p in zip(logits, points, strict=True) if not p.label]
+    auc = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    return {"eval_pointwise_auc": auc, "eval_pointwise_points": float(len(points))}
+
+
+#: (what is compared, the PRM's number, the init policy likelihood's number): the comparisons of
+#: :func:`likelihood_verdict`, keys of the held-out metrics row and of the audit.
+VERDICT_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("held_out_accuracy", "eval_accuracy", "eval_policy_likelihood_accuracy"),
+    ("held_out_auc", "eval_auc", "eval_policy_likelihood_auc"),
+    ("fresh_sample_auc", "auc", "policy_likelihood_auc"),
+)
+
+
+def likelihood_verdict(held_out: dict[str, Any] | None, audit: dict[str, Any] | None) -> dict[str, Any]:
+    """Whether the PRM beats the init policy's own step likelihood, per comparison: held-out
+    pairs' accuracy and AUC (``held_out``: the last metrics row of :func:`train_prm`) and the
+    fresh-sample AUC (``audit``: :func:`fresh_sample_audit`). Each is ``{"prm", "likelihood",
+    "beats"}``, ``beats`` strictly greater (a tie has learned nothing beyond the policy), None
+    when a number is missing or NaN; ``beats_all`` is True only when all three are True."""
+
+    def number(source: dict[str, Any] | None, key: str) -> float | None:
+        value = (source or {}).get(key)
+        return float(value) if isinstance(value, int | float) and value == value else None
+
+    out: dict[str, Any] = {}
+    for name, prm_key, base_key in VERDICT_CHECKS:
+        source = audit if name.startswith("fresh") else held_out
+        prm, base = number(source, prm_key), number(source, base_key)
+        out[name] = {"prm": prm, "likelihood": base, "beats": None if prm is None or base is None else prm > base}
+    out["beats_all"] = all(out[name]["beats"] is True for name, _, _ in VERDICT_CHECKS)
+    return out
+
+
+def write_prm_summary(run_dir: str | Path, audit: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``RUN/summary.json``: :func:`likelihood_verdict` of a PRM run folder, from the last
+    held-out row of ``metrics.jsonl`` and ``audit`` (else ``RUN/audit.json`` when the audit has
+    run: the pipeline's ``prm-audit`` stage, ``prorag prm-audit``)."""
+    run = Path(run_dir)
+    rows = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_accuracy" in r] if (run / "metrics.jsonl").is_file() else []
+    if audit is None and (run / "audit.json").is_file():
+        audit = read_json(run / "audit.json")
+    summary = likelihood_verdict(rows[-1] if rows else None, audit)
+    write_json(run / "summary.json", summary)
+    return summary
 
 
 __all__ = [
     "PRMConfig",
+    "PointStep",
+    "VERDICT_CHECKS",
+    "likelihood_verdict",
+    "point_examples",
+    "pointwise_metrics",
+    "prm_loss",
+    "read_pointwise",
+    "resolve_pointwise",
+    "write_prm_summary",
     "PairCollator",
     "PairwiseRewardTrainer",
     "SampledLikelihood",

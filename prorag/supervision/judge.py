@@ -312,10 +312,17 @@ class OracleJudge:
     def judge(self, requests: Sequence[JudgeRequest]) -> list[Judgement | None]:
         return [self.judge_one(r) for r in requests]
 
-    def judge_one(self, request: JudgeRequest) -> Judgement | None:
+    def verdicts(self, request: JudgeRequest) -> tuple[tuple[bool, str], ...] | None:
+        """``(valid, reason)`` of every candidate (:func:`step_verdict`), or None for a question
+        without a gold decomposition: the per-step labels of ``PairsConfig.pointwise``."""
         if not request.record.metadata.get("decomposition"):
             return None
-        verdicts = [step_verdict(request.record, request.history, c.step) for c in request.candidates]
+        return tuple(step_verdict(request.record, request.history, c.step) for c in request.candidates)
+
+    def judge_one(self, request: JudgeRequest) -> Judgement | None:
+        verdicts = self.verdicts(request)
+        if verdicts is None:
+            return None
         pick = choose_pair([v for v, _ in verdicts], [c.q for c in request.candidates], [c.n for c in request.candidates])
         if pick is None:
             return None

@@ -233,6 +233,29 @@ def reward_model_from_policy(
     return PRM_KINDS.get(kind).model_from_policy(policy, dtype=dtype, seed=seed)
 
 
+def reward_model_of_size(
+    policy: str | os.PathLike[str], size: str, *, dtype: str | torch.dtype = "float32", seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A head-kind reward model on a *fresh* built-in backbone of ``size`` (a
+    :data:`~prorag.models.tiny.TINY_SIZES` name), not the policy's: the policy's tokenizer (so the
+    pairs' token ids mean the same), its architecture (``llama`` or ``qwen3``), and weights drawn
+    by :func:`~prorag.models.tiny.make_tiny_model` with ``seed``, as SFT draws the policy before
+    training it. This lets the PRM be larger than the policy it judges; it starts without the
+    policy's knowledge of the world, which only its own training gives it."""
+    from prorag.models.checkpoints import as_dtype, load_policy
+    from prorag.models.tiny import make_tiny_model
+
+    causal, tokenizer = load_policy(str(policy), dtype=dtype)
+    arch = causal.config.model_type
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"backbone_size builds a built-in llama or qwen3 model; the policy at {policy} is a {arch!r} model")
+    del causal
+    fresh = make_tiny_model(tokenizer, size, arch=arch, seed=seed)
+    if isinstance(as_dtype(dtype), torch.dtype):  # "auto": the float32 it was drawn in
+        fresh = fresh.to(as_dtype(dtype))
+    return HeadRewardModel.head_on(fresh, tokenizer, seed=seed), tokenizer
+
+
 # ----------------------------------------------------------------------------- the scorers
 
 
@@ -542,11 +565,17 @@ class HeadRewardModel(ProcessRewardModel):
         into an ``AutoModelForSequenceClassification`` of the same config with ``num_labels=1``;
         the causal LM head is dropped. The new head is drawn under ``torch.manual_seed(seed)`` in
         a forked RNG (same seed, same head; the caller's random state is untouched)."""
-        from transformers import AutoModelForSequenceClassification
-
         from prorag.models.checkpoints import load_policy
 
         causal, tokenizer = load_policy(str(policy), dtype=dtype)
+        return cls.head_on(causal, tokenizer, seed=seed), tokenizer
+
+    @staticmethod
+    def head_on(causal: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0) -> PreTrainedModel:
+        """An ``AutoModelForSequenceClassification`` (``num_labels=1``) of ``causal``'s config with
+        ``causal``'s backbone weights and a new head drawn under ``torch.manual_seed(seed)``."""
+        from transformers import AutoModelForSequenceClassification
+
         config = causal.config
         config.num_labels = 1
         config.pad_token_id = tokenizer.pad_token_id
@@ -555,8 +584,7 @@ class HeadRewardModel(ProcessRewardModel):
             model = AutoModelForSequenceClassification.from_config(config, dtype=causal.dtype)
         backbone = getattr(model, model.base_model_prefix)
         backbone.load_state_dict(getattr(causal, causal.base_model_prefix).state_dict(), strict=True)
-        del causal
-        return model, tokenizer
+        return model
 
     @classmethod
     def model_from_folder(cls, folder: Path, dtype: str | torch.dtype) -> PreTrainedModel:
@@ -733,6 +761,7 @@ def separating_threshold(positive: Sequence[float], negative: Sequence[float]) -
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "PRM_KINDS",
+    "reward_model_of_size",
     "SETTINGS_FILE",
     "HeadRewardModel",
     "LikelihoodRatioRewardModel",

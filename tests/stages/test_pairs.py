@@ -180,3 +180,43 @@ def test_agreement_report_between_two_judges() -> None:
     assert report["judges"] == ["q-only", "oracle"]
     assert (report["n"], report["same_pair"], report["conflict"], report["agreement"]) == (2, 1, 1, 0.5)
     assert json.dumps(report)
+
+
+def test_pointwise_labels_of_every_judged_node(tmp_path: Path) -> None:
+    """Every node with ``min_visits`` visits gets the oracle's verdict as a label, siblings or
+    not: at the root the valid search (1), the leap to hop 2 (0) and the guess (0); below the
+    search the supported conclusion (1) and the wrong one (0); below the leap its only child, a
+    conclusion of a hop that is not open yet (0). The file sits beside the pairs file; a rerun
+    adds nothing."""
+    from prorag.stages.pairs import pointwise_file
+
+    out = tmp_path / "pairs.jsonl"
+    summary = extract_pairs([_tree()], out, PairsConfig(min_visits=1))
+    points = list(read_jsonl(pointwise_file(out)))
+    assert pointwise_file(out) == tmp_path / "pairs.pointwise.jsonl"
+    got = [(r["id"], r["label"], r["step_ids"]) for r in points]
+    assert got == [
+        ("w4-q1@root/0", 1, [1, 2]),
+        ("w4-q1@root/1", 0, [1, 3]),
+        ("w4-q1@root/2", 0, [1, 4]),
+        ("w4-q1@0/0", 1, [5]),
+        ("w4-q1@0/1", 0, [6]),
+        ("w4-q1@1/0", 0, [11]),
+    ]
+    assert (summary.points, summary.valid_points) == (6, 2)
+    assert points[3]["context_ids"] == [*PROMPT, 1, 2, 7, 8, 9] and "supported" in points[3]["reason"]
+    assert points[2]["kind"] == "answer" and "a guess" in points[2]["reason"] and points[2]["judge"] == "oracle"
+    assert extract_pairs([_tree()], out, PairsConfig(min_visits=1)).points == 0
+    assert len(list(read_jsonl(pointwise_file(out)))) == 6
+    # Off, or a judge with no per-step verdict (an LLM judge): no pointwise file.
+    extract_pairs([_tree()], tmp_path / "off.jsonl", PairsConfig(pointwise=False))
+    assert not pointwise_file(tmp_path / "off.jsonl").exists()
+
+    class PairOnly:
+        name = "llm"
+
+        def judge(self, requests: Sequence[JudgeRequest]) -> list[Judgement | None]:
+            return [Judgement(0, 1, "first") for _ in requests]
+
+    assert extract_pairs([_tree()], tmp_path / "llm.jsonl", judge=PairOnly()).points == 0
+    assert not pointwise_file(tmp_path / "llm.jsonl").exists()

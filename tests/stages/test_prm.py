@@ -571,3 +571,143 @@ def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
     assert (audit["valid_steps"], audit["invalid_steps"]) == (2, 3)
     assert audit["auc"] == pytest.approx(4 / 6)  # valid 2.0 and 1.0 each beat 0.0 and -1.0, lose to 3.0
     assert audit["valid_above_0"] == pytest.approx(1.0) and audit["invalid_above_0"] == pytest.approx(1 / 3)
+
+
+# ----------------------------------------------------------------------------- pointwise labels, a larger backbone, the verdict
+
+
+def test_prm_loss_adds_a_weighted_cross_entropy_on_the_pointwise_labels() -> None:
+    """Pairs (2, 0) and (0, 1): Eq. 4 is (log(1 + e^-2) + log(1 + e)) / 2. Points: logit 0 with
+    label 1 costs log 2, logit ln 3 with label 0 costs -log(1 - 3/4) = log 4; their mean is
+    1.5 log 2. Weight 0.5 adds 0.75 log 2; weight 0 is Eq. 4 alone; without pairs the BCE alone."""
+    from prorag.stages.prm import prm_loss
+
+    chosen, rejected = torch.tensor([2.0, 0.0]), torch.tensor([0.0, 1.0])
+    logits, labels = torch.tensor([0.0, math.log(3.0)]), torch.tensor([1.0, 0.0])
+    eq4 = (math.log(1 + math.exp(-2.0)) + math.log(1 + math.e)) / 2
+    assert eq4 == pytest.approx(0.720095, abs=1e-6)  # (0.126928 + 1.313262) / 2
+    assert prm_loss(chosen, rejected, logits, labels, 0.5).item() == pytest.approx(eq4 + 0.75 * math.log(2), rel=1e-6)
+    assert prm_loss(chosen, rejected, logits, labels, 0.0).item() == pytest.approx(eq4, rel=1e-6)
+    empty = torch.zeros(0)
+    assert prm_loss(empty, empty, logits, labels, 2.0).item() == pytest.approx(3 * math.log(2), rel=1e-6)
+    assert prm_loss(chosen, rejected, empty, empty, 1.0).item() == pytest.approx(eq4, rel=1e-6)
+
+
+def _points(pair_rows: list[dict[str, Any]]) -> list[Any]:
+    """Pointwise labels from the synthetic pairs: each chosen step valid, each rejected one invalid."""
+    from prorag.stages.prm import PointStep
+
+    out = []
+    for r in pair_rows:
+        out.append(PointStep(r["id"] + "/c", r["question_id"], r["context_ids"], r["chosen_ids"], 1))
+        out.append(PointStep(r["id"] + "/r", r["question_id"], r["context_ids"], r["rejected_ids"], 0))
+    return out
+
+
+def test_trainer_loss_on_a_mixed_batch_is_eq4_plus_the_cross_entropy(
+    policy_dir: Path, pair_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    from prorag.stages.prm import point_examples, prm_loss
+
+    model, tok = reward_model_from_policy(policy_dir, seed=0)
+    scorer = ProcessRewardModel(model, tok, max_length=512)
+    pairs = [StepPair(r["id"], r["question_id"], r["context_ids"], r["chosen_ids"], r["rejected_ids"]) for r in pair_rows[:3]]
+    points = _points(pair_rows[3:5])
+    examples = pair_examples(pairs, scorer)[0] + point_examples(points, scorer)
+    trainer = make_prm_trainer(fast_config(), tmp_path, scorer, examples, pointwise_weight=0.7)
+    loss = trainer.compute_loss(trainer.model, dict(trainer.data_collator(examples[::-1])))  # order within a batch is free
+    contexts = [p.context_ids for p in pairs]
+    chosen = scorer.score(contexts, [p.chosen_ids for p in pairs])
+    rejected = scorer.score(contexts, [p.rejected_ids for p in pairs])
+    point_logits = scorer.score([p.context_ids for p in points[::-1]], [p.step_ids for p in points[::-1]])
+    labels = torch.tensor([float(p.label) for p in points[::-1]])
+    expected = prm_loss(chosen.flip(0), rejected.flip(0), point_logits, labels, 0.7)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert expected.item() > pairwise_loss(chosen, rejected).item()
+
+
+def test_a_larger_prm_backbone_trains_and_scores_rl_steps(
+    policy_dir: Path, pairs_file: Path, pair_rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """``backbone_size: small`` beside a tiny policy: a fresh 256-wide model on the policy's
+    tokenizer, trained with the pointwise term (finite losses, weights moved), saved, and loaded
+    by the RL stage's ``prm`` step-reward source, which scores every action of a trajectory."""
+    from prorag.agent.rollout import ActionRecord, Trajectory
+    from prorag.method.rewards.sources import STEP_REWARD_SOURCES
+    from prorag.stages.rl import RLConfig
+    from prorag.supervision.reward_model import reward_model_of_size
+
+    config = fast_config(max_steps=3, backbone_size="small", seed=0)
+    out = train_prm(config, tmp_path / "run", init=policy_dir, pairs=read_step_pairs(pairs_file), points=_points(pair_rows[:48]))
+    saved = json.loads((tmp_path / "run" / "prm_config.json").read_text())
+    assert saved["pointwise_weight"] == 1.0 and saved["backbone_size"] == "small"
+    losses = [r["loss"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
+    assert losses and all(math.isfinite(x) for x in losses)
+    prm = ProcessRewardModel.load(out)
+    assert prm.model.config.hidden_size == 256
+    fresh, _ = reward_model_of_size(policy_dir, "small", seed=0)
+    assert fresh.config.hidden_size == 256
+    trained, initial = prm.model.state_dict(), fresh.state_dict()
+    assert any(not torch.equal(trained[k], initial[k]) for k in initial), "training moved the weights"
+
+    source = STEP_REWARD_SOURCES.get("prm")(RLConfig(prm=str(tmp_path / "run"), prm_batch_size=4))
+    row = pair_rows[0]
+    completion = [*row["chosen_ids"], *row["rejected_ids"]]
+    cut = len(row["chosen_ids"])
+    traj = Trajectory(
+        "q", "q?", row["context_ids"], completion, [1] * len(completion), [0.0] * len(completion),
+        [ActionRecord("search", (0, cut), True), ActionRecord("search", (cut, len(completion)), True)], [], "answer",
+    )  # fmt: skip
+    scores = source([traj])
+    assert len(scores) == 1 and len(scores[0]) == 2 and all(math.isfinite(x) for x in scores[0])
+    assert scores[0][0] == pytest.approx(prm.score([row["context_ids"]], [row["chosen_ids"]]).item(), abs=1e-4)
+
+
+def test_likelihood_verdict_says_which_checks_the_prm_beats(tmp_path: Path) -> None:
+    from prorag.stages.prm import likelihood_verdict, write_prm_summary
+
+    held = {"eval_accuracy": 0.9, "eval_auc": 0.8, "eval_policy_likelihood_accuracy": 0.86, "eval_policy_likelihood_auc": 0.88}
+    verdict = likelihood_verdict(held, {"auc": 0.91, "policy_likelihood_auc": 0.87})
+    assert verdict["held_out_accuracy"] == {"prm": 0.9, "likelihood": 0.86, "beats": True}
+    assert verdict["held_out_auc"]["beats"] is False and verdict["fresh_sample_auc"]["beats"] is True
+    assert verdict["beats_all"] is False
+    better = held | {"eval_auc": 0.95}
+    assert likelihood_verdict(better, {"auc": 0.91, "policy_likelihood_auc": 0.87})["beats_all"] is True
+    # A tie beats nothing; a missing audit or a NaN is unknown, never a win.
+    assert likelihood_verdict(better, {"auc": 0.87, "policy_likelihood_auc": 0.87})["fresh_sample_auc"]["beats"] is False
+    missing = likelihood_verdict(better, None)
+    assert missing["fresh_sample_auc"] == {"prm": None, "likelihood": None, "beats": None} and missing["beats_all"] is False
+    assert likelihood_verdict(better | {"eval_auc": float("nan")}, None)["held_out_auc"]["beats"] is None
+    # The run folder's summary.json: the last held-out row and the audit beside it.
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n" + json.dumps(better) + "\n")
+    (tmp_path / "audit.json").write_text(json.dumps({"auc": 0.5, "policy_likelihood_auc": 0.87}))
+    assert write_prm_summary(tmp_path)["fresh_sample_auc"]["beats"] is False
+    assert json.loads((tmp_path / "summary.json").read_text())["held_out_auc"]["prm"] == 0.95
+
+
+def test_pointwise_and_backbone_settings_are_checked(policy_dir: Path, pairs_file: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pointwise_weight > 0 needs kind 'head'"):
+        PRMConfig(kind="likelihood", pointwise_weight=1.0)
+    with pytest.raises(ValueError, match="backbone_size must be one of"):
+        PRMConfig(backbone_size="huge")
+    with pytest.raises(ValueError, match="backbone_size needs kind 'head'"):
+        PRMConfig(kind="likelihood", backbone_size="small")
+    with pytest.raises(ValueError, match="pointwise_weight must be >= 0"):
+        PRMConfig(pointwise_weight=-1.0)
+    # The likelihood kind leaves labels beside the pairs unused by default (Eq. 4 alone).
+    from prorag.stages.prm import resolve_pointwise
+
+    points_path = pairs_file.with_name("pairs.pointwise.jsonl")
+    points_path.write_text(json.dumps({"id": "a", "question_id": "q", "context_ids": [1], "step_ids": [2], "label": 1}) + "\n")
+    try:
+        assert resolve_pointwise(PRMConfig(kind="likelihood", pairs_file=str(pairs_file)), None) == ([], 0.0)
+        points, weight = resolve_pointwise(PRMConfig(pairs_file=str(pairs_file)), None)
+        assert weight == 1.0 and [p.id for p in points] == ["a"]
+        assert resolve_pointwise(PRMConfig(pairs_file=str(pairs_file), pointwise_weight=0.0), None) == ([], 0.0)
+        points_path.write_text(
+            json.dumps({"id": "a", "question_id": "q", "context_ids": [1], "step_ids": [2], "label": 2}) + "\n"
+        )
+        with pytest.raises(DataError, match=r"pairs.pointwise.jsonl:1.*field 'label'"):
+            resolve_pointwise(PRMConfig(pairs_file=str(pairs_file)), None)
+    finally:
+        points_path.unlink()

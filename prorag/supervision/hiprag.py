@@ -110,6 +110,7 @@ def trajectory_search_counts(record: Record, text: str, answers: Mapping[str, st
     return search_counts(*step_labels(record, reasoning_steps(parse_trajectory(text).actions), answers))
 
 
+@OUTCOME_REWARDS.register("hiprag")  # the class is the factory: HiPRAGReward(config)
 class HiPRAGReward:
     """HiPRAG's reward as an :class:`~prorag.method.rewards.outcome.OutcomeReward`: ``A`` is cover
     EM of the answer, ``F`` I_traj (the config's grammar); the batch's search steps are re-asked
@@ -145,18 +146,11 @@ class HiPRAGReward:
         return out
 
 
-@OUTCOME_REWARDS.register("hiprag")
-def hiprag(config: OutcomeRewardConfig) -> HiPRAGReward:
-    """``form: hiprag``: HiPRAG's hierarchical reward."""
-    return HiPRAGReward(config)
-
-
 __all__ = [
     "REASK_ROLLOUT",
     "HiPRAGReward",
     "NoDocuments",
     "first_answer",
-    "hiprag",
     "over_searched",
     "reask",
     "search_queries",

@@ -126,6 +126,7 @@ def synthesize(
     return [trajs[i * config.k : (i + 1) * config.k] for i in range(len(records))]
 
 
+@OUTCOME_REWARDS.register("p2s")  # the class is the factory: P2SReward(config)
 class P2SReward:
     """P2S's reward (Eq. 9) as an :class:`~prorag.method.rewards.outcome.OutcomeReward` (see the
     module docstring). Without a policy (TRL's logged reward) no likelihood is computed: the path
@@ -246,17 +247,10 @@ class P2SReward:
         return out
 
 
-@OUTCOME_REWARDS.register("p2s")
-def p2s(config: OutcomeRewardConfig) -> P2SReward:
-    """``form: p2s``: P2S's hierarchical path-faithfulness reward."""
-    return P2SReward(config)
-
-
 __all__ = [
     "P2SReward",
     "Pass",
     "answer_target",
-    "p2s",
     "reasoning_path",
     "sequence_logprobs",
     "synthesize",

@@ -67,3 +67,18 @@ for m in "${METHODS[@]}"; do
         *) echo "unknown method $m" >&2; exit 2 ;;
     esac
 done
+
+# --- per method and step: seconds, loss, rewards and the method's own signal (what docs/LOG.md reports)
+python3 - "$OUT" "${METHODS[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+out, keys = Path(sys.argv[1]), ("step_time", "loss", "outcome_reward", "process_reward", "process_steps_per_trajectory",
+                                "over_search_rate", "under_search_rate", "format_valid_rate", "searches_per_trajectory")
+for method in sys.argv[2:]:
+    path = out / method / "metrics.jsonl"
+    rows = [r for r in map(json.loads, path.open()) if "loss" in r] if path.exists() else []
+    for r in rows:
+        print(method, f"step {r['step']}:", ", ".join(f"{k} {r[k]:.3g}" for k in keys if k in r))
+    if not rows:
+        print(method, "no metrics")
+PY

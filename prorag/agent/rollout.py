@@ -35,6 +35,8 @@ from prorag.agent.schema import (
     SUBQUERY_CLOSE,
     SUBQUERY_OPEN,
     TAGS,
+    count_tags,
+    defang_tags,
     extract_answer,
     parse_token_actions,
     parse_trajectory,
@@ -401,7 +403,7 @@ class RolloutEngine:
 
     def _finish(self, record: Record, row: _Row) -> Trajectory:
         completion, mask, stop_reason = row.completion, row.mask, row.stop_reason or "max_actions"
-        text = self.tokenizer.decode(completion, skip_special_tokens=False)
+        text = decode_completion(self.tokenizer, completion)
         actions = [
             ActionRecord(a.kind.value if a.kind is not None else None, a.span, a.well_formed)
             for a in parse_token_actions(completion, self.tag_ids, mask, blank_ids=self.blank_ids)
@@ -442,6 +444,34 @@ def _blank_token_ids(tokenizer: Any) -> list[int]:
 
 def _special_ids(tokenizer: Any) -> set[int]:
     return set(getattr(tokenizer, "all_special_ids", []) or [])
+
+
+def decode_completion(tokenizer: Any, ids: Sequence[int]) -> str:
+    """A completion's text in which only tag *tokens* read as tags.
+
+    A real tokenizer (SmolLM2's) can also spell a tag out of ordinary tokens (``<``, ``step``,
+    ``>``), which decodes to the same text as the tag's own token: the text parser would call
+    such an action well formed (and reward its answer) while the engine, which acts on tag
+    ids only, and the token parser never saw a tag. So when the decoded text holds more tags
+    than the ids have tag tokens, the runs between tag tokens are decoded one by one and the
+    spelled tags in them defanged (``&lt;step>``); otherwise the plain decode is returned, so
+    well-behaved completions keep their exact text. A tokenizer without the ten tags as tokens
+    (a text-only stand-in) has nothing to tell apart: its plain decode is returned."""
+    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
+    tag_ids = set(convert(list(TAGS))) - {None, getattr(tokenizer, "unk_token_id", None)} if convert else set()
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if len(tag_ids) < len(TAGS) or count_tags(text) == sum(i in tag_ids for i in ids):
+        return text
+    pieces: list[str] = []
+    start = 0
+    for end in [*(k for k, i in enumerate(ids) if i in tag_ids), len(ids)]:
+        if end > start:
+            pieces.append(defang_tags(tokenizer.decode(ids[start:end], skip_special_tokens=False)))
+        if end < len(ids):
+            pieces.append(tokenizer.decode(ids[end : end + 1], skip_special_tokens=False))
+        start = end + 1
+    return "".join(pieces)
 
 
 def _strip_eos(text: str, tokenizer: Any) -> str:

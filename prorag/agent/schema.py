@@ -585,6 +585,18 @@ def _defang(match: re.Match[str]) -> str:
     return "&lt;" + match.group()[1:]
 
 
+def count_tags(text: str) -> int:
+    """How many verbatim tags ``text`` holds."""
+    return sum(1 for _ in _TAG_RE.finditer(text))
+
+
+def defang_tags(text: str) -> str:
+    """``text`` with the ``<`` of every verbatim tag written as ``&lt;`` (``<answer>`` ->
+    ``&lt;answer>``): text that must never read as a tag (retrieved documents, a tag a model
+    spelled out of ordinary tokens) parses as plain text."""
+    return _TAG_RE.sub(_defang, text)
+
+
 def render_retrieval(hits_or_text: str | Sequence[Hit]) -> str:
     """``<retrieval>\\nDOCS\\n</retrieval>``: the environment's block after a search.
 
@@ -597,7 +609,7 @@ def render_retrieval(hits_or_text: str | Sequence[Hit]) -> str:
     text. Apart from that, ``parse(render(docs))`` gives back ``docs`` stripped.
     """
     docs = hits_or_text if isinstance(hits_or_text, str) else format_documents(list(hits_or_text))
-    docs = _TAG_RE.sub(_defang, docs.strip())
+    docs = defang_tags(docs.strip())
     return f"{RETRIEVAL_OPEN}\n{docs}\n{RETRIEVAL_CLOSE}"
 
 
@@ -660,6 +672,8 @@ __all__ = [
     "ActionKind",
     "ParsedTrajectory",
     "TokenAction",
+    "count_tags",
+    "defang_tags",
     "extract_answer",
     "i_step",
     "i_traj",

@@ -39,7 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -398,6 +398,11 @@ class ScoredBatch:
     format_valid: list[float]
     searches: list[float]
     prm_seconds: float = 0.0
+    ratios: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Further per-step metrics as (numerator, denominator) sums over this process's rows, summed
+    over processes before dividing: the outcome reward's own (``last_ratios``, e.g. HiPRAG's
+    over/under-search rates) and ``process_steps_per_trajectory`` (actions with a finite step
+    reward: 0 says the logged ``process_reward`` mean had no step, e.g. cpsearch without retrievals)."""
 
 
 def score_batch(
@@ -436,7 +441,13 @@ def score_batch(
             else trajectory_step_rewards(list(trajectories), logits, config.step_reward)
         )
         seconds = time.perf_counter() - start
-    return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds)
+    ratios = dict(getattr(outcome_fn, "last_ratios", {}))
+    if scorer is not None:
+        ratios["process_steps_per_trajectory"] = (
+            float(sum(math.isfinite(r) for rs in steps for r in rs)),
+            float(len(trajectories)),
+        )
+    return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds, ratios)
 
 
 @contextlib.contextmanager
@@ -682,8 +693,9 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             "searches_per_trajectory": scored.searches,
         }
         device = self.accelerator.device
-        for name, values in columns.items():
-            total = self.accelerator.gather(torch.tensor([sum(values), len(values)], dtype=torch.float64, device=device))
+        sums = {name: (float(sum(values)), float(len(values))) for name, values in columns.items()} | scored.ratios
+        for name, (num, den) in sums.items():
+            total = self.accelerator.gather(torch.tensor([num, den], dtype=torch.float64, device=device))
             total = total.view(-1, 2).sum(0)
             self._metrics[mode][name].append((total[0] / total[1].clamp(min=1)).item())
         if self.scorer is not None:

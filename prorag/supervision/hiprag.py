@@ -119,6 +119,10 @@ class HiPRAGReward:
     def __init__(self, config: OutcomeRewardConfig, reask_config: RolloutConfig = REASK_ROLLOUT) -> None:
         self.config = config
         self.reask_config = reask_config
+        self.last_ratios: dict[str, tuple[float, float]] = {}
+        """The last batch's over- and under-search rates as (count, steps) sums, which the RL
+        trainer logs (``over_search_rate``: over-searched / search steps; ``under_search_rate``:
+        under-searched / non-search steps): HiPRAG's own signal, beside its scalar reward."""
 
     def __call__(
         self,
@@ -135,14 +139,19 @@ class HiPRAGReward:
         queries = [s.query for ss in steps for s in ss if s.search]
         answers = reask(policy, tokenizer, queries, self.reask_config) if policy is not None else {}
         recs: Sequence[Record | None] = records if records is not None else [None] * len(trajectories)
-        out = []
+        out, counts = [], SearchCounts()
         for traj, gold, record, ss in zip(trajectories, golds, recs, steps, strict=True):
             searched, over, under = step_labels(record, ss, answers)
+            counts += search_counts(searched, over, under)
             optimal = [not (o or u) for o, u in zip(over, under, strict=True)]
             answer = trajectory_answer(traj, tokenizer)
             correct = answer is not None and bool(cover_exact_match(answer, list(gold)))
             valid = trajectory_format_valid(traj, tokenizer, strict=self.config.strict)
             out.append(hiprag_value(correct, valid, searched, optimal, self.config.hiprag))
+        self.last_ratios = {
+            "over_search_rate": (float(counts.over), float(counts.search)),
+            "under_search_rate": (float(counts.under), float(counts.non_search)),
+        }
         return out
 
 

@@ -7,6 +7,7 @@ property tests check the invariants on random tag soups and random valid traject
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -587,3 +588,21 @@ def test_property_token_parser_on_rollouts(actions: list[Action], env_first_open
     assert [a.env_opener for a in by_tokens] == [k > 0 or env_first_opener for k in range(len(actions))]
     for a in by_tokens:
         assert all(mask[k] == 1 for k in range(*a.span))
+
+
+def test_decode_completion_defangs_only_spelled_tags(world_tokenizer: Any) -> None:
+    """Text and token parsers agree on a completion with a spelled-out ``<step>``: both call the
+    action malformed; a completion with tag tokens only decodes exactly as the tokenizer does."""
+    from prorag.agent.rollout import decode_completion
+    from prorag.models.tags import tag_token_ids
+
+    tok = world_tokenizer
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    real = enc("<step> I know it </step><answer> Paris </answer>")
+    assert decode_completion(tok, real) == tok.decode(real, skip_special_tokens=False)
+    spelled = enc("<") + enc("step") + enc(">") + real[1:]
+    text = decode_completion(tok, spelled)
+    assert text.startswith("&lt;step>") and text.count("<answer>") == 1
+    [by_text] = parse_trajectory(text).actions
+    [by_ids] = parse_token_actions(spelled, tag_token_ids(tok))
+    assert (by_text.kind, by_text.well_formed) == (by_ids.kind, by_ids.well_formed) == (ActionKind.ANSWER, False)

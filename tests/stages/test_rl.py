@@ -555,6 +555,9 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
             assert torch.allclose(adv[i, start:end], expected, atol=1e-5), (i, k)
     assert chains > 0, "the gold trajectories chain valid retrievals (pr 1.4 and up)"
     assert (adv[mask == 0] == 0).all()
+    # every action of a trajectory that retrieved has a progressive reward: logged per trajectory
+    steps = trainer._metrics["train"]["process_steps_per_trajectory"]
+    assert steps == [pytest.approx(sum(len(r["trajectory"].actions) for r in rows) / len(rows))]
 
 
 def test_cpsearch_is_selected_by_name_with_set_overrides() -> None:
@@ -655,3 +658,37 @@ def test_p2s_reward_trains_a_few_steps(
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
     assert any(n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])), "training must move the weights"
+
+
+def test_hiprag_logs_its_over_and_under_search_rates(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+) -> None:
+    """HiPRAG's own signal reaches the RL log, not only its scalar reward: the re-ask answers every
+    sub-query with the first hop's gold answer, so exactly the search aimed at hop 1 of each
+    replayed gold trajectory is over-search (rate 4 / searches); they have no non-search step."""
+    from prorag.supervision import hiprag
+    from prorag.supervision.judge import oracle_hops, targets
+
+    first_hops = [oracle_hops(r)[0] for r in records[:2]]
+    asked: list[str] = []
+
+    def fake_reask(policy: Any, tokenizer: Any, queries: list[str], config: Any = None) -> dict[str, str | None]:
+        asked.extend(queries)
+        return {q: next((h.answer for h in first_hops if targets(q, h)), "nobody") for q in queries}
+
+    monkeypatch.setattr(hiprag, "reask", fake_reask)
+    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+    cfg = apply_overrides(fast_config(rollout=rollout, process_reward="none", advantage="grpo"), ["outcome_reward.form=hiprag"])
+    trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever)
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    trainer._generate_and_score_completions(rows)
+    searches = sum(r["trajectory"].num_searches for r in rows)
+    assert searches > 4 and len(asked) == searches
+    logged = trainer._metrics["train"]
+    assert logged["over_search_rate"] == [pytest.approx(4 / searches)]
+    assert logged["under_search_rate"] == [0.0]

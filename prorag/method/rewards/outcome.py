@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.rollout import Trajectory, decode_completion
 from prorag.agent.schema import extract_answer, i_traj
 from prorag.core.config import setting
 from prorag.core.metrics import f1_score
@@ -88,13 +88,14 @@ def completion_text(traj: Trajectory, tokenizer: Any) -> str:
 
     Trailing end-of-sequence ids are dropped first (an EOS is the end of the text, not stray
     text after the answer); nothing else is removed, so the tags, which are special tokens,
-    stay where the model and the environment wrote them.
+    stay where the model and the environment wrote them, and a tag spelled out of ordinary
+    tokens is defanged (:func:`~prorag.agent.rollout.decode_completion`): it is no tag.
     """
     ids = list(traj.completion_ids)
     eos = tokenizer.eos_token_id
     while ids and eos is not None and ids[-1] == eos:
         ids.pop()
-    return tokenizer.decode(ids, skip_special_tokens=False)
+    return decode_completion(tokenizer, ids)
 
 
 def trajectory_answer(traj: Trajectory, tokenizer: Any) -> str | None:

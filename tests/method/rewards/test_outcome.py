@@ -120,3 +120,21 @@ def test_batch_helper_matches_and_checks_lengths(make_traj: Any, segments: Any, 
     assert outcome_rewards(trajs, [["Paris"], ["Paris"]], world_tokenizer) == pytest.approx([2.0, 1.0])
     with pytest.raises(ValueError, match="gold"):
         outcome_rewards(trajs, [["Paris"]], world_tokenizer)
+
+
+def test_a_tag_spelled_out_of_plain_tokens_is_no_tag(make_traj: Any, segments: Any, world_tokenizer: Any) -> None:
+    """A real tokenizer (SmolLM2's, and the world's) can also write ``<answer>`` as ``<``, ``answer``,
+    ``>``: the same decoded text as the tag token, but the engine and the token parser saw no tag, so
+    the trajectory has no answer and no I_traj (a policy must not earn the format bonus that way)."""
+    from dataclasses import replace
+
+    tok = world_tokenizer
+    traj = make_traj(segments.valid("Paris"))
+    ids = list(traj.completion_ids)
+    at = len(ids) - 1 - ids[::-1].index(tok.convert_tokens_to_ids("<answer>"))
+    spelled = [t for piece in ("<", "answer", ">") for t in tok.encode(piece, add_special_tokens=False)]
+    fake = replace(traj, completion_ids=ids[:at] + spelled + ids[at + 1 :])
+    assert tok.decode(fake.completion_ids, skip_special_tokens=False) == tok.decode(ids, skip_special_tokens=False)
+    assert trajectory_answer(traj, tok) == "Paris" and trajectory_format_valid(traj, tok)
+    assert trajectory_answer(fake, tok) is None and not trajectory_format_valid(fake, tok)
+    assert outcome_reward(fake, ["Paris"], tok) == pytest.approx(0.0)

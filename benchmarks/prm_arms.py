@@ -8,6 +8,7 @@ each arm on the same pairs and writes its ``summary.json`` (:func:`~prorag.stage
 backbone, larger than the tiny policy). A quality measurement, not a speed one; results in docs/LOG.md.
 
     python benchmarks/prm_arms.py RUN [--sft-steps 300] [--sft-batch 16] [--arm NAME ...]
+    python benchmarks/prm_arms.py RUN --config configs/arms_demo.yaml   # on a finished pipeline run
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import load_config
+from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import read_records
 from prorag.experiments.pipeline import (
     PipelineConfig,
@@ -55,11 +55,21 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--sft-batch", type=int, default=16)
     ap.add_argument("--arm", action="append", choices=sorted(ARMS))
+    ap.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a pipeline config whose run folder RUN already is (its SFT, MCTS and pairs are reused as they are); "
+        "default: the quick demo, shrunk by --sft-steps/--sft-batch",
+    )
     args = ap.parse_args()
-    cfg = load_config("configs/demo_quick.yaml", PipelineConfig)
-    data = replace(cfg.data, dev_questions=30, test_questions=30, mcts_questions=24)
-    sft = replace(cfg.sft, max_steps=args.sft_steps, per_device_batch_size=args.sft_batch, save_steps=1000, eval_samples=0)
-    run = Run(args.run_dir, resolve(replace(cfg, data=data, sft=sft, systems=["rft"])), print)
+    if args.config is not None:
+        run = Run(args.run_dir, resolve(load_config(args.config, PipelineConfig)), print)
+    else:
+        cfg = load_config("configs/demo_quick.yaml", PipelineConfig)
+        data = replace(cfg.data, dev_questions=30, test_questions=30, mcts_questions=24)
+        sft = replace(cfg.sft, max_steps=args.sft_steps, per_device_batch_size=args.sft_batch, save_steps=1000, eval_samples=0)
+        run = Run(args.run_dir, resolve(replace(cfg, data=data, sft=sft, systems=["rft"])), print)
     cfg = run.config
     run.dir.mkdir(parents=True, exist_ok=True)
     files = _data_files(run)
@@ -75,14 +85,14 @@ def main() -> None:
     run.stage("pairs", cfg.pairs, lambda: print(extract_pairs(read_trees(run.path("mcts")), pairs, cfg.pairs).describe()))
 
     records = [r for r in read_records(run.path("splits", "dev.jsonl")) for _ in range(2)]
-    cached = run.path("audit_samples.pt")
+    cached = run.path("audit_samples.jsonl")  # JSON, never a pickle
     if cached.exists():
-        trajectories = torch.load(cached, weights_only=False)
+        trajectories = [Trajectory.from_dict(d) for d in read_jsonl(cached)]
     else:
         model, tokenizer = load_policy(policy)
         engine = RolloutEngine(model, tokenizer, open_retriever(index), RolloutConfig(top_k=cfg.top_k))
         trajectories = engine.rollout(records, seed=cfg.seed)
-        torch.save(trajectories, cached)
+        write_jsonl(cached, [t.to_dict() for t in trajectories])
     baseline = step_ranking_audit(SampledLikelihood(), trajectories, records)
     print("fresh samples ranked by pi_sft's likelihood:", json.dumps(baseline))
     for name in args.arm or list(ARMS):

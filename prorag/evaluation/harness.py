@@ -30,8 +30,10 @@ from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
 from prorag.evaluation.llm_judge import JudgeConfig
+from prorag.method.rewards.hiprag import OverSearchJudgeConfig, SearchCounts
 from prorag.retrieval.base import Retriever
-from prorag.supervision.hiprag import REASK_ROLLOUT, reask, search_queries, trajectory_search_counts
+from prorag.supervision.equivalence import equivalence_judge
+from prorag.supervision.hiprag import REASK_ROLLOUT, batch_search_counts, reask, search_queries, trajectory_search_counts
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,11 @@ class EvalConfig:
         help="Re-ask each search step's sub-query to the model with no documents (one greedy action per step) for "
         "`over_search_rate`; off: only `under_search_rate` (records with gold decompositions).",
     )
+    over_search_judge: OverSearchJudgeConfig = setting(
+        factory=OverSearchJudgeConfig,
+        help="Who decides a re-asked answer is right (as `rl.outcome_reward.hiprag`): `judge: oracle` (exact match, "
+        "default) or `judge: llm` with the endpoint in `llm`.",
+    )
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -147,10 +154,14 @@ class EvalConfig:
 
 
 def score(
-    record: Record, traj: Trajectory, prediction: str | None, reask_answers: dict[str, str | None] | None = None
+    record: Record,
+    traj: Trajectory,
+    prediction: str | None,
+    reask_answers: dict[str, str | None] | None = None,
+    counts: SearchCounts | None = None,
 ) -> dict[str, Any]:
     """One prediction line: answer metrics, validity, retrieval steps, gold-evidence recall and
-    HiPRAG's step counts (:func:`search_step_fields`)."""
+    HiPRAG's step counts (:func:`search_step_fields`; ``counts`` when the batch was judged already)."""
     row: dict[str, Any] = {
         "id": record.id,
         "question": record.question,
@@ -169,15 +180,17 @@ def score(
     for key in ("type", "hops"):
         if key in record.metadata:
             row[key] = record.metadata[key]
-    row.update(search_step_fields(record, traj, reask_answers))
+    row.update(search_step_fields(record, traj, reask_answers, counts))
     return row
 
 
-def search_step_fields(record: Record, traj: Trajectory, reask_answers: dict[str, str | None] | None) -> dict[str, int]:
+def search_step_fields(
+    record: Record, traj: Trajectory, reask_answers: dict[str, str | None] | None, counts: SearchCounts | None = None
+) -> dict[str, int]:
     """HiPRAG's step counts of a trajectory (:mod:`prorag.supervision.hiprag`): ``search_steps`` and
     ``non_search_steps`` always; ``under_search`` where the record has a gold decomposition (the
     oracle decides); ``over_search`` only when the re-asked answers are given (sub-query -> answer)."""
-    counts = trajectory_search_counts(record, traj.text, reask_answers)
+    counts = counts or trajectory_search_counts(record, traj.text, reask_answers)
     fields = {"search_steps": counts.search, "non_search_steps": counts.non_search}
     if record.metadata.get("decomposition"):
         fields["under_search"] = counts.under
@@ -285,17 +298,20 @@ def evaluate(
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
     runner = cfg.baseline_runner()
+    judge = equivalence_judge(cfg.over_search_judge) if cfg.over_search else None
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
 
         def write(batch: list[Trajectory]) -> None:
-            answers = None
-            if cfg.over_search:
+            answers: dict[str, str | None] | None = None
+            counts: Sequence[SearchCounts | None] = [None] * len(batch)
+            if judge is not None:
                 queries = [q for t in batch for q in search_queries(t.text)]
                 answers = reask(model, tokenizer, queries, replace(REASK_ROLLOUT, batch_size=cfg.rollout.batch_size))
-            for t in batch:
+                counts = batch_search_counts([by_id[t.id] for t in batch], [t.text for t in batch], answers, judge)
+            for t, c in zip(batch, counts, strict=True):
                 answer = runner.answer(t, tokenizer) if runner is not None else t.answer
                 trajs.append(t.to_dict())
-                preds.append(score(by_id[t.id], t, answer, answers))
+                preds.append(score(by_id[t.id], t, answer, answers, c))
 
         if todo and runner is not None:
             runner.run(engine, todo, write, progress=progress)

@@ -23,6 +23,7 @@ from typing import Any
 
 from prorag.core.config import config_from_dict, setting
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
+from prorag.supervision.equivalence import prompt_template
 from prorag.supervision.llm_teacher import request_key
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,7 @@ class JudgeConfig:
 
     def template(self) -> str:
         """The judge prompt; a file without the three fields is refused (it would judge nothing)."""
-        path = Path(self.prompt_file) if self.prompt_file else ACC_L_PROMPT
-        text = path.read_text(encoding="utf-8")
-        missing = [f for f in PROMPT_FIELDS if f not in text]
-        if missing:
-            raise ValueError(f"{path}: a judge prompt needs the fields {', '.join(missing)}")
-        return text
+        return prompt_template(Path(self.prompt_file) if self.prompt_file else ACC_L_PROMPT, PROMPT_FIELDS)
 
     def generator(self) -> Any:
         """The served client of the judge endpoint (the ``served`` block checked as a ServedConfig),

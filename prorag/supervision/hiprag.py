@@ -8,9 +8,11 @@ which steps are over- or under-search:
   one batched call, no retriever). On a record with a gold decomposition (the built-in world,
   MuSiQue) the oracle decides: the re-asked answer must match the gold sub-answer of the hop the
   sub-query targets (:func:`~prorag.supervision.judge.targets`). Otherwise, or when the
-  sub-query targets no hop, the re-asked answer must equal the step's own conclusion after
-  normalisation (the paper's "equivalent to the step's conclusion", decided by string match).
-  A re-ask that searches or writes nothing answers nothing: not over-search.
+  sub-query targets no hop, the re-asked answer must equal the step's own conclusion (the
+  paper's "equivalent to the step's conclusion"). "Equal" is decided by a judge
+  (:mod:`prorag.supervision.equivalence`): exact match after normalisation (the oracle, default)
+  or an OpenAI-compatible LLM (``outcome_reward.hiprag.judge: llm``), every question of a batch
+  in one call. A re-ask that searches or writes nothing answers nothing: not over-search.
 * **Under-search**: a non-search step whose conclusion is wrong: on a record with a gold
   decomposition, a conclusion that is no hop's gold sub-answer and not the final answer. Without
   a decomposition it is undecided (counted as not under-search; an LLM judge would decide it).
@@ -37,6 +39,7 @@ from prorag.method.rewards.outcome import (
     trajectory_format_valid,
 )
 from prorag.retrieval.base import Hit
+from prorag.supervision.equivalence import ORACLE, Equivalence, EquivalenceJudge, equivalence_judge
 from prorag.supervision.judge import GoldHop, oracle_hops, targets
 
 #: The re-ask: one greedy action, short (a sub-answer is a few words), many sub-queries per batch.
@@ -75,15 +78,43 @@ def first_answer(traj: Trajectory) -> str | None:
     return actions[0].content or None
 
 
-def over_searched(step: ReasoningStep, hops: Sequence[GoldHop], answer: str | None) -> bool:
-    """Whether a search step was unnecessary: the re-asked ``answer`` is right (module docstring)."""
+def over_search_question(step: ReasoningStep, hops: Sequence[GoldHop], answer: str | None) -> Equivalence | None:
+    """What a judge must decide for the step to be over-search (module docstring): the re-asked
+    ``answer`` against the gold sub-answer of the hop the sub-query targets, else the step's
+    conclusion; ``None`` when nothing is to decide (not a search, no answer, no reference)."""
     if not step.search or not answer:
-        return False
+        return None
     hop = next((h for h in hops if targets(step.query, h)), None)
-    if hop is not None:
-        return bool(exact_match(answer, [hop.answer]))
-    said = normalize_answer(step.conclusion)
-    return bool(said) and said == normalize_answer(answer)
+    reference = hop.answer if hop is not None else step.conclusion
+    return Equivalence(step.query, answer, reference) if normalize_answer(reference) else None
+
+
+def over_searched(step: ReasoningStep, hops: Sequence[GoldHop], answer: str | None, judge: EquivalenceJudge = ORACLE) -> bool:
+    """Whether a search step was unnecessary: the re-asked ``answer`` is right (module docstring)."""
+    question = over_search_question(step, hops, answer)
+    return question is not None and judge([question])[0]
+
+
+def record_hops(record: Record | None) -> list[GoldHop]:
+    """The oracle's hops of a record with a gold decomposition, else none."""
+    return oracle_hops(record) if record is not None and record.metadata.get("decomposition") else []
+
+
+def over_search_flags(
+    records: Sequence[Record | None],
+    steps: Sequence[Sequence[ReasoningStep]],
+    answers: Mapping[str, str | None],
+    judge: EquivalenceJudge = ORACLE,
+) -> list[list[bool]]:
+    """Per trajectory, per step: over-search, every question of the batch put to ``judge`` in one
+    call (one request round for an LLM judge, not one per trajectory)."""
+    questions = [
+        [over_search_question(s, hops, answers.get(s.query)) for s in ss]
+        for ss, hops in zip(steps, [record_hops(r) for r in records], strict=True)
+    ]
+    asked = list(dict.fromkeys(q for qs in questions for q in qs if q is not None))
+    verdicts = dict(zip(asked, judge(asked), strict=True)) if asked else {}
+    return [[q is not None and verdicts[q] for q in qs] for qs in questions]
 
 
 def under_searched(step: ReasoningStep, record: Record | None, hops: Sequence[GoldHop]) -> bool:
@@ -95,30 +126,49 @@ def under_searched(step: ReasoningStep, record: Record | None, hops: Sequence[Go
 
 
 def step_labels(
-    record: Record | None, steps: Sequence[ReasoningStep], answers: Mapping[str, str | None] | None
+    record: Record | None, steps: Sequence[ReasoningStep], over: Sequence[bool] | None
 ) -> tuple[list[bool], list[bool], list[bool]]:
-    """Per step: searched, over-search (``False`` everywhere when ``answers`` is ``None``: no
-    re-ask), under-search."""
-    hops = oracle_hops(record) if record is not None and record.metadata.get("decomposition") else []
-    over = [over_searched(s, hops, answers.get(s.query)) if answers is not None else False for s in steps]
-    return [s.search for s in steps], over, [under_searched(s, record, hops) for s in steps]
+    """Per step: searched, over-search (``over`` from :func:`over_search_flags`; ``False``
+    everywhere when ``None``: no re-ask), under-search."""
+    hops = record_hops(record)
+    over_flags = list(over) if over is not None else [False] * len(steps)
+    return [s.search for s in steps], over_flags, [under_searched(s, record, hops) for s in steps]
 
 
-def trajectory_search_counts(record: Record, text: str, answers: Mapping[str, str | None] | None = None) -> SearchCounts:
-    """The search-step counts of one trajectory (its text with tags): over-search counted only
-    when the re-asked ``answers`` (sub-query -> answer, :func:`reask`) are given."""
-    return search_counts(*step_labels(record, reasoning_steps(parse_trajectory(text).actions), answers))
+def batch_search_counts(
+    records: Sequence[Record],
+    texts: Sequence[str],
+    answers: Mapping[str, str | None] | None = None,
+    judge: EquivalenceJudge = ORACLE,
+) -> list[SearchCounts]:
+    """The search-step counts of trajectories (their texts with tags): over-search counted only
+    when the re-asked ``answers`` (sub-query -> answer, :func:`reask`) are given, decided by
+    ``judge`` in one call for the batch."""
+    steps = [reasoning_steps(parse_trajectory(t).actions) for t in texts]
+    over: Sequence[Sequence[bool] | None] = (
+        over_search_flags(records, steps, answers, judge) if answers is not None else [None] * len(steps)
+    )
+    return [search_counts(*step_labels(r, ss, o)) for r, ss, o in zip(records, steps, over, strict=True)]
+
+
+def trajectory_search_counts(
+    record: Record, text: str, answers: Mapping[str, str | None] | None = None, judge: EquivalenceJudge = ORACLE
+) -> SearchCounts:
+    """:func:`batch_search_counts` of one trajectory."""
+    return batch_search_counts([record], [text], answers, judge)[0]
 
 
 @OUTCOME_REWARDS.register("hiprag")  # the class is the factory: HiPRAGReward(config)
 class HiPRAGReward:
     """HiPRAG's reward as an :class:`~prorag.method.rewards.outcome.OutcomeReward`: ``A`` is cover
     EM of the answer, ``F`` I_traj (the config's grammar); the batch's search steps are re-asked
-    with ``policy`` in one call (without a policy, no step is over-search)."""
+    with ``policy`` in one call (without a policy, no step is over-search) and judged in one call
+    by ``config.hiprag``'s judge."""
 
     def __init__(self, config: OutcomeRewardConfig, reask_config: RolloutConfig = REASK_ROLLOUT) -> None:
         self.config = config
         self.reask_config = reask_config
+        self.judge = equivalence_judge(config.hiprag)
         self.last_ratios: dict[str, tuple[float, float]] = {}
         """The last batch's over- and under-search rates as (count, steps) sums, which the RL
         trainer logs (``over_search_rate``: over-searched / search steps; ``under_search_rate``:
@@ -139,9 +189,10 @@ class HiPRAGReward:
         queries = [s.query for ss in steps for s in ss if s.search]
         answers = reask(policy, tokenizer, queries, self.reask_config) if policy is not None else {}
         recs: Sequence[Record | None] = records if records is not None else [None] * len(trajectories)
+        flags = over_search_flags(recs, steps, answers, self.judge)
         out, counts = [], SearchCounts()
-        for traj, gold, record, ss in zip(trajectories, golds, recs, steps, strict=True):
-            searched, over, under = step_labels(record, ss, answers)
+        for traj, gold, record, ss, over_flags in zip(trajectories, golds, recs, steps, flags, strict=True):
+            searched, over, under = step_labels(record, ss, over_flags)
             counts += search_counts(searched, over, under)
             optimal = [not (o or u) for o, u in zip(over, under, strict=True)]
             answer = trajectory_answer(traj, tokenizer)
@@ -159,9 +210,13 @@ __all__ = [
     "REASK_ROLLOUT",
     "HiPRAGReward",
     "NoDocuments",
+    "batch_search_counts",
     "first_answer",
+    "over_search_flags",
+    "over_search_question",
     "over_searched",
     "reask",
+    "record_hops",
     "search_queries",
     "step_labels",
     "trajectory_search_counts",

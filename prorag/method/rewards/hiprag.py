@@ -15,6 +15,10 @@ holds what does not: the cut into steps, the reward formula and the two rates.
 (the public code: ``n_steps="search"``, where ``N_opt`` then counts optimal search steps only, so
 the ratio stays in [0, 1]). Without any step to count (``N = 0``) the bonus is 0: answering with
 no reasoning earns no process bonus.
+
+Whether a re-asked answer is "the same" as the reference is decided by the ``oracle`` (exact match
+after normalisation, the default) or by an ``llm`` judge on any OpenAI-compatible endpoint
+(:class:`OverSearchJudgeConfig`; the judge itself is :mod:`prorag.supervision.equivalence`).
 """
 
 from __future__ import annotations
@@ -25,14 +29,63 @@ from typing import Literal
 
 from prorag.agent.schema import Action, ActionKind
 from prorag.core.config import setting
+from prorag.models.served import ServedConfig
 
 StepCount = Literal["all", "search"]
 STEP_COUNTS: tuple[str, ...] = ("all", "search")
+EquivalenceJudgeKind = Literal["oracle", "llm"]
+EQUIVALENCE_JUDGES: tuple[str, ...] = ("oracle", "llm")
 
 
 @dataclass
-class HiPRAGRewardConfig:
-    """The coefficients of HiPRAG's reward (the paper's values) and what ``N`` counts."""
+class EquivalenceEndpointConfig(ServedConfig):
+    """The LLM judge of over-search: an OpenAI-compatible endpoint (:class:`~prorag.models.served.ServedConfig`:
+    key from ``api_key_env``, retries, reply cache keyed by the hash of model and prompt), chat by default."""
+
+    api: Literal["completions", "chat"] = setting(
+        "chat", help="`chat` (default): the prompt is the user message; `completions`: sent as is."
+    )
+    cache_path: str | None = setting(
+        None,
+        help="Reply cache (JSONL) keyed by the SHA-256 of model and prompt: a rerun asks nothing twice. None: in memory only.",
+    )
+    max_tokens: int = setting(16, help='Tokens of the reply (`{"equivalent": "yes"}` is asked for).')
+    prompt_file: str | None = setting(
+        None, help="Judge prompt with `{question}`, `{answer}`, `{reference}` (default: the shipped prompts/over_search.txt)."
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_tokens < 1:
+            raise ValueError(f"{type(self).__name__}.max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass
+class OverSearchJudgeConfig:
+    """Who decides that a search step's sub-query, re-asked without documents, got an answer
+    equivalent to the reference (the gold sub-answer, else the step's conclusion)."""
+
+    judge: EquivalenceJudgeKind = setting(
+        "oracle",
+        help='`"oracle"`: exact match after normalisation; `"llm"`: the endpoint in `llm` answers a strict yes/no JSON '
+        "(an unparsable reply counts as not equivalent and is counted).",
+    )
+    llm: EquivalenceEndpointConfig | None = setting(
+        None, help="The judge endpoint for `judge: llm`: base_url, model, api_key_env, cache_path, ... (ServedConfig fields)."
+    )
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.judge not in EQUIVALENCE_JUDGES:
+            raise ValueError(f"{name}.judge must be one of {EQUIVALENCE_JUDGES}, got {self.judge!r}")
+        if self.judge == "llm" and self.llm is None:
+            raise ValueError(f"{name}.llm must be set when judge is 'llm': give the judge endpoint (base_url, model, ...)")
+
+
+@dataclass
+class HiPRAGRewardConfig(OverSearchJudgeConfig):
+    """The coefficients of HiPRAG's reward (the paper's values), what ``N`` counts, and the
+    over-search judge (:class:`OverSearchJudgeConfig`: ``judge``, ``llm``)."""
 
     lambda_f: float = setting(0.2, help="Weight of the format term F (the paper's 0.2).")
     lambda_p: float = setting(0.4, help="Weight of the process bonus A * F * N_opt / N (the paper's 0.4).")
@@ -41,6 +94,7 @@ class HiPRAGRewardConfig:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_steps not in STEP_COUNTS:
             raise ValueError(f"HiPRAGRewardConfig.n_steps must be one of {STEP_COUNTS}, got {self.n_steps!r}")
 
@@ -132,8 +186,12 @@ def search_counts(search: Sequence[bool], over: Sequence[bool], under: Sequence[
 
 
 __all__ = [
+    "EQUIVALENCE_JUDGES",
     "STEP_COUNTS",
+    "EquivalenceEndpointConfig",
+    "EquivalenceJudgeKind",
     "HiPRAGRewardConfig",
+    "OverSearchJudgeConfig",
     "ReasoningStep",
     "SearchCounts",
     "StepCount",

@@ -67,7 +67,9 @@ class OutcomeRewardConfig:
         "`None`: strict for the reference form only.",
     )
     hiprag: HiPRAGRewardConfig = setting(
-        factory=HiPRAGRewardConfig, help="HiPRAG's `lambda_f`, `lambda_p` and `n_steps` (`all` or `search`), for `form: hiprag`."
+        factory=HiPRAGRewardConfig,
+        help="HiPRAG's `lambda_f`, `lambda_p`, `n_steps` (`all` or `search`) and over-search `judge` "
+        "(`oracle` or `llm` with the endpoint in `llm`), for `form: hiprag`.",
     )
     p2s: P2SConfig = setting(
         factory=P2SConfig, help="P2S's K, step cut (`tags` or `chunks`), warm-up and synthesis settings, for `form: p2s`."

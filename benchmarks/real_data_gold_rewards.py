@@ -16,7 +16,7 @@ from prorag.agent.rollout import ActionRecord, Trajectory, _blank_token_ids, dec
 from prorag.agent.schema import parse_token_actions
 from prorag.core.metrics import f1_score
 from prorag.data.records import read_records
-from prorag.method.rewards.outcome import OutcomeRewardConfig, trajectory_answer, trajectory_format_valid
+from prorag.method.rewards.outcome import OutcomeRewardConfig, RewardInputs, trajectory_answer, trajectory_format_valid
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 from prorag.models.tags import tag_token_ids
 from prorag.retrieval.index import open_retriever
@@ -48,7 +48,7 @@ c = collections.Counter()
 oracle = OracleSteps()(trajs, rs)
 cp = STEP_REWARD_SOURCES.get("cpsearch")(RLConfig())(trajs, rs)
 hip = HiPRAGReward(OutcomeRewardConfig(form="hiprag"))
-hv = hip(trajs, [r.golden_answers for r in rs], tok, rs, None)
+hv = hip(RewardInputs(trajs, [r.golden_answers for r in rs], tok, rs))
 for t, r, o, p in zip(trajs, rs, oracle, cp, strict=True):
     c["trajs"] += 1
     c["actions"] += len(t.actions)

@@ -57,7 +57,13 @@ from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.cpsearch import CPSearchConfig
-from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, trajectory_answer, trajectory_format_valid
+from prorag.method.rewards.outcome import (
+    OUTCOME_REWARDS,
+    OutcomeRewardConfig,
+    RewardInputs,
+    trajectory_answer,
+    trajectory_format_valid,
+)
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.retrieval.base import Retriever
@@ -375,7 +381,7 @@ def outcome_reward_function(
     row's :class:`~prorag.agent.rollout.Trajectory` (TRL's ``completions`` are ignored: they are decoded
     without the special tokens, i.e. the tags). Logged only: without records and policy, ``hiprag``
     here judges no step; the advantages use :func:`score_batch`'s full reward."""
-    return OUTCOME_REWARDS.get(config.form)(config)(trajectory, golden_answers, tokenizer)
+    return OUTCOME_REWARDS.get(config.form)(config)(RewardInputs(trajectory, golden_answers, tokenizer))
 
 
 def outcome(**kwargs: Any) -> list[float]:
@@ -428,7 +434,7 @@ def score_batch(
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
     outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
-    rewards = outcome_fn(list(trajectories), golds, tokenizer, records, policy, retriever)
+    rewards = outcome_fn(RewardInputs(list(trajectories), golds, tokenizer, records, policy, retriever))
     steps: list[list[float]] = [[] for _ in trajectories]
     seconds = 0.0
     if scorer is not None:

@@ -34,6 +34,7 @@ from prorag.method.rewards.hiprag import ReasoningStep, SearchCounts, hiprag_val
 from prorag.method.rewards.outcome import (
     OUTCOME_REWARDS,
     OutcomeRewardConfig,
+    RewardInputs,
     completion_text,
     trajectory_answer,
     trajectory_format_valid,
@@ -174,17 +175,14 @@ class HiPRAGReward:
         trainer logs (``over_search_rate``: over-searched / search steps; ``under_search_rate``:
         under-searched / non-search steps): HiPRAG's own signal, beside its scalar reward."""
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        golds: Sequence[Sequence[str]],
-        tokenizer: Any,
-        records: Sequence[Record] | None = None,
-        policy: Any = None,
-        retriever: Any = None,
-    ) -> list[float]:
-        if len(trajectories) != len(golds):
-            raise ValueError(f"{len(trajectories)} trajectories but {len(golds)} gold answer lists")
+    def __call__(self, batch: RewardInputs) -> list[float]:
+        trajectories, golds, tokenizer, records, policy = (
+            batch.trajectories,
+            batch.golds,
+            batch.tokenizer,
+            batch.records,
+            batch.policy,
+        )
         steps = [reasoning_steps(parse_trajectory(completion_text(t, tokenizer)).actions) for t in trajectories]
         queries = [s.query for ss in steps for s in ss if s.search]
         answers = reask(policy, tokenizer, queries, self.reask_config) if policy is not None else {}

@@ -34,7 +34,13 @@ from prorag.agent.rollout import RolloutEngine, Trajectory
 from prorag.agent.schema import ANSWER_CLOSE, ANSWER_OPEN
 from prorag.core.metrics import exact_match
 from prorag.data.records import Record
-from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, trajectory_answer, trajectory_format_valid
+from prorag.method.rewards.outcome import (
+    OUTCOME_REWARDS,
+    OutcomeRewardConfig,
+    RewardInputs,
+    trajectory_answer,
+    trajectory_format_valid,
+)
 from prorag.method.rewards.p2s import (
     P2SConfig,
     best_gain,
@@ -139,17 +145,8 @@ class P2SReward:
         self.gold_paths: dict[str, Trajectory] = {}
         """The last call's ``o*`` of each question that had a well-formed candidate (by question id)."""
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        golds: Sequence[Sequence[str]],
-        tokenizer: Any,
-        records: Sequence[Record] | None = None,
-        policy: Any = None,
-        retriever: Any = None,
-    ) -> list[float]:
-        if len(trajectories) != len(golds):
-            raise ValueError(f"{len(trajectories)} trajectories but {len(golds)} gold answer lists")
+    def __call__(self, batch: RewardInputs) -> list[float]:
+        trajectories, golds, tokenizer, policy = batch.trajectories, batch.golds, batch.tokenizer, batch.policy
         fmt = [trajectory_format_valid(t, tokenizer, strict=self.config.strict) for t in trajectories]
         answers = [trajectory_answer(t, tokenizer) for t in trajectories]
         correct = [f and a is not None and bool(exact_match(a, list(g))) for f, a, g in zip(fmt, answers, golds, strict=True)]
@@ -168,7 +165,9 @@ class P2SReward:
                 values = [0.0] * len(todo)
             else:
                 rows = [trajectories[i] for i in todo]
-                values = self.path_rewards(policy, tokenizer, rows, [golds[i] for i in todo], seen, retriever or self.retriever)
+                values = self.path_rewards(
+                    policy, tokenizer, rows, [golds[i] for i in todo], seen, batch.retriever or self.retriever
+                )
             for i, v in zip(todo, values, strict=True):
                 path[i] = v
         return hierarchical_rewards(fmt, correct, path, groups, self.p2s.malformed_reward)

@@ -521,7 +521,7 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
     # registered by name like any other, in row order for TRL's reward call and the trainer's.
     outcomes = itertools.cycle([1.0, 0.0, 0.0, 0.5])
     OUTCOME_REWARDS.register("test-fixed-outcomes", replace=True)(
-        lambda config: lambda trajectories, *a, **k: [next(outcomes) for _ in trajectories]
+        lambda config: lambda batch: [next(outcomes) for _ in batch.trajectories]
     )
     cfg = fast_config(
         rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),

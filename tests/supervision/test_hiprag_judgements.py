@@ -13,7 +13,7 @@ from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import Action, ActionKind, render_trajectory
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import HiPRAGRewardConfig, SearchCounts
-from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig
+from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, RewardInputs
 from prorag.supervision import hiprag
 from prorag.supervision.hiprag import reask, search_queries, trajectory_search_counts
 from tests.supervision.test_judge import CHAIN  # director of Saenax -> Siril, born in -> Tamal, country -> Krirek
@@ -88,11 +88,11 @@ def test_hiprag_reward_hand_computed(monkeypatch: pytest.MonkeyPatch, n_steps: s
     reward = OUTCOME_REWARDS.get("hiprag")(cfg)
     tok = TextTokenizer([chain_text(), chain_text(middle="Verol"), chain_text(final="Verol")])
     trajs = [traj(0), traj(1), traj(2)]
-    out = reward(trajs, [["Krirek"]] * 3, tok, [CHAIN] * 3, policy=object())
+    out = reward(RewardInputs(trajs, [["Krirek"]] * 3, tok, [CHAIN] * 3, policy=object()))
     assert out == pytest.approx(expected)
     assert len(asked) == 1 and len(asked[0]) == 6  # one batched re-ask for the whole batch
     # No policy: no re-ask, so no step is over-search.
-    assert reward(trajs[:1], [["Krirek"]], tok, [CHAIN])[0] == pytest.approx(1.4) and len(asked) == 1
+    assert reward(RewardInputs(trajs[:1], [["Krirek"]], tok, [CHAIN]))[0] == pytest.approx(1.4) and len(asked) == 1
 
 
 def test_reask_runs_one_action_without_documents(world_tokenizer: Any) -> None:

@@ -15,7 +15,7 @@ from prorag.core.config import apply_overrides, load_config
 from prorag.core.errors import DataError
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import EquivalenceEndpointConfig, HiPRAGRewardConfig, SearchCounts
-from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig
+from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, RewardInputs
 from prorag.models.served import ServedError
 from prorag.supervision import hiprag
 from prorag.supervision.equivalence import Equivalence, LLMEquivalence, equivalence_judge, parse_equivalence
@@ -72,10 +72,12 @@ def test_llm_judge_verdicts_and_unparsable_replies(caplog: pytest.LogCaptureFixt
         assert judge(items) == [True, False, False, True, True]
     assert server.n_requests == 3 and judge.asked == 3 and judge.unparsable == 1
     assert "unparsable reply 'Sure, they look the same to me.'" in caplog.text
-    body = server.seen[0].body
-    assert body["model"] == "fake-judge" and body["temperature"] == 0.0 and body["max_tokens"] == 16
-    assert [m["role"] for m in body["messages"]] == ["user"]  # a chat endpoint by default
-    assert "Sub-question: Saenax director\n" in user_text(body) and '{"equivalent": "no"}' in user_text(body)
+    bodies = [r.body for r in server.seen]  # sent concurrently: in any order
+    assert all(b["model"] == "fake-judge" and b["temperature"] == 0.0 and b["max_tokens"] == 16 for b in bodies)
+    assert all([m["role"] for m in b["messages"]] == ["user"] for b in bodies)  # a chat endpoint by default
+    asked = sorted(user_text(b).split("Sub-question: ")[1].split("\n")[0] for b in bodies)
+    assert asked == ["Saenax director", "Saenax director", "Tamal country"]
+    assert all('{"equivalent": "no"}' in user_text(b) for b in bodies)
 
 
 def test_cached_verdicts_make_no_second_request(tmp_path: Path) -> None:
@@ -119,8 +121,12 @@ def test_hiprag_reward_with_the_llm_judge_hand_computed(monkeypatch: pytest.Monk
         cfg = OutcomeRewardConfig(form="hiprag", hiprag=HiPRAGRewardConfig(judge="llm", llm=endpoint(server)))
         llm = OUTCOME_REWARDS.get("hiprag")(cfg)
         # A = F = 1; steps: search hop 1, non-search Tamal (right), search hop 3.
-        assert oracle([traj(0)], [["Krirek"]], tok, [CHAIN], policy=object()) == pytest.approx([0.8 + 0.2 + 0.4 * 3 / 3])
-        assert llm([traj(0)], [["Krirek"]], tok, [CHAIN], policy=object()) == pytest.approx([0.8 + 0.2 + 0.4 * 2 / 3])
+        assert oracle(RewardInputs([traj(0)], [["Krirek"]], tok, [CHAIN], policy=object())) == pytest.approx(
+            [0.8 + 0.2 + 0.4 * 3 / 3]
+        )
+        assert llm(RewardInputs([traj(0)], [["Krirek"]], tok, [CHAIN], policy=object())) == pytest.approx(
+            [0.8 + 0.2 + 0.4 * 2 / 3]
+        )
         asked = [user_text(s.body) for s in server.seen]
         assert len(asked) == 2 and any("Reference answer: Krirek\n" in a for a in asked)  # hop 3's gold sub-answer
         # No decomposition: the reference is the step's own conclusion; the counts use the same judge.

@@ -16,7 +16,7 @@ from prorag.agent.prompts import prompt_token_ids
 from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.agent.schema import parse_token_actions, render_env_turn
 from prorag.data.records import Record, read_records
-from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig
+from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, RewardInputs
 from prorag.method.rewards.p2s import P2SConfig, chunk_ends, path_faithfulness, tag_ends
 from prorag.models.tags import tag_token_ids
 from prorag.models.tiny import make_tiny_model
@@ -131,7 +131,7 @@ def test_synthesis_keeps_the_most_likely_gold_path_and_the_reward_is_eq_6_to_8(
         build(tok, record, "Dadal", "Viandul"),
         build(tok, record, "x", "y", cut=True),
     ]
-    out = reward(group, [["Fedek"]] * 3, tok, None, policy=model)
+    out = reward(RewardInputs(group, [["Fedek"]] * 3, tok, None, policy=model))
     assert len(asked) == 1 and [r.id for r in asked[0][0]] == [record.id] and asked[0][0][0].golden_answers == ["Fedek"]
     assert reward.gold_paths[record.id] is best
     want = [expected_path_reward(model, tok, record, t, best, cfg.p2s) for t in group[:2]]
@@ -161,12 +161,12 @@ def test_solved_group_malformed_and_warmup_need_no_pass(
     policy = Policy()
     golds = [["Fedek"]] * 3
     # Warm-up (2 batches): format only.
-    assert reward(group[1:], golds[1:], tok, None, policy) == [1.0, -1.0]
-    assert reward(group[1:], golds[1:], tok, None, policy) == [1.0, -1.0]
+    assert reward(RewardInputs(group[1:], golds[1:], tok, None, policy)) == [1.0, -1.0]
+    assert reward(RewardInputs(group[1:], golds[1:], tok, None, policy)) == [1.0, -1.0]
     # Then a solved group: the outcome (1 right, 0 wrong), -1 malformed, no pass.
-    assert reward(group, golds, tok, None, policy) == [1.0, 0.0, -1.0]
+    assert reward(RewardInputs(group, golds, tok, None, policy)) == [1.0, 0.0, -1.0]
     # Without a policy (TRL's logged reward): the path term is 0, nothing counted.
-    assert reward(group[1:], golds[1:], tok) == [0.0, -1.0]
+    assert reward(RewardInputs(group[1:], golds[1:], tok)) == [0.0, -1.0]
 
 
 def test_synthesis_samples_k_paths_per_question_given_the_gold_answer(model: Any, world_tokenizer: Any, record: Record) -> None:

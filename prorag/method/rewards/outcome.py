@@ -157,21 +157,31 @@ def outcome_rewards(
     return [outcome_reward(t, g, tokenizer, config) for t, g in zip(trajectories, golds, strict=True)]
 
 
-class OutcomeReward(Protocol):
-    """One outcome reward per trajectory of a batch, with the gold answers of its question.
-    ``records`` (one per trajectory), ``policy`` (the model being trained, unwrapped) and
-    ``retriever`` (the rollouts' search engine) are given by the trainer for rewards that need
-    them (HiPRAG re-asks sub-queries, P2S samples gold-conditioned searches); the others ignore them."""
+@dataclass(frozen=True)
+class RewardInputs:
+    """What an outcome reward is given: one batch of trajectories with the gold answers of each
+    one's question. ``records`` (one per trajectory), ``policy`` (the model being trained,
+    unwrapped) and ``retriever`` (the rollouts' search engine) are given by the trainer for the
+    rewards that need them (HiPRAG re-asks sub-queries, P2S samples gold-conditioned searches);
+    the others ignore them. One object rather than six arguments, so a reward that needs one
+    more input from the trainer adds a field here and no signature changes."""
 
-    def __call__(
-        self,
-        trajectories: Sequence[Trajectory],
-        golds: Sequence[Sequence[str]],
-        tokenizer: Any,
-        records: Sequence[Record] | None = None,
-        policy: Any = None,
-        retriever: Any = None,
-    ) -> list[float]: ...
+    trajectories: Sequence[Trajectory]
+    golds: Sequence[Sequence[str]]
+    tokenizer: Any
+    records: Sequence[Record] | None = None
+    policy: Any = None
+    retriever: Any = None
+
+    def __post_init__(self) -> None:
+        if len(self.trajectories) != len(self.golds):
+            raise ValueError(f"{len(self.trajectories)} trajectories but {len(self.golds)} gold answer lists")
+
+
+class OutcomeReward(Protocol):
+    """One outcome reward per trajectory of a :class:`RewardInputs` batch."""
+
+    def __call__(self, batch: RewardInputs) -> list[float]: ...
 
 
 #: ``factory(config: OutcomeRewardConfig)`` -> an :class:`OutcomeReward`.
@@ -184,8 +194,8 @@ OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry(
 
 
 def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:
-    """Eq. 6 in one of :data:`OUTCOME_FORMS` as an :class:`OutcomeReward` (records and policy unused)."""
-    return lambda trajectories, golds, tokenizer, *_, **__: outcome_rewards(trajectories, golds, tokenizer, config)
+    """Eq. 6 in one of :data:`OUTCOME_FORMS` as an :class:`OutcomeReward` (records, policy, retriever unused)."""
+    return lambda batch: outcome_rewards(batch.trajectories, batch.golds, batch.tokenizer, config)
 
 
 for _form in OUTCOME_FORMS:
@@ -198,6 +208,7 @@ __all__ = [
     "OUTCOME_FORMS",
     "REFERENCE_F1_FLOOR",
     "REFERENCE_F1_SCALE",
+    "RewardInputs",
     "REFERENCE_FORMAT_BONUS",
     "REFERENCE_FORMAT_PENALTY",
     "OutcomeForm",

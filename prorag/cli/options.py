@@ -35,6 +35,8 @@ PolicyOption = Annotated[str, typer.Option(help="Policy: a checkpoint folder or 
 PRMOption = Annotated[str, typer.Option(help="Process reward model folder (prorag prm) or its run folder.")]
 RecordsOption = Annotated[Path, typer.Option(help="Record file (FlashRAG JSONL).")]
 RunDirOption = Annotated[Path, typer.Option(help="Run folder of the stage's outputs; rerunning resumes from it.")]
+MaxStepsOption = Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")]
+PairsOption = Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")]
 
 app = typer.Typer(
     name="prorag",

@@ -17,6 +17,8 @@ from prorag.cli.options import (
     ConfigSource,
     IndexOption,
     LLMEndpoint,
+    MaxStepsOption,
+    PairsOption,
     PolicyOption,
     PRMOption,
     RecordsOption,
@@ -119,7 +121,7 @@ def sft(
     source: ConfigSource,
     run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
     trajectories: Annotated[Path | None, typer.Option(help="Training file (the config's train_file).")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+    max_steps: MaxStepsOption = None,
 ) -> None:
     """Stage 1: supervised warm-up of the policy on gold trajectories with the format-aware loss.
 
@@ -324,10 +326,10 @@ def pairs(
 @stage_command("prm", "prorag.stages.prm:PRMConfig", "prm")
 def prm(
     source: ConfigSource,
-    pairs: Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")],
+    pairs: PairsOption,
     init: Annotated[str, typer.Option(help="Policy to start from (pi_sft): checkpoint, SFT run folder or hub id.")],
     run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, prm/ (resumes from it).")],
-    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+    max_steps: MaxStepsOption = None,
 ) -> None:
     """Stage 2: train the process reward model on judged step pairs with the pairwise loss (Eq. 4).
 
@@ -384,11 +386,11 @@ def prm_audit(
 @stage_command("dpo", "prorag.stages.dpo:DPOConfig", "dpo")
 def dpo(
     source: ConfigSource,
-    pairs: Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs`).")],
+    pairs: PairsOption,
     init: Annotated[str, typer.Option(help="Policy to start from and regularise towards (pi_sft): checkpoint or run folder.")],
     run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
     beta: Annotated[float | None, typer.Option(help="DPO's beta (the config's beta; 0.1).")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+    max_steps: MaxStepsOption = None,
 ) -> None:
     """Baseline: ReasonRAG-style offline DPO of pi_sft on the judged sibling-step pairs (TRL's DPOTrainer).
 
@@ -458,7 +460,7 @@ def rl_cmd(
         list[Path] | None,
         typer.Option(help="JSONL files whose question ids are dropped from --data (e.g. the SFT data); repeatable."),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Optimiser steps (the config's max_steps).")] = None,
+    max_steps: MaxStepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed (the config's seed).")] = None,
 ) -> None:
     """Stage 4: process-supervised GRPO with the dual-granularity advantage (pi_theta).

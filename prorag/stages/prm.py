@@ -903,12 +903,21 @@ VERDICT_CHECKS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def likelihood_verdict(held_out: dict[str, Any] | None, audit: dict[str, Any] | None) -> dict[str, Any]:
+#: How much a PRM's accuracy or AUC must exceed the likelihood's to count as beating it: about
+#: one standard error of an AUC on a few hundred steps per class (Hanley-McNeil), so a PRM that
+#: kept its initial weights (equal to the likelihood up to float noise) does not "beat" it.
+VERDICT_MARGIN = 0.01
+
+
+def likelihood_verdict(
+    held_out: dict[str, Any] | None, audit: dict[str, Any] | None, margin: float = VERDICT_MARGIN
+) -> dict[str, Any]:
     """Whether the PRM beats the init policy's own step likelihood, per comparison: held-out
     pairs' accuracy and AUC (``held_out``: the last metrics row of :func:`train_prm`) and the
     fresh-sample AUC (``audit``: :func:`fresh_sample_audit`). Each is ``{"prm", "likelihood",
-    "beats"}``, ``beats`` strictly greater (a tie has learned nothing beyond the policy), None
-    when a number is missing or NaN; ``beats_all`` is True only when all three are True."""
+    "beats"}``, ``beats`` greater by more than ``margin`` (a tie, or a float-noise difference,
+    has learned nothing beyond the policy), None when a number is missing or NaN; ``beats_all``
+    is True only when all three are True."""
 
     def number(source: dict[str, Any] | None, key: str) -> float | None:
         value = (source or {}).get(key)
@@ -918,8 +927,9 @@ def likelihood_verdict(held_out: dict[str, Any] | None, audit: dict[str, Any] | 
     for name, prm_key, base_key in VERDICT_CHECKS:
         source = audit if name.startswith("fresh") else held_out
         prm, base = number(source, prm_key), number(source, base_key)
-        out[name] = {"prm": prm, "likelihood": base, "beats": None if prm is None or base is None else prm > base}
+        out[name] = {"prm": prm, "likelihood": base, "beats": None if prm is None or base is None else prm > base + margin}
     out["beats_all"] = all(out[name]["beats"] is True for name, _, _ in VERDICT_CHECKS)
+    out["margin"] = margin
     return out
 
 

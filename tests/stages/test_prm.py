@@ -675,6 +675,10 @@ def test_likelihood_verdict_says_which_checks_the_prm_beats(tmp_path: Path) -> N
     assert likelihood_verdict(better, {"auc": 0.91, "policy_likelihood_auc": 0.87})["beats_all"] is True
     # A tie beats nothing; a missing audit or a NaN is unknown, never a win.
     assert likelihood_verdict(better, {"auc": 0.87, "policy_likelihood_auc": 0.87})["fresh_sample_auc"]["beats"] is False
+    # Float noise is no win either: the demo's untrained likelihood PRM against the likelihood (margin 0.01).
+    noise = {"auc": 0.8854017216642754, "policy_likelihood_auc": 0.8853833405533013}
+    assert likelihood_verdict(better, noise)["fresh_sample_auc"]["beats"] is False
+    assert likelihood_verdict(better, noise, margin=0.0)["fresh_sample_auc"]["beats"] is True
     missing = likelihood_verdict(better, None)
     assert missing["fresh_sample_auc"] == {"prm": None, "likelihood": None, "beats": None} and missing["beats_all"] is False
     assert likelihood_verdict(better | {"eval_auc": float("nan")}, None)["held_out_auc"]["beats"] is None

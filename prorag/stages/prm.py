@@ -794,7 +794,10 @@ def train_prm(
     if not pairs:
         if config.if_no_pairs == "error":
             raise ValueError("no step pairs to train the PRM on")
-        log.warning("no step pairs: saving the PRM untrained (a random head on pi_sft's backbone; no process signal)")
+        log.warning(
+            "no step pairs: saving the PRM untrained (%s; no process signal beyond the init policy's)",
+            "a random head on pi_sft's backbone" if config.kind == "head" else f"the {config.kind} kind at its initial weights",
+        )
         with JsonlAppender(run / "metrics.jsonl") as f:
             f.append({"step": 0, "untrained": True, "pairs": 0})
         return scorer.save(run / "prm")

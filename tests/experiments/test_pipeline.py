@@ -179,6 +179,20 @@ def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
         assert fingerprint(getattr(loaded, part)) == fingerprint(getattr(demo_config(quick=quick), part)), part
 
 
+def test_arms_yaml_shares_the_demo_sft_and_rft_and_trains_rl_one_pass() -> None:
+    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT, RFT and PRM stages
+    (same fingerprints: a demo run's pi_sft and pi_rft are the arms' start), its own MCTS budget, and
+    an RL schedule of one pass over ``limit`` questions with a held-out curve."""
+    arms, demo = load_config(ROOT / "configs" / "arms_demo.yaml", PipelineConfig), demo_config()
+    for part in ("sft", "rft", "prm", "pairs", "sft_data", "eval"):
+        assert fingerprint(getattr(arms, part)) == fingerprint(getattr(demo, part)), part
+    assert arms.data.split == "worlds" and (arms.mcts.simulations, arms.data.mcts_questions) == (12, 128)
+    rl = arms.rl
+    questions_per_batch = rl.per_device_batch_size // rl.group_size
+    assert rl.max_steps // rl.num_iterations * questions_per_batch == rl.limit  # one pass, no repeat
+    assert rl.eval_every > 0 and rl.outcome_reward.nu2 == pytest.approx(0.2) and arms.systems == ["sft", "rft"]
+
+
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
     cfg = load_config(ROOT / "configs" / "paper.yaml", PipelineConfig)
     assert cfg.sft.model == "Qwen/Qwen3-8B" and cfg.sft.learning_rate == pytest.approx(2e-5)

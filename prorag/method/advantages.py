@@ -73,8 +73,14 @@ def group_normalize(
     squares = torch.zeros(n_groups, device=v.device).index_add_(0, index, w * centred.square())
     var = torch.where(total > 1, squares / (total - 1).clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(total))
     denom = var.sqrt()[index] + eps
-    # A group whose values all agree has nothing to compare: advantage 0 (also with eps = 0).
-    return torch.where(denom > 0, centred / denom.clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(centred))
+    # A group whose values all agree has nothing to compare: advantage exactly 0 (also with eps = 0).
+    # Tested on the values, not on the std: float32 rounding leaves eight copies of 0.2 a std of
+    # 1.6e-8, which divided by (std + 1e-6) would be a spurious advantage of -0.015 on every row.
+    high = torch.full((n_groups,), -torch.inf, device=v.device).scatter_reduce(0, index, v, reduce="amax")
+    low = torch.full((n_groups,), torch.inf, device=v.device).scatter_reduce(0, index, v, reduce="amin")
+    agree = (high == low)[index]
+    out = torch.where(denom > 0, centred / denom.clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(centred))
+    return torch.where(agree, torch.zeros_like(out), out)
 
 
 def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:

@@ -165,3 +165,16 @@ def test_cpgrpo_takes_the_magnitude_from_the_advantage_and_the_sign_from_the_pro
     adv = torch.tensor([-2.0, 0.5])
     pr = torch.tensor([[1.2, -0.3, 0.0], [-1.0, 1.0, 1.0]])
     assert torch.allclose(cpgrpo_advantages(adv, pr), torch.tensor([[2.4, -0.6, 0.0], [-0.5, 0.5, 0.5]]))
+
+
+def test_a_group_of_equal_rewards_gets_exactly_zero_despite_float_rounding() -> None:
+    # Eight copies of 0.2 (a wrong, well-formed answer at nu2 = 0.2) have a float32 std of 1.6e-8;
+    # divided by (std + 1e-6) that was an advantage of -0.015 on every row. A second group varies.
+    values = torch.tensor([0.2] * 8 + [0.0, 1.2], dtype=torch.float32)
+    groups = torch.tensor([0] * 8 + [1, 1])
+    out = group_normalize(values, groups)
+    assert torch.equal(out[:8], torch.zeros(8))
+    # the varying group: mean 0.6, std sqrt(0.72) = 0.848528 -> -/+ 0.6 / (0.848528 + 1e-6)
+    assert out[8:].tolist() == pytest.approx([-0.707106, 0.707106], abs=1e-5)
+    weighted = group_normalize(values, groups, torch.tensor([3.0] * 8 + [1.0, 1.0]))
+    assert torch.equal(weighted[:8], torch.zeros(8))

@@ -14,6 +14,7 @@ is ``"stop"`` when a stop string or end-of-sequence ended it, ``"length"`` when 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -64,9 +65,10 @@ class TextGenerator(Protocol):
         """One :class:`Generation` per prompt, in order."""
         return self.complete(prompts, Sampling(max_tokens, tuple(stop), temperature, logprobs))
 
+    @abstractmethod
     def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
-        """:meth:`generate` with its settings in one :class:`Sampling` (what a backend implements)."""
-        raise NotImplementedError
+        """:meth:`generate` with its settings in one :class:`Sampling` (what a backend implements;
+        abstract, so a backend that forgets it fails when built, not when first called)."""
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> int | None:

@@ -129,14 +129,18 @@ def evaluate_on_test(run: Run, name: str, policy: str, ev: Any) -> Path:
     return ev_dir
 
 
-def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
-    """Stage ``rl-NAME`` (RL with ``rl_cfg`` into ``rl/NAME``) and stage ``eval-NAME`` (its policy on
-    the test split with ``ev``); returns the evaluation folder ``eval/NAME``. Both are skipped when
-    done with the same settings, so an ablation reuses any run of the same name and config."""
+def train_rl_policy(run: Run, name: str, rl_cfg: Any) -> str:
+    """Stage ``rl-NAME``: RL with ``rl_cfg`` into ``rl/NAME`` (skipped when done with the same
+    settings, so an ablation reuses any run of the same name and config); returns its policy."""
     from prorag.stages.rl import train_rl
 
     run.stage(f"rl-{name}", rl_cfg, lambda: train_rl(rl_cfg, run.path("rl", name)))
-    return evaluate_on_test(run, name, str(run.path("rl", name, "policy")), ev)
+    return str(run.path("rl", name, "policy"))
+
+
+def train_and_test(run: Run, name: str, rl_cfg: Any, ev: Any) -> Path:
+    """:func:`train_rl_policy`, then :func:`evaluate_on_test` of its policy; returns ``eval/NAME``."""
+    return evaluate_on_test(run, name, train_rl_policy(run, name, rl_cfg), ev)
 
 
 def dpo_policy(run: Run, seed: int) -> str:
@@ -281,12 +285,6 @@ def seconds_per_step(metrics_file: Path) -> float | None:
 FAMILY_OFFLINE: dict[str, Callable[[Run, int], str]] = {"dpo": dpo_policy}
 
 
-def _measured(ev_dir: Path, metrics: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
-    """An evaluation folder's prediction rows and its ``metrics`` (``None`` where not measured)."""
-    measured = read_json(ev_dir / "metrics.json")
-    return list(read_jsonl(ev_dir / "predictions.jsonl")), {m: measured.get(m) for m in metrics}
-
-
 def arms_ablation(
     run: Run,
     arms: Mapping[str, Arm],
@@ -307,21 +305,23 @@ def arms_ablation(
     if len(seeds) < 2:
         raise ValueError(f"the {label} needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
     ev = replace(system_eval_config(cfg, "prorag"), over_search=over_search or cfg.eval.over_search)
+    # Every arm as ``train(seed) -> policy folder``: RL arms by their assignments, offline ones as given.
+    trainers: dict[str, Callable[[int], str]] = {
+        arm: lambda seed, arm=arm, a=assignments: train_rl_policy(run, rl_run_name(arm, seed), arm_config(run, a, seed))
+        for arm, assignments in arms.items()
+    } | {arm: lambda seed, train=train: train(run, seed) for arm, train in (offline or {}).items()}
     predictions: dict[str, dict[int, list[dict[str, Any]]]] = {}
     extras: dict[str, dict[int, dict[str, float | None]]] = {}
-    for arm, assignments in arms.items():
+    for arm, train in trainers.items():
         predictions[arm], extras[arm] = {}, {}
         for seed in seeds:
             name = rl_run_name(arm, seed)
-            ev_dir = train_and_test(run, name, arm_config(run, assignments, seed), ev)
-            predictions[arm][seed], extras[arm][seed] = _measured(ev_dir, metrics)
+            ev_dir = evaluate_on_test(run, name, train(seed), ev)
+            predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
+            measured = read_json(ev_dir / "metrics.json")
+            # None where not measured: no over-search without re-asking, no RL step for an offline arm.
+            extras[arm][seed] = {m: measured.get(m) for m in metrics}
             extras[arm][seed]["seconds_per_rl_step"] = seconds_per_step(run.path("rl", name, "metrics.jsonl"))
-        progress(f"{label}: {arm} done ({len(seeds)} seeds)")
-    for arm, train in (offline or {}).items():
-        predictions[arm], extras[arm] = {}, {}
-        for seed in seeds:
-            ev_dir = evaluate_on_test(run, rl_run_name(arm, seed), train(run, seed), ev)
-            predictions[arm][seed], extras[arm][seed] = _measured(ev_dir, metrics)
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
@@ -432,5 +432,6 @@ __all__ = [
     "evaluate_on_test",
     "topk_sweep",
     "train_and_test",
+    "train_rl_policy",
     "write_arms_results",
 ]

@@ -59,6 +59,7 @@ from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.cpsearch import CPSearchConfig
 from prorag.method.rewards.outcome import (
     OUTCOME_REWARDS,
+    OutcomeReward,
     OutcomeRewardConfig,
     RewardInputs,
     trajectory_answer,
@@ -421,19 +422,22 @@ def score_batch(
     group_ids: Sequence[int] | None = None,
     policy: Any = None,
     retriever: Any = None,
+    outcome_fn: OutcomeReward | None = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
     (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
     call; skipped without a source), answer F1/EM and I_traj as the outcome reward reads them,
     searches per trajectory. ``records`` and ``group_ids`` (one per trajectory) go to the source;
     ``records``, ``policy`` (unwrapped, for HiPRAG's re-ask) and ``retriever`` (P2S's
-    gold-conditioned samples search like the rollouts) to the outcome reward
-    (``config.outcome_reward.form`` in OUTCOME_REWARDS)."""
+    gold-conditioned samples search like the rollouts) to the outcome reward ``outcome_fn`` (the
+    trainer builds it once, so a judge's cache and a reward's counters live across batches; else
+    ``config.outcome_reward.form`` in OUTCOME_REWARDS is built for this call)."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
-    outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
+    if outcome_fn is None:
+        outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
     rewards = outcome_fn(RewardInputs(list(trajectories), golds, tokenizer, records, policy, retriever))
     steps: list[list[float]] = [[] for _ in trajectories]
     seconds = 0.0
@@ -493,6 +497,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         self.rl_config = rl_config
         self.scorer = as_step_source(scorer, rl_config.prm_batch_size) if rl_config.uses_prm else None
         self.estimator = ADVANTAGE_ESTIMATORS.get(rl_config.advantage)
+        self.outcome_fn = OUTCOME_REWARDS.get(rl_config.outcome_reward.form)(rl_config.outcome_reward)
         self.generation_rows: list[dict[str, Any]] | None = None
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
         self.pending_logs: dict[str, float] = {}
@@ -538,7 +543,16 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         policy = self.accelerator.unwrap_model(self.model)
         retriever = rollout.retriever if isinstance(rollout, EngineRollout) else None
         scored = score_batch(
-            trajectories, golds, self.processing_class, self.rl_config, self.scorer, records, groups.tolist(), policy, retriever
+            trajectories,
+            golds,
+            self.processing_class,
+            self.rl_config,
+            self.scorer,
+            records,
+            groups.tolist(),
+            policy,
+            retriever,
+            self.outcome_fn,
         )
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -213,23 +214,32 @@ def resolve(config: PipelineConfig) -> PipelineConfig:
     )
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: Any, roots: Sequence[str] = ()) -> Any:
     """Numbers as a YAML file and a Python literal give them: ``3.0`` (a float field read from
-    ``epochs: 3``) and ``3`` (``epochs=3`` in code) are the same setting."""
+    ``epochs: 3``) and ``3`` (``epochs=3`` in code) are the same setting. A path inside one of
+    ``roots`` (the run folder, as given and resolved) is written relative to it (``$RUN/...``),
+    so a run folder that was moved or copied elsewhere still matches its own stage markers."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, str):
+        for root in roots:
+            if value == root or value.startswith(root + os.sep):
+                return "$RUN" + value[len(root) :]
+        return value
     if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
+        return {k: _canonical(v, roots) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
+        return [_canonical(v, roots) for v in value]
     return value
 
 
-def fingerprint(value: Any) -> str:
+def fingerprint(value: Any, root: Path | None = None) -> str:
     """A short stable hash of a config (dataclass or plain data) for the stage markers; the same
-    settings give the same hash whether they came from code or from a YAML file."""
+    settings give the same hash whether they came from code or from a YAML file, and (with
+    ``root``, the run folder) wherever the run folder lies."""
     data = asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-    text = json.dumps(_canonical(data), sort_keys=True, default=str)
+    roots = sorted({str(root), str(root.resolve())}, key=len, reverse=True) if root is not None else []
+    text = json.dumps(_canonical(data, roots), sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -406,7 +416,7 @@ class Run:
     def stage(self, name: str, settings: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` unless ``stages/NAME.json`` says it already ran with ``settings``."""
         marker = self.path("stages", f"{name}.json")
-        key = fingerprint(settings)
+        key = fingerprint(settings, root=self.dir)
         if marker.exists():
             done = read_json(marker)
             if done.get("config_schema", 1) < CONFIG_SCHEMA:
@@ -415,7 +425,9 @@ class Run:
                     f"{done.get('config_schema', 1)}, this version writes {CONFIG_SCHEMA}); use a new run folder, "
                     f"or delete {marker} and the stage's outputs to redo it"
                 )
-            if done.get("fingerprint") != key:
+            # Markers written before fingerprints were relative to the run folder hash its absolute
+            # paths: they still match while the folder has not moved.
+            if done.get("fingerprint") not in (key, fingerprint(settings)):
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
                     f"or delete {marker} and the stage's outputs to redo it"

@@ -3,6 +3,7 @@ boundary and in the middle of a stage) to the same final metrics as an uninterru
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -219,6 +220,43 @@ def test_marker_of_an_earlier_config_layout_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="made by an earlier config layout.*use a new run folder, or delete"):
         run.stage("sft", {"a": 1}, lambda: calls.append(3))
     assert calls == [1]
+
+
+def test_a_moved_run_folder_still_matches_its_markers(tmp_path: Path) -> None:
+    """Settings that name files inside the run folder are fingerprinted relative to it: a run
+    folder copied or moved elsewhere skips its finished stages, and a path outside the folder,
+    or a changed setting, still counts. A marker written with absolute paths (before this rule)
+    still matches where it was written."""
+    import shutil
+
+    from prorag.experiments.pipeline import Run, fingerprint
+
+    first = tmp_path / "first"
+    calls: list[str] = []
+
+    def settings(run_dir: Path, lr: float = 1e-3) -> dict[str, object]:
+        return {"train_file": str(run_dir / "sft_data" / "t.jsonl"), "lr": lr, "corpus": "/data/corpus.jsonl"}
+
+    Run(first, PipelineConfig(), progress=lambda _: None).stage("sft", settings(first), lambda: calls.append("first"))
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(first, moved)
+    run = Run(moved, PipelineConfig(), progress=lambda _: None)
+    run.stage("sft", settings(moved), lambda: calls.append("moved"))
+    assert calls == ["first"]
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("sft", settings(moved, lr=2e-3), lambda: calls.append("changed"))
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("sft", {**settings(moved), "corpus": "/data/other.jsonl"}, lambda: calls.append("corpus"))
+    assert fingerprint(settings(first), root=first) == fingerprint(settings(moved), root=moved)
+    assert fingerprint(settings(first)) != fingerprint(settings(moved))
+
+    # A legacy marker: the absolute-path fingerprint, accepted in its own folder.
+    legacy = tmp_path / "legacy"
+    (legacy / "stages").mkdir(parents=True)
+    marker = {"stage": "sft", "config_schema": 2, "fingerprint": fingerprint(settings(legacy)), "seconds": 1.0}
+    (legacy / "stages" / "sft.json").write_text(json.dumps(marker), encoding="utf-8")
+    Run(legacy, PipelineConfig(), progress=lambda _: None).stage("sft", settings(legacy), lambda: calls.append("legacy"))
+    assert calls == ["first"]
 
 
 def test_non_default_fields_round_trip() -> None:

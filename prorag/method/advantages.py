@@ -10,7 +10,7 @@ conclusions, answers against answers -- since Eq. 4 only taught the PRM to rank 
 against an answer at another depth.
 
 Pieces, each usable alone (the trainer gathers groups across processes between them):
-:func:`group_normalize`, :func:`grpo_advantages`, :func:`process_advantages`,
+:func:`group_normalize`, :func:`agreeing_group_share`, :func:`grpo_advantages`, :func:`process_advantages`,
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
 :func:`dual_granularity_advantages` (composed), :func:`cpgrpo_advantages` (docs/METHOD.md §5), and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
@@ -76,11 +76,32 @@ def group_normalize(
     # A group whose values all agree has nothing to compare: advantage exactly 0 (also with eps = 0).
     # Tested on the values, not on the std: float32 rounding leaves eight copies of 0.2 a std of
     # 1.6e-8, which divided by (std + 1e-6) would be a spurious advantage of -0.015 on every row.
-    high = torch.full((n_groups,), -torch.inf, device=v.device).scatter_reduce(0, index, v, reduce="amax")
-    low = torch.full((n_groups,), torch.inf, device=v.device).scatter_reduce(0, index, v, reduce="amin")
-    agree = (high == low)[index]
+    agree = _agreeing(v, index, n_groups)[index]
     out = torch.where(denom > 0, centred / denom.clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(centred))
     return torch.where(agree, torch.zeros_like(out), out)
+
+
+def _agreeing(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``(n_groups,)`` booleans: whether every value of the group (rows ``index == g``) is equal."""
+    high = torch.full((n_groups,), -torch.inf, device=values.device).scatter_reduce(0, index, values, reduce="amax")
+    low = torch.full((n_groups,), torch.inf, device=values.device).scatter_reduce(0, index, values, reduce="amin")
+    return high == low
+
+
+def agreeing_group_share(values: torch.Tensor, group_ids: torch.Tensor) -> float:
+    """The share of groups whose values all agree (``values`` and ``group_ids`` ``(N,)``).
+
+    Over outcome rewards it is the share of questions that give GRPO no signal at all (every
+    advantage 0); over exact match, the share where all G samples were right or all wrong, the
+    quantity that says whether a group size and a policy's accuracy leave anything to learn from.
+    0.0 for an empty batch."""
+    if values.dim() != 1 or group_ids.shape != values.shape:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    if values.numel() == 0:
+        return 0.0
+    _, index = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(index.max()) + 1
+    return float(_agreeing(values.to(torch.float32), index, n_groups).float().mean())
 
 
 def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:

@@ -20,7 +20,10 @@ region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 
 ``num_iterations`` is 1), ``entropy`` (TRL's mean token entropy on the policy's tokens) and
 ``kl_to_init`` (:func:`k3_kl`: KL(pi_theta || pi_init) on the sampled tokens, pi_theta as it sampled
 them; one no-grad forward of the initial policy per generation batch: a frozen copy of the model
-in memory for full fine-tuning, the adapter switched off with LoRA).
+in memory for full fine-tuning, the adapter switched off with LoRA), and per generation batch
+``groups_em_agree`` and ``groups_reward_agree`` (:func:`~prorag.method.advantages.agreeing_group_share`:
+the share of questions whose G samples were all right or all wrong, and whose outcome rewards
+were all equal, i.e. gave GRPO nothing to learn from).
 
 Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
 policy's, through TRL's fused LM head in its compact form on CPU too
@@ -54,7 +57,13 @@ from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
-from prorag.method.advantages import ADVANTAGE_ESTIMATORS, PROCESS_NORMS, AdvantageInputs, ProcessNorm
+from prorag.method.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    PROCESS_NORMS,
+    AdvantageInputs,
+    ProcessNorm,
+    agreeing_group_share,
+)
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.cpsearch import CPSearchConfig
 from prorag.method.rewards.outcome import (
@@ -558,7 +567,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         if "tool_mask" in output:
             loss_mask = loss_mask * output["tool_mask"]
         output["advantages"] = self._advantages(trajectories, scored, groups, loss_mask)
-        self._log_rollout_metrics(scored)
+        self._log_rollout_metrics(scored, groups)
         if self.rl_config.log_kl_to_init:
             self._log_kl_to_init(output, loss_mask)
         return output
@@ -701,9 +710,20 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         mine = local_rows(self.accelerator.process_index, local)
         return self.estimator(inputs)[mine, :width].to(loss_mask.device)
 
-    def _log_rollout_metrics(self, scored: ScoredBatch) -> None:
-        """Per-step means over every process's rows (averaged again over logging steps by TRL)."""
+    def _log_rollout_metrics(self, scored: ScoredBatch, groups: torch.Tensor) -> None:
+        """Per-step means over every process's rows (averaged again over logging steps by TRL), and
+        the shares of agreeing groups over whole groups (gathered: a group's rows may sit on
+        several processes)."""
+        from accelerate.utils import gather_object
+
         mode = "train" if self.model.training else "eval"
+        rows = list(zip(groups.tolist(), scored.em, scored.outcome, strict=True))
+        if self.accelerator.num_processes > 1:
+            rows = gather_object(rows)
+        ids = torch.tensor([r[0] for r in rows], dtype=torch.long)
+        for name, column in (("groups_em_agree", 1), ("groups_reward_agree", 2)):
+            values = torch.tensor([float(r[column]) for r in rows], dtype=torch.float32)
+            self._metrics[mode][name].append(agreeing_group_share(values, ids))
         steps = [r for rs in scored.step_rewards for r in rs if math.isfinite(r)]
         columns = {
             "outcome_reward": scored.outcome,
@@ -872,6 +892,8 @@ CURVE_COLUMNS: tuple[str, ...] = (
     "clip_fraction",
     "entropy",
     "kl_to_init",
+    "groups_em_agree",
+    "groups_reward_agree",
 )
 
 

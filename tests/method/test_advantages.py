@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from prorag.method.advantages import (
+    agreeing_group_share,
     broadcast_to_tokens,
     cpgrpo_advantages,
     dual_granularity_advantages,
@@ -178,3 +179,18 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_despite_float_rounding() -> 
     assert out[8:].tolist() == pytest.approx([-0.707106, 0.707106], abs=1e-5)
     weighted = group_normalize(values, groups, torch.tensor([3.0] * 8 + [1.0, 1.0]))
     assert torch.equal(weighted[:8], torch.zeros(8))
+
+
+def test_agreeing_group_share_counts_groups_with_nothing_to_compare() -> None:
+    # Groups (non-contiguous ids): 7 -> all 0.2, 3 -> 1 and 0, 5 -> all 1.0, 9 -> one row.
+    values = torch.tensor([0.2, 1.0, 0.2, 0.0, 1.0, 1.0, 0.2, 0.5])
+    groups = torch.tensor([7, 3, 7, 3, 5, 5, 7, 9])
+    # agreeing: 7, 5 and the one-row group 9; not 3 -> 3 of 4
+    assert agreeing_group_share(values, groups) == pytest.approx(0.75)
+    # exact match of the same rows: every group agrees but group 3
+    em = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    assert agreeing_group_share(em, groups) == pytest.approx(0.75)
+    assert agreeing_group_share(torch.tensor([0.0, 1.0]), torch.tensor([0, 0])) == 0.0
+    assert agreeing_group_share(torch.tensor([]), torch.tensor([], dtype=torch.long)) == 0.0
+    with pytest.raises(ValueError, match="must be equal 1-D shapes"):
+        agreeing_group_share(values, groups[:3])

@@ -455,6 +455,9 @@ def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_ev
     for r in rows.values():
         assert math.isfinite(r["entropy"])
     assert math.isfinite(rows[3]["kl_to_init"])
+    # the agreeing-group shares: logged with each rollout batch, shares of whole groups
+    assert ["groups_em_agree" in rows[s] for s in (1, 2, 3, 4)] == [True, False, True, False]
+    assert all(0 <= rows[s][k] <= 1 for s in (1, 3) for k in ("groups_em_agree", "groups_reward_agree"))
     evals = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval_em" in r]
     assert [r["step"] for r in evals] == [0, 2, 4]
     assert all(0 <= r["eval_em"] <= 1 and 0 <= r["eval_f1"] <= 1 for r in evals)
@@ -463,6 +466,7 @@ def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_ev
     assert [int(c["step"]) for c in curve] == [0, 1, 2, 3, 4]
     assert [c["eval_em"] != "" for c in curve] == [True, False, True, False, True]
     assert curve[1]["clip_fraction"] != "" and curve[0]["outcome_reward"] == ""
+    assert curve[1]["groups_em_agree"] != "" and curve[2]["groups_em_agree"] == ""
 
 
 def test_k3_kl_hand_computed() -> None:

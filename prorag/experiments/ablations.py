@@ -8,7 +8,7 @@
   (Figure 5). The policy is trained with the config's ``top_k``; only the evaluation changes,
   which measures how the trained reader uses more or fewer documents.
 * ``process``: where the step rewards come from (:data:`PROCESS_ARMS`: outcome-only GRPO, the
-  learned PRM, the oracle, shuffled step rewards), RL from the same pi_rft on the same questions
+  learned PRM, the oracle, the oracle up to a trajectory's first error, shuffled step rewards), RL from the same pi_rft on the same questions
   and budget, ``process_seeds`` seeds per arm (a seed gives the same rollout streams in every arm);
   mean ± 95% CI over seeds, a paired t-test of seed-averaged per-question EM against GRPO, EM by
   question type and hop count, held-out-EM learning curves (with ``rl.eval_every``). Written to
@@ -63,6 +63,7 @@ PROCESS_ARMS: dict[str, Arm] = {
     "grpo": (),
     "prorag": ("process_reward=prm",),
     "prorag-oracle": ("process_reward=oracle",),
+    "prorag-oracle-first-error": ("process_reward=oracle-first-error",),
     "prorag-shuffled": ("process_reward=shuffled",),
 }
 #: The arms of the family comparison (METHOD.md sections 2-5): each method's own rewards and

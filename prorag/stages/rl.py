@@ -133,7 +133,8 @@ class RLConfig(TrainingConfig):
         "prm",
         help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM), `none` "
         "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
-        "+1/-1 verdict per step: needs gold decompositions), `shuffled` (the PRM's scores permuted within each "
+        "+1/-1 verdict per step: needs gold decompositions), `oracle-first-error` (the oracle's verdicts up to a "
+        "trajectory's first wrong step, none after), `shuffled` (the PRM's scores permuted within each "
         "group: the control arm) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
         "pair with `advantage: cpgrpo`).",
     )

@@ -1,6 +1,7 @@
 """The step-reward sources backed by the supervision layer: ``"prm"`` (the learned PRM),
-``"oracle"`` (the oracle judge's verdict on every step) and ``"shuffled"`` (the PRM's scores
-permuted within each group: the control arm).
+``"oracle"`` (the oracle judge's verdict on every step), ``"oracle-first-error"`` (its verdicts up to
+a trajectory's first wrong step, none after) and ``"shuffled"`` (the PRM's scores permuted within
+each group: the control arm).
 
 Imported by :data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES` on its first look-up, so
 that ``RLConfig.process_reward: prm`` (or ``oracle``, ``shuffled``) finds the factory below
@@ -10,10 +11,18 @@ Together they make "does process supervision help?" answerable: ``oracle`` is th
 of what any PRM could give (the judge that labelled the PRM's training pairs, on every step of
 the RL samples), ``shuffled`` keeps the PRM's reward distribution and removes its information,
 so a gain of ``prm`` over ``shuffled`` is the PRM's information, not its reward scale.
+
+``oracle-first-error`` exists because the oracle judges every step against the gold path: after a
+misread sub-answer the policy's next search, which correctly follows what it wrote, "targets no
+open hop" and gets -1 too, so the blame for one reading error lands on every later step and the
+cheapest way to avoid it is to stop searching (docs/LOG.md). Labelling up to the first error (as
+PRM800K and Math-Shepherd label solutions) puts the blame on the step that made the error; the
+later steps keep the outcome advantage alone.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +68,10 @@ class OracleSteps:
     Needs every record's gold decomposition (``metadata.decomposition``: the built-in world,
     MuSiQue)."""
 
+    def __init__(self, first_error_only: bool = False) -> None:
+        #: Steps after a trajectory's first invalid one get NaN (:func:`up_to_first_error`).
+        self.first_error_only = first_error_only
+
     def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         from prorag.supervision.judge import trajectory_verdicts
 
@@ -75,8 +88,21 @@ class OracleSteps:
             if len(verdicts) != len(traj.actions):
                 out.append([ORACLE_UNDECIDED] * len(traj.actions))
             else:
-                out.append([ORACLE_VALID if ok else ORACLE_INVALID for ok, _ in verdicts])
+                scores = [ORACLE_VALID if ok else ORACLE_INVALID for ok, _ in verdicts]
+                out.append(up_to_first_error(scores) if self.first_error_only else scores)
         return out
+
+
+def up_to_first_error(scores: Sequence[float]) -> list[float]:
+    """``scores`` up to and including the first :data:`ORACLE_INVALID`, NaN after it: a step that
+    follows an error is judged against a history already off the gold path, so its verdict says
+    more about the earlier error than about itself; NaN is "no process reward" (the trainer
+    leaves those tokens the outcome advantage alone)."""
+    out = list(scores)
+    first = next((i for i, s in enumerate(out) if s == ORACLE_INVALID), None)
+    if first is not None:
+        out[first + 1 :] = [math.nan] * (len(out) - first - 1)
+    return out
 
 
 @STEP_REWARD_SOURCES.register("oracle")
@@ -85,12 +111,21 @@ def oracle_step_rewards(config: Any, *, device: str | None = None) -> OracleStep
     return OracleSteps()
 
 
+@STEP_REWARD_SOURCES.register("oracle-first-error")
+def oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -> OracleSteps:
+    """The oracle's +1 / -1 up to a trajectory's first wrong step, no process reward after it
+    (:func:`up_to_first_error`): the blame of an error on the step that made it."""
+    return OracleSteps(first_error_only=True)
+
+
 __all__ = [
     "ORACLE_INVALID",
     "ORACLE_UNDECIDED",
     "ORACLE_VALID",
     "OracleSteps",
+    "oracle_first_error_step_rewards",
     "oracle_step_rewards",
     "prm_step_rewards",
     "shuffled_step_rewards",
+    "up_to_first_error",
 ]

@@ -69,7 +69,7 @@ def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_pa
                 name = f"{kind}-{arm}-seed{seed}"
                 assert run.recorded[name] == pipeline.recorded[name], name  # type: ignore[attr-defined]
         configs = {arm: ablations.arm_config(run, assignments, seed) for arm, assignments in ablations.PROCESS_ARMS.items()}
-        assert {c.process_reward for c in configs.values()} == {"none", "prm", "oracle", "shuffled"}
+        assert {c.process_reward for c in configs.values()} == {"none", "prm", "oracle", "oracle-first-error", "shuffled"}
         assert configs["grpo"].beta == 0.0 and configs["prorag-oracle"].beta == cfg.rl.beta
         base = {k: v for k, v in vars(configs["prorag"]).items() if k != "process_reward"}
         assert all({k: v for k, v in vars(c).items() if k != "process_reward"} == base for a, c in configs.items() if a != "grpo")
@@ -83,7 +83,7 @@ def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_pa
         ablations.process_ablation(run, progress=lambda _: None, seeds=[0])
 
 
-# The tiny world through SFT, MCTS, the PRM and RFT (the "rft" system), then the four arms.
+# The tiny world through SFT, MCTS, the PRM and RFT (the "rft" system), then the five arms.
 TINY = {
     "data": {
         "world": "tiny",

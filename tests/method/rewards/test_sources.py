@@ -28,7 +28,7 @@ class Batched:
 
 
 def test_built_in_sources_and_errors() -> None:
-    assert {"none", "prm", "oracle", "shuffled"} <= set(STEP_REWARD_SOURCES.names())
+    assert {"none", "prm", "oracle", "oracle-first-error", "shuffled"} <= set(STEP_REWARD_SOURCES.names())
     assert STEP_REWARD_SOURCES.get("none")(SimpleNamespace()) is None
     with pytest.raises(ValueError, match="needs a PRM"):
         STEP_REWARD_SOURCES.get("prm")(SimpleNamespace(prm=None, prm_batch_size=4))
@@ -70,6 +70,25 @@ def test_oracle_source_gives_the_judges_verdict_on_every_step() -> None:
         oracle([_chain_trajectory()], None)
     with pytest.raises(ValueError, match="record 'r1' has no gold decomposition"):
         oracle([_chain_trajectory()], [Record("r1", "q?", ["a"], {})])
+
+
+def test_oracle_first_error_labels_up_to_the_first_wrong_step() -> None:
+    import math
+
+    from prorag.supervision.step_rewards import up_to_first_error
+    from tests.supervision.test_judge import CHAIN
+
+    source = STEP_REWARD_SOURCES.get("oracle-first-error")(SimpleNamespace())
+    # The chain trajectory's verdicts are +1 +1 -1 -1 -1: the redundant search (step 3) is the
+    # first error; the unsupported conclusion and the guessed answer after it get no step reward.
+    (scores,) = source([_chain_trajectory()], [CHAIN])
+    assert scores[:3] == [1.0, 1.0, -1.0] and all(math.isnan(x) for x in scores[3:])
+    assert up_to_first_error([1.0, 1.0]) == [1.0, 1.0]
+    first = up_to_first_error([-1.0, 1.0, -1.0])
+    assert first[0] == -1.0 and math.isnan(first[1]) and math.isnan(first[2])
+    assert up_to_first_error([0.0, -1.0, 1.0])[:2] == [0.0, -1.0], "undecided (0) is not an error"
+    # undecided trajectories stay undecided
+    assert source([_chain_trajectory(actions=4)], [CHAIN]) == [[0.0] * 4]
 
 
 def test_shuffled_source_permutes_scores_within_groups_only() -> None:

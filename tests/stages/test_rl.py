@@ -404,6 +404,35 @@ def test_oracle_source_by_name_with_step_kind_norm(
     assert torch.isfinite(adv).all()
 
 
+def test_a_nan_step_reward_is_no_step_through_the_trainer(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """A source's NaN (``oracle-first-error`` after a trajectory's first error) passes Eq. 5 and the
+    advantage: that step's tokens keep the outcome advantage alone (0 here: a group of identical
+    replayed trajectories), while the scored steps get +/- process advantages."""
+
+    def first_error(trajectories: Any, records: Any = None, group_ids: Any = None) -> list[list[float]]:
+        return [[1.0, -1.0] + [math.nan] * (len(t.actions) - 2) for t in trajectories]
+
+    cfg = fast_config(
+        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        process_reward="oracle-first-error",
+        beta=0.5,
+    )
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, first_error
+    )
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    adv = trainer._generate_and_score_completions(rows)["advantages"]
+    assert torch.isfinite(adv).all()
+    for row, traj in zip(adv, (r["trajectory"] for r in rows), strict=True):
+        assert len(traj.actions) >= 3
+        (a0, b0), (a1, b1) = traj.actions[0].span, traj.actions[1].span
+        assert (row[a0:b0] > 0).all() and (row[a1:b1] < 0).all()
+        for action in traj.actions[2:]:
+            assert torch.equal(row[action.span[0] : action.span[1]], torch.zeros(action.span[1] - action.span[0]))
+
+
 @ADVANTAGE_ESTIMATORS.register("test-signed-outcome", replace=True)
 def signed_outcome(inputs: AdvantageInputs) -> torch.Tensor:
     """A toy estimator: the sign of each row's outcome reward minus 0.5 on its generated tokens."""

@@ -85,9 +85,15 @@ def step_reward(prm_logit: float, well_formed: bool, config: StepRewardConfig) -
     -1.5
     >>> step_reward(0.0, True, StepRewardConfig(form="bounded", nu1=2.0))
     2.5
+
+    A NaN score is a source's "no process reward for this step" (``oracle-first-error`` after a
+    trajectory's first error) and stays NaN: the trainer then leaves that step's tokens the
+    outcome advantage alone. An infinite score is a bug in the source and is refused.
     """
+    if math.isnan(prm_logit):
+        return math.nan
     if not math.isfinite(prm_logit):
-        raise ValueError(f"the PRM logit must be finite, got {prm_logit}")
+        raise ValueError(f"the PRM logit must be finite or NaN (no step reward), got {prm_logit}")
     if config.form == "paper":
         return float(prm_logit) + config.nu1 * float(well_formed)
     if config.form == "bounded":

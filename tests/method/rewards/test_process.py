@@ -43,7 +43,9 @@ def test_pure_formula_in_both_forms() -> None:
     with pytest.raises(ValueError, match="logits"):
         step_rewards([1.0], [True, False])
     with pytest.raises(ValueError, match="finite"):
-        step_reward(float("nan"), True, PAPER)
+        step_reward(float("inf"), True, PAPER)
+    # NaN is a source's "no step reward here" and stays NaN in every form
+    assert all(math.isnan(step_reward(float("nan"), True, c)) for c in (PAPER, REFERENCE, bounded))
     with pytest.raises(ValueError, match="form"):
         StepRewardConfig(form="sigmoid")  # type: ignore[arg-type]
 

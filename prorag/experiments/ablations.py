@@ -231,6 +231,10 @@ def process_statistics(
     ``type`` and ``hops`` (of the seed-averaged per-question EM) and, for every arm but
     ``reference``, a paired t-test of seed-averaged per-question EM against it (over the questions
     both have). Averaging over seeds first takes the seed noise out of each question's score.
+    That test treats the questions as the sample and so ignores how much a whole run varies with
+    its seed, which is the larger noise here (one seed that collapses moves every question), so
+    each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
+    have (the same seed gives both arms the same rollout streams), the test to read first.
     ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI."""
     out: dict[str, Any] = {}
     averaged: dict[str, dict[str, float]] = {}
@@ -259,6 +263,17 @@ def process_statistics(
             shared = sorted(averaged[arm].keys() & averaged[reference].keys())
             test = paired_t_test([averaged[arm][q] for q in shared], [averaged[reference][q] for q in shared])
             out[arm][f"vs_{reference}"] = {"t": test.t, "p_value": test.p_value, "mean_diff": test.mean_diff, "n": test.n}
+            seeds = sorted(out[arm]["per_seed"].keys() & out[reference]["per_seed"].keys())
+            if len(seeds) >= 2:
+                test = paired_t_test(
+                    [out[arm]["per_seed"][s]["em"] for s in seeds], [out[reference]["per_seed"][s]["em"] for s in seeds]
+                )
+                out[arm][f"vs_{reference}_by_seed"] = {
+                    "t": test.t,
+                    "p_value": test.p_value,
+                    "mean_diff": test.mean_diff,
+                    "n": test.n,
+                }
     return out
 
 
@@ -268,7 +283,9 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
     lines = [f"{'arm':<16} {'seeds':>5}  {'EM (%)':>14}  {'F1 (%)':>14}  vs {reference} (seed-averaged per-question EM)"]
     for arm, row in stats.items():
         test = row.get(f"vs_{reference}")
+        by_seed = row.get(f"vs_{reference}_by_seed")
         versus = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else "(reference)"
+        versus += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
         lines.append(
             f"{arm:<16} {len(row['per_seed']):>5}  {100 * row['em']:>6.1f} ± {100 * row['em_ci95']:<5.1f}"
             f"  {100 * row['f1']:>6.1f} ± {100 * row['f1_ci95']:<5.1f}  {versus}"

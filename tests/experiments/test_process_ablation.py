@@ -47,11 +47,27 @@ def test_statistics_by_hand() -> None:
     assert math.isinf(prm["vs_grpo"]["t"]) and prm["vs_grpo"]["n"] == 4
     assert prm["by_hops"] == {"2": {"n": 2, "em": 1.0}, "3": {"n": 2, "em": 0.75}}
     assert "by_type" not in prm
+    # over seeds: per-seed EM differences (0.5, 0.5), all equal -> t = +inf, p = 0 (the defined limit)
+    assert prm["vs_grpo_by_seed"]["mean_diff"] == pytest.approx(0.5) and prm["vs_grpo_by_seed"]["n"] == 2
+    assert prm["vs_grpo_by_seed"]["p_value"] == 0.0 and "vs_grpo_by_seed" not in grpo
     table = ablations.process_table(stats)
     assert "37.5 ± 158.8" in table and "dEM +50.0" in table
     [main, hops] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
     assert main[2][1] == ["prorag", "process_reward=prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
+
+
+def test_the_test_over_seeds_by_hand() -> None:
+    # Per-seed EM: GRPO 0.25, 0.5, 0.25; PRM 0.5, 0.5, 0.75 -> differences 0.25, 0, 0.5: mean 0.25,
+    # s = 0.25, t = 0.25 / (0.25 / sqrt 3) = 1.732051 on 2 df; p = 1 - t / sqrt(2 + t^2) = 0.225403.
+    preds = {
+        "grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0]), 2: _rows([0, 0, 1, 0])},
+        "prorag": {0: _rows([1, 1, 0, 0]), 1: _rows([1, 1, 0, 0]), 2: _rows([1, 1, 1, 0])},
+    }
+    test = ablations.process_statistics(preds)["prorag"]["vs_grpo_by_seed"]
+    assert (test["n"], test["mean_diff"]) == (3, pytest.approx(0.25))
+    assert test["t"] == pytest.approx(1.732051, abs=1e-6) and test["p_value"] == pytest.approx(0.225403, abs=1e-6)
+    assert "over seeds p=0.225" in ablations.process_table(ablations.process_statistics(preds))
 
 
 def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path) -> None:

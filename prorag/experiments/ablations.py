@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -262,18 +262,11 @@ def process_statistics(
         if arm != reference and reference in averaged:
             shared = sorted(averaged[arm].keys() & averaged[reference].keys())
             test = paired_t_test([averaged[arm][q] for q in shared], [averaged[reference][q] for q in shared])
-            out[arm][f"vs_{reference}"] = {"t": test.t, "p_value": test.p_value, "mean_diff": test.mean_diff, "n": test.n}
+            out[arm][f"vs_{reference}"] = asdict(test)
             seeds = sorted(out[arm]["per_seed"].keys() & out[reference]["per_seed"].keys())
             if len(seeds) >= 2:
-                test = paired_t_test(
-                    [out[arm]["per_seed"][s]["em"] for s in seeds], [out[reference]["per_seed"][s]["em"] for s in seeds]
-                )
-                out[arm][f"vs_{reference}_by_seed"] = {
-                    "t": test.t,
-                    "p_value": test.p_value,
-                    "mean_diff": test.mean_diff,
-                    "n": test.n,
-                }
+                ems = [[out[a]["per_seed"][s]["em"] for s in seeds] for a in (arm, reference)]
+                out[arm][f"vs_{reference}_by_seed"] = asdict(paired_t_test(*ems))
     return out
 
 

@@ -427,7 +427,7 @@ class Run:
                 )
             # Markers written before fingerprints were relative to the run folder hash its absolute
             # paths: they still match while the folder has not moved.
-            if done.get("fingerprint") not in (key, fingerprint(settings)):
+            if done.get("fingerprint") != key and done.get("fingerprint") != fingerprint(settings):
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
                     f"or delete {marker} and the stage's outputs to redo it"

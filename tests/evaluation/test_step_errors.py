@@ -3,23 +3,9 @@
 from __future__ import annotations
 
 from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
-from prorag.data.records import Record
 from prorag.evaluation.step_errors import contains, step_error_counts
+from tests.supervision.test_judge import CHAIN  # director of Saenax -> Siril, born in -> Tamal, country -> Krirek
 
-#: director of Saenax -> Siril, born in -> Tamal, country -> Krirek.
-CHAIN = Record(
-    "w4-q1",
-    "Which country is the birthplace of the director of Saenax in?",
-    ["Krirek"],
-    {
-        "partition": "w4",
-        "decomposition": [
-            {"question": "Who directed Saenax?", "answer": "Siril", "query": "Saenax director", "subject": "Saenax"},
-            {"question": "Where was Siril born?", "answer": "Tamal", "query": "Siril born", "subject": "Siril"},
-            {"question": "Which country is Tamal in?", "answer": "Krirek", "query": "Tamal country", "subject": "Tamal"},
-        ],
-    },
-)
 DOCS = "Doc 1(Title: Saenax) Saenax was directed by Siril. Doc 2(Title: Orlin) Orlin was born in Saenax."
 
 

@@ -69,6 +69,16 @@ def fast_config(**kw: Any) -> RLConfig:
     return RLConfig(**(base | kw))
 
 
+#: Room for a whole replayed gold trajectory (up to 4 hops: 11 actions).
+GOLD_ROLLOUT = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
+
+
+def two_groups(trainer: Any) -> list[dict[str, Any]]:
+    """Dataset rows of records 0 and 1 interleaved (0, 1, 0, 1): two groups of G = 2 whose rows
+    do not sit together, as TRL may order them."""
+    return [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+
+
 # ----------------------------------------------------------------------------- the loss
 
 
@@ -104,7 +114,7 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     model = make_tiny_model(world_tokenizer)
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, prm)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]  # groups interleaved
+    rows = two_groups(trainer)
     model.train()
     batch = trainer._generate_and_score_completions(rows)
     mask = batch["completion_mask"] * batch["tool_mask"]
@@ -142,11 +152,11 @@ def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
 ) -> None:
     # The compact path (only the policy's tokens through the LM head) against TRL's (every completion
     # position): same loss, gradients, logged entropy and kl_to_init; pi_old off pi_theta so the clip binds.
-    cfg = fast_config(rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64))
+    cfg = fast_config(rollout=GOLD_ROLLOUT)
     model = make_tiny_model(world_tokenizer)
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, FakePRM())
     trainer.current_gradient_accumulation_steps = 1
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     model.train()
     batch = trainer._generate_and_score_completions(rows)
     mask = batch["completion_mask"] * batch["tool_mask"]
@@ -179,13 +189,13 @@ def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
     cfg = fast_config(
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
         prm_scope="reasoning",
         step_reward=StepRewardConfig(form="paper"),  # RL's default is the bounded form
     )
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     adv = trainer._generate_and_score_completions(rows)["advantages"]
     trajs: list[Trajectory] = [r["trajectory"] for r in rows]
     logits = prm.score_trajectories(trajs)
@@ -220,7 +230,7 @@ def test_a_few_steps_move_the_weights_and_log_the_curve(
     model = make_tiny_model(world_tokenizer)
     before = _params(model)
     prm = FakePRM()
-    cfg = fast_config(rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64))
+    cfg = fast_config(rollout=GOLD_ROLLOUT)
     out = train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=prm)
     assert prm.calls == 2
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
@@ -388,7 +398,7 @@ def test_oracle_source_by_name_with_step_kind_norm(
     from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 
     cfg = fast_config(
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
         process_reward="oracle",
         process_norm="step_kind",
     )
@@ -396,7 +406,7 @@ def test_oracle_source_by_name_with_step_kind_norm(
     trainer = make_rl_trainer(
         cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, source
     )
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     adv = trainer._generate_and_score_completions(rows)["advantages"]
     trajs = [r["trajectory"] for r in rows]
     verdicts = source(trajs, [records[int(r["record_index"])] for r in rows])
@@ -415,14 +425,14 @@ def test_a_nan_step_reward_is_no_step_through_the_trainer(
         return [[1.0, -1.0] + [math.nan] * (len(t.actions) - 2) for t in trajectories]
 
     cfg = fast_config(
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
         process_reward="oracle-first-error",
         beta=0.5,
     )
     trainer = make_rl_trainer(
         cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, first_error
     )
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     adv = trainer._generate_and_score_completions(rows)["advantages"]
     assert torch.isfinite(adv).all()
     for row, traj in zip(adv, (r["trajectory"] for r in rows), strict=True):
@@ -442,11 +452,10 @@ def signed_outcome(inputs: AdvantageInputs) -> torch.Tensor:
 def test_a_registered_estimator_is_used_without_editing_the_trainer(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
-    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
-    cfg = fast_config(rollout=rollout, advantage="test-signed-outcome")
+    cfg = fast_config(rollout=GOLD_ROLLOUT, advantage="test-signed-outcome")
     prm = FakePRM()
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, prm)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     batch = trainer._generate_and_score_completions(rows)
     mask = batch["completion_mask"] * batch["tool_mask"]
     # Replayed gold trajectories answer right: outcome reward > 0.5, so +1 on every generated token.
@@ -468,7 +477,7 @@ def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_ev
         eval_every=2,
         eval_file=str(dev),
         eval_questions=2,
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
     )
     model = make_tiny_model(world_tokenizer)
     train_rl(
@@ -526,7 +535,7 @@ def test_kl_to_init_with_lora_switches_the_adapter_off(
         max_steps=3,
         save_steps=10,
         lora=LoRAConfig(enabled=True, r=4, alpha=8, dropout=0.0),
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
     )
     trainer = make_rl_trainer(
         cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM()
@@ -557,7 +566,7 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
         lambda config: lambda batch: [next(outcomes) for _ in batch.trajectories]
     )
     cfg = fast_config(
-        rollout=RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64),
+        rollout=GOLD_ROLLOUT,
         process_reward="cpsearch",
         advantage="cpgrpo",
         outcome_reward=OutcomeRewardConfig(form="test-fixed-outcomes"),
@@ -565,7 +574,7 @@ def test_cpsearch_with_cpgrpo_gives_abs_outcome_advantage_times_progressive_rewa
     source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
     model = make_tiny_model(world_tokenizer)
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, source)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     batch = trainer._generate_and_score_completions(rows)
     adv, mask = batch["advantages"], batch["completion_mask"] * batch["tool_mask"]
     magnitude = 0.5 / (math.sqrt(0.5) + 1e-6)
@@ -631,12 +640,11 @@ def test_hiprag_outcome_reward_by_name_reasks_with_the_policy(
     scored: list[Any] = []
     real = rl.score_batch
     monkeypatch.setattr(rl, "score_batch", lambda *a, **k: scored.append(real(*a, **k)) or scored[-1])
-    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
-    cfg = fast_config(rollout=rollout, process_reward="none", advantage="grpo")
+    cfg = fast_config(rollout=GOLD_ROLLOUT, process_reward="none", advantage="grpo")
     cfg = apply_overrides(cfg, ["outcome_reward.form=hiprag"])
     model = make_tiny_model(world_tokenizer)
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     trainer._generate_and_score_completions(rows)
     assert len(calls) == 1 and calls[0][0] is model and len(calls[0][1]) == sum(r["trajectory"].num_searches for r in rows)
     assert scored[0].outcome == pytest.approx([1.4] * 4)
@@ -673,9 +681,8 @@ def test_p2s_reward_trains_a_few_steps(
     real_synthesize = p2s.synthesize
     monkeypatch.setattr(p2s, "synthesize", lambda *a, **k: searched_with.append(a[4]) or real_synthesize(*a, **k))
     unreachable = [Record(r.id, r.question, ["Nobody"], r.metadata) for r in records]
-    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
     cfg = apply_overrides(
-        fast_config(rollout=rollout, process_reward="none", advantage="grpo", group_size=4, per_device_batch_size=8),
+        fast_config(rollout=GOLD_ROLLOUT, process_reward="none", advantage="grpo", group_size=4, per_device_batch_size=8),
         [
             "outcome_reward.form=p2s",
             "outcome_reward.p2s.k=2",
@@ -715,10 +722,11 @@ def test_hiprag_logs_its_over_and_under_search_rates(
         return {q: next((h.answer for h in first_hops if targets(q, h)), "nobody") for q in queries}
 
     monkeypatch.setattr(hiprag, "reask", fake_reask)
-    rollout = RolloutConfig(max_action_tokens=64, max_actions=11, max_completion_tokens=1024, batch_size=64)
-    cfg = apply_overrides(fast_config(rollout=rollout, process_reward="none", advantage="grpo"), ["outcome_reward.form=hiprag"])
+    cfg = apply_overrides(
+        fast_config(rollout=GOLD_ROLLOUT, process_reward="none", advantage="grpo"), ["outcome_reward.form=hiprag"]
+    )
     trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever)
-    rows = [dict(trainer.train_dataset[i]) for i in (0, 1, 0, 1)]
+    rows = two_groups(trainer)
     trainer._generate_and_score_completions(rows)
     searches = sum(r["trajectory"].num_searches for r in rows)
     assert searches > 4 and len(asked) == searches

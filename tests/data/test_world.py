@@ -43,6 +43,20 @@ def test_same_seed_same_bytes_and_other_seed_differs(tmp_path: Path, tiny: Path)
     assert (other / "train.jsonl").read_bytes() != (tiny / "train.jsonl").read_bytes()
 
 
+def test_wide_size_extends_the_demo_training_worlds_and_evaluates_on_new_worlds(tmp_path: Path, demo: Path) -> None:
+    """`wide` is the demo's world shape with three times the training worlds: its first 20 training
+    worlds have the demo's pages (facts are drawn per world index), and its dev and test worlds come
+    after all 60, so they are new worlds."""
+    wide = tmp_path / "wide"
+    build_world(wide, seed=3, size="wide")
+    assert {r.partition for r in read_records(str(wide / "train.jsonl"))} == {f"w{i:03d}" for i in range(60)}
+    demo_pages = [(p.id, p.contents) for p in read_passages(str(demo / "corpus.jsonl")) if p.partition < "w020"]
+    wide_pages = [(p.id, p.contents) for p in read_passages(str(wide / "corpus.jsonl")) if p.partition < "w020"]
+    assert demo_pages and wide_pages == demo_pages
+    assert {r.partition for r in read_records(str(wide / "test.jsonl"))} == {"w061"}
+    assert {r.partition for r in read_records(str(wide / "dev.jsonl"))} == {"w060"}
+
+
 def test_name_pool_is_fixed_single_words_with_near_duplicates() -> None:
     pool = name_pool()
     assert len(pool) == len(set(pool)) >= 600

@@ -181,12 +181,13 @@ def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
 
 
 def test_arms_yaml_shares_the_demo_sft_and_rft_and_trains_rl_one_pass() -> None:
-    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT, RFT and PRM stages
-    (same fingerprints: a demo run's pi_sft and pi_rft are the arms' start), its own MCTS budget, and
-    an RL schedule of one pass over ``limit`` questions with a held-out curve."""
+    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT, RFT and PRM stage
+    settings (same fingerprints) on the `wide` world, its own MCTS budget, and an RL schedule of one
+    pass over ``limit`` questions with a held-out curve."""
     arms, demo = load_config(ROOT / "configs" / "arms_demo.yaml", PipelineConfig), demo_config()
     for part in ("sft", "rft", "prm", "pairs", "sft_data", "eval"):
         assert fingerprint(getattr(arms, part)) == fingerprint(getattr(demo, part)), part
+    assert (arms.data.world, demo.data.world) == ("wide", "demo") and arms.data.rft_questions == 705
     assert arms.data.split == "worlds" and (arms.mcts.simulations, arms.data.mcts_questions) == (12, 128)
     rl = arms.rl
     questions_per_batch = rl.per_device_batch_size // rl.group_size

@@ -65,6 +65,9 @@ SIZES: dict[str, WorldConfig] = {
         eval_questions_per_world=30,
     ),
     "demo": WorldConfig(),
+    # The demo's worlds, three times as many for training: the same entity counts and question mix,
+    # so a stage sees three times as many distinct facts; what a policy learns there has to be reading.
+    "wide": WorldConfig(train_worlds=60),
     "large": WorldConfig(
         train_worlds=60,
         entities={"person": 60, "city": 28, "country": 8, "film": 32, "company": 24},

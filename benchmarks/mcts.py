@@ -1,6 +1,6 @@
 """Tree-search throughput: batched expansion (many trees in lock-step) against one sample at a time.
 
-    OMP_NUM_THREADS=1 python benchmarks/mcts.py [--trees 32] [--simulations 3] [--k 5]
+    OMP_NUM_THREADS=1 python benchmarks/mcts.py [--trees 32] [--simulations 3] [--k 5] [--seeds 3]
         [--sequential-trees 8] [--policy DIR --world DIR] [--threads N] [--out results.json]
 
 Both sides run the same :class:`~prorag.stages.mcts.TreeSearch` on the same policy, questions,
@@ -103,6 +103,13 @@ def main() -> None:
     ap.add_argument("--simulations", type=int, default=3)
     ap.add_argument("--k", type=int, default=5, help="candidates per expansion")
     ap.add_argument("--max-depth", type=int, default=4)
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="search seeds per side, totals summed: a batched turn lasts as long as its longest action, so one "
+        "seed's draws move the batched side's time by a third",
+    )
     ap.add_argument("--max-action-tokens", type=int, default=32)
     ap.add_argument("--size", default="tiny", help="random model size (without --policy)")
     ap.add_argument("--policy", type=Path, default=None, help="a trained policy checkpoint instead of the random model")
@@ -147,16 +154,29 @@ def main() -> None:
         records[:2],
         MCTSConfig(**(common | {"simulations": 1}), trees_per_batch=2, rollout=engine(160)),
     )
-    batched = run_side(
-        model,
-        tokenizer,
-        retriever,
-        records,
-        MCTSConfig(**common, trees_per_batch=args.trees, rollout=engine(args.trees * args.k)),
-    )
-    single = run_side(
-        model, tokenizer, retriever, records[: args.sequential_trees], MCTSConfig(**common, trees_per_batch=1, rollout=engine(1))
-    )
+
+    def side(trees: list[Record], trees_per_batch: int, batch_size: int) -> dict[str, float]:
+        """One side over ``--seeds`` search seeds, totals summed (rates: totals over total seconds)."""
+        runs = [
+            run_side(
+                model,
+                tokenizer,
+                retriever,
+                trees,
+                MCTSConfig(**common, trees_per_batch=trees_per_batch, rollout=engine(batch_size), seed=seed),
+            )
+            for seed in range(args.seeds)
+        ]
+        total = {k: sum(r[k] for r in runs) for k in ("trees", "simulations", "seconds", "policy_tokens")}
+        nodes = sum(r["nodes_per_tree"] * r["trees"] for r in runs)
+        return total | {
+            "sim_per_s": total["simulations"] / total["seconds"],
+            "tokens_per_s": total["policy_tokens"] / total["seconds"],
+            "nodes_per_tree": nodes / total["trees"],
+        }
+
+    batched = side(records, args.trees, args.trees * args.k)
+    single = side(records[: args.sequential_trees], 1, 1)
     ratio = batched["sim_per_s"] / single["sim_per_s"]
     token_ratio = batched["tokens_per_s"] / single["tokens_per_s"]
     device = next(model.parameters()).device

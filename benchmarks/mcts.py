@@ -1,6 +1,6 @@
 """Tree-search throughput: batched expansion (many trees in lock-step) against one sample at a time.
 
-    OMP_NUM_THREADS=1 python benchmarks/mcts.py [--trees 32] [--simulations 3] [--k 5]
+    OMP_NUM_THREADS=1 python benchmarks/mcts.py [--trees 32] [--simulations 3] [--k 5] [--seeds 3]
         [--sequential-trees 8] [--policy DIR --world DIR] [--threads N] [--out results.json]
 
 Both sides run the same :class:`~prorag.stages.mcts.TreeSearch` on the same policy, questions,
@@ -13,7 +13,9 @@ retriever and settings; only the batching differs:
   every simulation is its own generation (what a straightforward MCTS loop does).
 
 Reported: simulations (selection rounds of one tree) per second on each side and their ratio
-(target: at least 4x with 32 trees or more). The one-at-a-time side searches only the first
+(target: at least 4x with 32 trees or more), and the policy tokens generated per second on each
+side: the sides' trees differ, and a simulation's cost grows with the length of the actions
+sampled, so the token rate is the comparison that does not depend on the draws. The one-at-a-time side searches only the first
 ``--sequential-trees`` questions (its rate per simulation does not depend on how many).
 
 The policy: by default a random tiny Llama whose output head leans towards the stop tags, so
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.method.search_tree import iter_paths
@@ -61,8 +63,23 @@ def biased_tiny_model(tokenizer: Any, size: str) -> torch.nn.Module:
     return model
 
 
+def count_policy_tokens(engine: RolloutEngine, counter: list[int]) -> None:
+    """Add to ``counter[0]`` the policy tokens (env mask 1) of every trajectory ``engine`` returns."""
+    rollout = engine.rollout
+
+    def counted(*args: Any, **kwargs: Any) -> list[Any]:
+        trajectories = rollout(*args, **kwargs)
+        counter[0] += sum(sum(t.env_mask) for t in trajectories)
+        return trajectories
+
+    engine.rollout = counted  # type: ignore[method-assign]
+
+
 def run_side(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list[Record], cfg: MCTSConfig) -> dict[str, float]:
     search = TreeSearch(model, tokenizer, retriever, cfg)
+    tokens = [0]
+    count_policy_tokens(search.expander, tokens)
+    count_policy_tokens(search.simulator, tokens)
     start = time.perf_counter()
     trees = search.run(records)
     seconds = time.perf_counter() - start
@@ -74,6 +91,8 @@ def run_side(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list
         "seconds": seconds,
         "sim_per_s": sims / seconds,
         "nodes_per_tree": nodes / len(trees),
+        "policy_tokens": tokens[0],
+        "tokens_per_s": tokens[0] / seconds,
     }
 
 
@@ -84,6 +103,13 @@ def main() -> None:
     ap.add_argument("--simulations", type=int, default=3)
     ap.add_argument("--k", type=int, default=5, help="candidates per expansion")
     ap.add_argument("--max-depth", type=int, default=4)
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="search seeds per side, totals summed: a batched turn lasts as long as its longest action, so one "
+        "seed's draws move the batched side's time by a third",
+    )
     ap.add_argument("--max-action-tokens", type=int, default=32)
     ap.add_argument("--size", default="tiny", help="random model size (without --policy)")
     ap.add_argument("--policy", type=Path, default=None, help="a trained policy checkpoint instead of the random model")
@@ -128,28 +154,46 @@ def main() -> None:
         records[:2],
         MCTSConfig(**(common | {"simulations": 1}), trees_per_batch=2, rollout=engine(160)),
     )
-    batched = run_side(
-        model,
-        tokenizer,
-        retriever,
-        records,
-        MCTSConfig(**common, trees_per_batch=args.trees, rollout=engine(args.trees * args.k)),
-    )
-    single = run_side(
-        model, tokenizer, retriever, records[: args.sequential_trees], MCTSConfig(**common, trees_per_batch=1, rollout=engine(1))
-    )
+
+    def side(trees: list[Record], trees_per_batch: int, batch_size: int) -> dict[str, float]:
+        """One side over ``--seeds`` search seeds, totals summed (rates: totals over total seconds)."""
+        runs = [
+            run_side(
+                model,
+                tokenizer,
+                retriever,
+                trees,
+                MCTSConfig(**common, trees_per_batch=trees_per_batch, rollout=engine(batch_size), seed=seed),
+            )
+            for seed in range(args.seeds)
+        ]
+        total = {k: sum(r[k] for r in runs) for k in ("trees", "simulations", "seconds", "policy_tokens")}
+        nodes = sum(r["nodes_per_tree"] * r["trees"] for r in runs)
+        return total | {
+            "sim_per_s": total["simulations"] / total["seconds"],
+            "tokens_per_s": total["policy_tokens"] / total["seconds"],
+            "nodes_per_tree": nodes / total["trees"],
+        }
+
+    batched = side(records, args.trees, args.trees * args.k)
+    single = side(records[: args.sequential_trees], 1, 1)
     ratio = batched["sim_per_s"] / single["sim_per_s"]
+    token_ratio = batched["tokens_per_s"] / single["tokens_per_s"]
     device = next(model.parameters()).device
     print(
         f"policy {'random ' + args.size if args.policy is None else args.policy}, {device}, {torch.get_num_threads()} thread(s); "
         f"{args.simulations} simulations per tree, K={args.k}, depth {args.max_depth}"
     )
-    print(f"{'side':<14}{'trees':>6}{'sims':>6}{'seconds':>9}{'sim/s':>9}{'nodes/tree':>12}")
+    print(f"{'side':<14}{'trees':>6}{'sims':>6}{'seconds':>9}{'sim/s':>9}{'nodes/tree':>12}{'tokens':>8}{'tokens/s':>10}")
     for name, r in (("batched", batched), ("one-at-a-time", single)):
         print(
             f"{name:<14}{r['trees']:>6}{r['simulations']:>6}{r['seconds']:>9.2f}{r['sim_per_s']:>9.2f}{r['nodes_per_tree']:>12.1f}"
+            f"{r['policy_tokens']:>8}{r['tokens_per_s']:>10.0f}"
         )
     print(f"batched / one-at-a-time: {ratio:.2f}x (target >= 4x at {args.trees} trees: {'met' if ratio >= 4 else 'NOT met'})")
+    print(
+        f"policy tokens per second, batched / one-at-a-time: {token_ratio:.2f}x (independent of how long the sampled actions are)"
+    )
     if args.out:
         args.out.write_text(
             json.dumps(
@@ -157,6 +201,7 @@ def main() -> None:
                     "batched": batched,
                     "one_at_a_time": single,
                     "ratio": ratio,
+                    "token_ratio": token_ratio,
                     "args": vars(args) | {"policy": str(args.policy), "world": str(args.world), "out": str(args.out)},
                 },
                 indent=2,

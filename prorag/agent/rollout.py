@@ -273,34 +273,57 @@ class RolloutEngine:
         if streams is not None:
             streams.reserve(held, cfg.max_action_tokens)
         tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
+        # An action closed by one of these, with actions left, goes on after the environment's reply.
+        going_on = torch.tensor(
+            [t for t in (subquery_close, subanswer_close) if t not in self.eos_ids and t != self.tag_ids[ANSWER_CLOSE]],
+            dtype=torch.long,
+            device=dev,
+        )
 
         while True:
             # ---- decode until every active row has closed its action (or hit a cap)
+            turn_rows = list(held)
+            turn_ids: dict[int, list[int]] = {i: [] for i in held}
+            turn_lps: dict[int, list[float]] = {i: [] for i in held}
             step_tok, step_lp, step_on = [], [], []
             n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
+            last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+            ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
             while True:
                 step_tok.append(tok)
                 step_lp.append(lp)
                 step_on.append(decoding)
                 n_tok += decoding.long()
-                decoding = decoding & ~(torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
+                stopped = decoding & (torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
+                decoding = decoding & ~stopped
                 if not bool(decoding.any()):
                     break
+                ended |= stopped & (last_action | ~torch.isin(tok, going_on))
+                if state.can_drop and should_drop(int(ended.sum()), len(held)):
+                    # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
+                    move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+                    step_tok, step_lp, step_on = [], [], []
+                    keep = (~ended).nonzero().squeeze(-1)
+                    state.select(keep.tolist())
+                    held = [held[j] for j in keep.tolist()]
+                    held_ids = held_ids[keep]
+                    tok, decoding, n_tok, last_action = tok[keep], decoding[keep], n_tok[keep], last_action[keep]
+                    ended = ended[keep]
                 logits = state.feed_step(tok, decoding)
                 tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
 
             # ---- turn boundary: move this turn's tokens to the rows, decide what comes next
-            toks, lps, ons = (torch.stack(x, 1).cpu().tolist() for x in (step_tok, step_lp, step_on))
+            move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
             searches: list[int] = []
             capped: list[int] = []  # rows the action cap ended this turn that still get the environment's reply
-            for j, i in enumerate(held):
-                ids = [t for t, on in zip(toks[j], ons[j], strict=True) if on]
+            for i in turn_rows:
+                ids = turn_ids[i]
                 if not ids:
                     continue
                 row = rows[i]
                 row.completion.extend(ids)
                 row.mask.extend([1] * len(ids))
-                row.logprobs.extend(x for x, on in zip(lps[j], ons[j], strict=True) if on)
+                row.logprobs.extend(turn_lps[i])
                 row.n_actions += 1
                 last = ids[-1]
                 # </answer> first: policies list it among their EOS ids too.
@@ -424,6 +447,33 @@ class RolloutEngine:
             valid=parsed.valid and stop_reason in ("answer", "eos"),
             metadata={"partition": record.partition} if record.partition else {},
         )
+
+
+def should_drop(ended: int, held: int) -> bool:
+    """Whether to drop the rows whose trajectory has ended in the middle of a turn: when they
+    are at least a quarter of the batch. Until the turn's longest action closes, every held row
+    is fed at every step; with 160 rows and a 32-token cap, a sampled batch fed about eight
+    positions per token it kept (benchmarks/mcts.py). Dropping copies the cache's rows, so it
+    waits until enough rows have left to pay for the copy."""
+    return ended > 0 and 4 * ended >= held
+
+
+def move_turn_tokens(
+    held: Sequence[int],
+    step_tok: list[torch.Tensor],
+    step_lp: list[torch.Tensor],
+    step_on: list[torch.Tensor],
+    turn_ids: dict[int, list[int]],
+    turn_lps: dict[int, list[float]],
+) -> None:
+    """Append the decoded steps (``(B,)`` tensors, one per step, rows as in ``held``) to each
+    row's tokens and log-probabilities of this turn, keeping only the steps it decoded."""
+    if not step_tok:
+        return
+    toks, lps, ons = (torch.stack(x, 1).cpu().tolist() for x in (step_tok, step_lp, step_on))
+    for j, i in enumerate(held):
+        turn_ids[i].extend(t for t, on in zip(toks[j], ons[j], strict=True) if on)
+        turn_lps[i].extend(x for x, on in zip(lps[j], ons[j], strict=True) if on)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -1,6 +1,8 @@
 """Sampling one token per row: top-p, greedy, and per-row random streams.
 
-By default one generator samples a whole batch (``torch.multinomial``). With per-row seeds
+Every token comes from one uniform per row by inverse-CDF sampling (a cumulative sum and a
+binary search: on a CPU about twenty times faster than ``torch.multinomial`` for 160 rows of a
+4,096-token vocabulary). By default one generator draws the batch's uniforms. With per-row seeds
 every row has its own stream (:class:`RowStreams`: uniforms drawn in blocks, one gather per
 step, inverse-CDF sampling), so a row samples the same trajectory whatever rows share its
 batch: what makes a distributed RL run sample what one process would. The log-probability
@@ -28,10 +30,10 @@ def sample_next(
     The log-probability is taken under ``softmax(logits / temperature)`` before top-p
     filtering (greedy: ``softmax(logits)``), the distribution a trainer recomputes.
 
-    The randomness comes from ``generator`` (``torch.multinomial`` over the whole batch), or,
-    when ``uniforms`` (``(B,)``, in ``[0, 1)``) is given, from one number per row
-    (:func:`inverse_cdf_sample`): then a row's token depends on its own logits and uniform only,
-    which is what per-row random streams (:class:`RowStreams`) need.
+    Each row's token comes from one uniform (:func:`inverse_cdf_sample`): drawn for the batch
+    from ``generator``, or given as ``uniforms`` (``(B,)``, in ``[0, 1)``); then a row's token
+    depends on its own logits and uniform only, which is what per-row random streams
+    (:class:`RowStreams`) need. Top-p: :func:`top_p_filter`.
     """
     logits = logits.float()
     if greedy:
@@ -41,16 +43,42 @@ def sample_next(
     logp = torch.log_softmax(logits / temperature, dim=-1)
     probs = logp.exp()
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always survives).
-        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = top_p_filter(probs, top_p)
     if uniforms is None:
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    else:
-        tokens = inverse_cdf_sample(probs, uniforms)
+        uniforms = torch.rand(probs.size(0), generator=generator, device=probs.device)
+    tokens = inverse_cdf_sample(probs, uniforms)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def descending_values(probs: torch.Tensor) -> torch.Tensor:
+    """Each row of ``probs`` sorted in descending order, values only. On a CPU, numpy's sort of
+    the values is about five times faster than ``torch.sort``, which always computes the
+    permutation too (37 ms against 7 ms for 160 rows of 4,096 on one thread)."""
+    if probs.device.type == "cpu":
+        import numpy as np
+
+        return torch.from_numpy(np.ascontiguousarray(np.sort(probs.numpy(), axis=-1)[:, ::-1]))
+    return probs.sort(dim=-1, descending=True).values
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` (``(B, V)``) with every token outside each row's nucleus set to 0: the smallest
+    set of most likely tokens whose mass reaches ``top_p`` (the most likely token always stays).
+
+    The nucleus needs the sorted values, not the permutation: its size ``m`` comes from their
+    cumulative sum, and the tokens kept are those above the ``m``-th value, plus as many tokens
+    equal to it (the first ones by index) as make ``m``. The sizes, and the masses summed, are
+    those of a full ``sort``; where probabilities tie at the threshold, which of the tied tokens
+    stay is fixed by index here and arbitrary in a sort.
+    """
+    sorted_p = descending_values(probs)
+    size = ((sorted_p.cumsum(-1) - sorted_p) < top_p).sum(-1, keepdim=True).clamp(min=1)
+    threshold = sorted_p.gather(-1, size - 1)
+    above = probs > threshold
+    tied = probs == threshold
+    room = size - above.sum(-1, keepdim=True)
+    keep = above | (tied & (tied.long().cumsum(-1) <= room))
+    return probs.masked_fill(~keep, 0.0)
 
 
 def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

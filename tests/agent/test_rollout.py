@@ -202,6 +202,46 @@ def test_row_seeds_make_a_rows_sample_independent_of_its_batch(
         engine.rollout(records[:2], row_seeds=[1])
 
 
+@pytest.mark.parametrize("max_actions", [1, 2], ids=["one-action", "two-actions"])
+def test_rows_that_end_mid_turn_leave_the_slot_cache_and_nothing_else_changes(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], max_actions: int, monkeypatch: Any
+) -> None:
+    """On the slot cache, rows whose trajectory ended leave the batch in the middle of a turn; with
+    per-row seeds every trajectory (tokens, masks, log-probabilities, stop reasons) is what the
+    model's own cache, which never drops a row, writes."""
+    import prorag.agent.rollout as rollout_module
+
+    drops: list[tuple[int, int]] = []
+    decide = rollout_module.should_drop
+
+    def counted(ended: int, held: int) -> bool:
+        if decide(ended, held):
+            drops.append((ended, held))
+            return True
+        return False
+
+    monkeypatch.setattr(rollout_module, "should_drop", counted)
+    model = _tiny_llama(world_tokenizer)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=max_actions, batch_size=12, temperature=1.0)
+    seeds = [11 + 5 * i for i in range(12)]
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    slot = engine.rollout(records, row_seeds=seeds)
+    assert drops, "some rows should end while others still decode"
+    engine.static_cache = False
+    reference = engine.rollout(records, row_seeds=seeds)
+    for a, b in zip(slot, reference, strict=True):
+        assert (a.completion_ids, a.env_mask, a.stop_reason) == (b.completion_ids, b.env_mask, b.stop_reason)
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
+    assert len({len(t.completion_ids) for t in slot}) > 1
+
+
+def test_should_drop_waits_for_a_quarter_of_the_batch() -> None:
+    from prorag.agent.rollout import should_drop
+
+    assert [should_drop(e, 8) for e in (0, 1, 2, 3)] == [False, False, True, True]
+    assert should_drop(1, 1) and not should_drop(0, 1)
+
+
 def _logprob_drift(model: torch.nn.Module, trajs: list[Trajectory]) -> float:
     """Largest gap between recorded log-probabilities of model-written tokens and a clean forward."""
     worst = 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from prorag.agent.sampling import RowStreams, inverse_cdf_sample, sample_next
+from prorag.agent.sampling import RowStreams, inverse_cdf_sample, sample_next, top_p_filter
 
 
 def test_row_streams_advance_only_live_rows_and_inverse_cdf_respects_zeros() -> None:
@@ -38,3 +38,24 @@ def test_sample_next_top_p_and_greedy() -> None:
     # Log-probabilities are those of the temperature-scaled distribution.
     _, lp2 = sample_next(logits, temperature=2.0, top_p=1.0, greedy=False, generator=torch.Generator().manual_seed(1))
     assert lp2.item() > torch.log(torch.tensor(0.05)).item()
+
+
+def full_sort_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The reference: every row sorted in full, the smallest prefix reaching ``top_p`` kept."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    kept = sorted_p.masked_fill((sorted_p.cumsum(-1) - sorted_p) >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, kept)
+
+
+def test_top_p_filter_by_hand_with_ties_and_equal_to_a_full_sort() -> None:
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3], [0.25, 0.25, 0.3, 0.2], [0.25, 0.25, 0.25, 0.25]])
+    # Row 0: 0.5 + 0.3 reaches 0.7, tokens 1 and 3 stay. Row 1: 0.3 + 0.25 + 0.25 reaches it, the
+    # 0.2 goes. Row 2: three tokens of 0.25 reach it; of the four tied ones, the first three stay.
+    expected = torch.tensor([[0.0, 0.5, 0.0, 0.3], [0.25, 0.25, 0.3, 0.0], [0.25, 0.25, 0.25, 0.0]])
+    assert torch.equal(top_p_filter(probs, 0.7), expected)
+    assert torch.equal(top_p_filter(probs, 1e-9), torch.tensor([[0.0, 0.5, 0, 0], [0, 0, 0.3, 0], [0.25, 0, 0, 0]]))
+    g = torch.Generator().manual_seed(0)
+    scale = torch.tensor([[8.0], [4.0], [1.0], [0.1]]).repeat(10, 1)  # peaked rows to nearly uniform ones
+    probs = torch.softmax(torch.randn(40, 500, generator=g) * scale, dim=-1)
+    for top_p in (0.5, 0.9, 0.95, 1.0):
+        assert torch.equal(top_p_filter(probs, top_p), full_sort_nucleus(probs, top_p)), top_p

@@ -73,7 +73,9 @@ def corpus_build(
 def world(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
-    size: Annotated[str, typer.Option(help="tiny (tests), demo (CPU demo), wide (the demo with 60 training worlds), large.")] = "demo",
+    size: Annotated[
+        str, typer.Option(help="tiny (tests), demo (CPU demo), wide (the demo with 60 training worlds), large.")
+    ] = "demo",
     passages: Annotated[str, typer.Option(help="page (one passage per page) or fact (one per sentence, the demo's).")] = "page",
 ) -> None:
     """Generate the built-in fictional world: corpus.jsonl and train/dev/test record files.

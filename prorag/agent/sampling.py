@@ -57,7 +57,7 @@ def descending_values(probs: torch.Tensor) -> torch.Tensor:
     if probs.device.type == "cpu":
         import numpy as np
 
-        return torch.from_numpy(np.ascontiguousarray(np.sort(probs.numpy(), axis=-1)[:, ::-1]))
+        return torch.from_numpy(np.ascontiguousarray(np.sort(probs.detach().numpy(), axis=-1)[:, ::-1]))
     return probs.sort(dim=-1, descending=True).values
 
 

@@ -62,13 +62,15 @@ def main() -> None:
     samples = RolloutEngine(model, tokenizer, retriever, config).rollout([r for r in records for _ in range(g)], seed=args.seed)
 
     kinds: Counter[str] = Counter()
-    sampled_right = 0
+    sampled_right = greedy_right = 0
     for i, record in enumerate(records):
         right = sum(int(exact_match(t.answer or "", record.golden_answers)) for t in samples[i * g : (i + 1) * g])
+        greedy_ok = bool(exact_match(greedy[i].answer or "", record.golden_answers))
         sampled_right += right
-        kinds[group_kind(bool(exact_match(greedy[i].answer or "", record.golden_answers)), right, g)] += 1
+        greedy_right += greedy_ok
+        kinds[group_kind(greedy_ok, right, g)] += 1
     n = len(records)
-    greedy_em = sum(v for k, v in kinds.items() if k.startswith("greedy right")) / n
+    greedy_em = greedy_right / n
     print(f"{n} questions of {args.run / 'splits' / args.split}.jsonl, G {g}, temperature {args.temperature}")
     for kind, count in sorted(kinds.items()):
         print(f"  {kind:28s} {count:4d}  {100 * count / n:5.1f}%")

@@ -76,6 +76,7 @@ def count_policy_tokens(engine: RolloutEngine, counter: list[int]) -> None:
 
 
 def run_side(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list[Record], cfg: MCTSConfig) -> dict[str, float]:
+    """One search of ``records`` with ``cfg``: its totals (trees, simulations, seconds, nodes, policy tokens)."""
     search = TreeSearch(model, tokenizer, retriever, cfg)
     tokens = [0]
     count_policy_tokens(search.expander, tokens)
@@ -83,16 +84,12 @@ def run_side(model: Any, tokenizer: Any, retriever: BM25Retriever, records: list
     start = time.perf_counter()
     trees = search.run(records)
     seconds = time.perf_counter() - start
-    sims = sum(t.simulations for t in trees)
-    nodes = sum(1 for t in trees for _ in iter_paths(t.root))
     return {
         "trees": len(trees),
-        "simulations": sims,
+        "simulations": sum(t.simulations for t in trees),
         "seconds": seconds,
-        "sim_per_s": sims / seconds,
-        "nodes_per_tree": nodes / len(trees),
+        "nodes": sum(1 for t in trees for _ in iter_paths(t.root)),
         "policy_tokens": tokens[0],
-        "tokens_per_s": tokens[0] / seconds,
     }
 
 
@@ -167,12 +164,11 @@ def main() -> None:
             )
             for seed in range(args.seeds)
         ]
-        total = {k: sum(r[k] for r in runs) for k in ("trees", "simulations", "seconds", "policy_tokens")}
-        nodes = sum(r["nodes_per_tree"] * r["trees"] for r in runs)
+        total = {k: sum(r[k] for r in runs) for k in runs[0]}
         return total | {
             "sim_per_s": total["simulations"] / total["seconds"],
             "tokens_per_s": total["policy_tokens"] / total["seconds"],
-            "nodes_per_tree": nodes / total["trees"],
+            "nodes_per_tree": total["nodes"] / total["trees"],
         }
 
     batched = side(records, args.trees, args.trees * args.k)

@@ -282,8 +282,7 @@ class RolloutEngine:
 
         while True:
             # ---- decode until every active row has closed its action (or hit a cap)
-            turn_rows = list(held)
-            turn_ids: dict[int, list[int]] = {i: [] for i in held}
+            turn_ids: dict[int, list[int]] = {i: [] for i in held}  # every row held when the turn began
             turn_lps: dict[int, list[float]] = {i: [] for i in held}
             step_tok, step_lp, step_on = [], [], []
             n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
@@ -316,8 +315,7 @@ class RolloutEngine:
             move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
             searches: list[int] = []
             capped: list[int] = []  # rows the action cap ended this turn that still get the environment's reply
-            for i in turn_rows:
-                ids = turn_ids[i]
+            for i, ids in turn_ids.items():
                 if not ids:
                     continue
                 row = rows[i]

@@ -243,6 +243,24 @@ def fingerprint(value: Any, root: Path | None = None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+#: Settings added after run folders with stage markers existed, each with the value that does what
+#: those runs did: a marker fingerprinted before the field existed still matches while the field
+#: keeps that value (any other value is a changed setting, as usual).
+LATER_FIELDS: dict[str, Any] = {"question_filter": "none", "screening_file": None}
+
+
+def without_later_fields(value: Any) -> Any:
+    """A config (dataclass or plain data) as plain data without the :data:`LATER_FIELDS` that hold
+    their old-behaviour value: what its fingerprint was before those fields existed."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {k: without_later_fields(v) for k, v in value.items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+    if isinstance(value, list | tuple):
+        return [without_later_fields(v) for v in value]
+    return value
+
+
 def write_resolved_config(config: PipelineConfig, path: Path) -> None:
     """The config every stage ran with, as YAML that :func:`~prorag.core.config.load_config` reads back."""
     with atomic_writer(path) as f:
@@ -426,8 +444,11 @@ class Run:
                     f"or delete {marker} and the stage's outputs to redo it"
                 )
             # Markers written before fingerprints were relative to the run folder hash its absolute
-            # paths: they still match while the folder has not moved.
-            if done.get("fingerprint") != key and done.get("fingerprint") != fingerprint(settings):
+            # paths: they still match while the folder has not moved; markers written before a
+            # LATER_FIELDS setting existed match while it keeps its old-behaviour value.
+            earlier = without_later_fields(settings)
+            accepted = {key, fingerprint(settings), fingerprint(earlier, root=self.dir), fingerprint(earlier)}
+            if done.get("fingerprint") not in accepted:
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "
                     f"or delete {marker} and the stage's outputs to redo it"
@@ -626,6 +647,10 @@ def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> 
         process_reward="prm" if process else "none",
         beta=beta if process else 0.0,
         seed=seed,
+        # With question_filter, the arms of one seed share one screening (same policy, same seed).
+        screening_file=str(run.path("rl", f"screening-{init}-seed{seed}.jsonl"))
+        if run.config.rl.question_filter != "none"
+        else run.config.rl.screening_file,
         # The held-out curve (eval_every) reads the dev split unless the config names a dev file.
         eval_file=run.config.rl.eval_file or (str(run.path("splits", "dev.jsonl")) if run.config.rl.eval_every else None),
     )
@@ -912,6 +937,7 @@ def demo_config(quick: bool = False) -> PipelineConfig:
 
 __all__ = [
     "CONFIG_SCHEMA",
+    "LATER_FIELDS",
     "LABELS",
     "RL_SYSTEMS",
     "DEFAULT_SYSTEMS",
@@ -925,6 +951,7 @@ __all__ = [
     "demo_config",
     "fingerprint",
     "rl_config",
+    "without_later_fields",
     "system_eval_config",
     "non_default_fields",
     "resolve",

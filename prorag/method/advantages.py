@@ -104,6 +104,22 @@ def agreeing_group_share(values: torch.Tensor, group_ids: torch.Tensor) -> float
     return float(_agreeing(values.to(torch.float32), index, n_groups).float().mean())
 
 
+def disagreeing_groups(values: torch.Tensor, group_ids: torch.Tensor) -> list[int]:
+    """The ids of the groups whose values do not all agree, ascending (``values`` and
+    ``group_ids`` ``(N,)``).
+
+    Over exact match these are the questions with a pass rate strictly between 0 and 1: the
+    only ones where outcome-only GRPO has a non-zero advantage (DAPO's dynamic-sampling
+    criterion; :func:`agreeing_group_share` is the share of the others)."""
+    if values.dim() != 1 or group_ids.shape != values.shape:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    if values.numel() == 0:
+        return []
+    ids, index = torch.unique(group_ids, return_inverse=True)
+    agree = _agreeing(values.to(torch.float32), index, ids.numel())
+    return [int(g) for g in ids[~agree]]
+
+
 def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:
     """Plain GRPO: each trajectory's outcome reward standardised within its group, ``(B,)``
     (the same value then goes to every generated token of the trajectory)."""

@@ -13,7 +13,7 @@ because a group may span them; ``</answer>`` counts as EOS. Rows sample from str
 (seed, step, global row), so N processes train as one (``test_one_and_two_processes_train_alike``).
 Keep RL questions disjoint from SFT's (``exclude_ids_from``): an all-correct group has no signal.
 Writes ``rl_config.json``, ``checkpoints/``, ``metrics.jsonl``, ``learning_curve.csv``, ``policy/``
-(and ``dev_eval/step-N/`` with ``eval_every``).
+(and ``dev_eval/step-N/`` with ``eval_every``, ``screening.jsonl`` with ``question_filter``).
 
 Diagnostics logged per step: ``clip_fraction`` (share of policy tokens whose ratio left the clip
 region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 0 whenever
@@ -38,6 +38,7 @@ import copy
 import csv
 import functools
 import hashlib
+import json
 import logging
 import math
 import time
@@ -77,6 +78,7 @@ from prorag.method.rewards.outcome import (
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.retrieval.base import Retriever
+from prorag.stages.question_filter import QUESTION_FILTERS, screen_questions
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,22 @@ class RLConfig(TrainingConfig):
         help="JSONL files whose questions are dropped from `train_file`: each row's `question_id`, else its `id` "
         "(record files, SFT trajectory files, step-pair files).",
     )
-    limit: int | None = setting(None, help="Only the first N questions (after the exclusion).")
+    limit: int | None = setting(
+        None, help="Only the first N questions (after the exclusion; with `question_filter`, the first N kept)."
+    )
+    question_filter: str = setting(
+        "none",
+        help="`mixed`: before training, sample `group_size` trajectories per question from the initial policy and "
+        "keep only questions whose EM outcomes disagree (DAPO's dynamic sampling, done once: all-right and "
+        "all-wrong groups give outcome GRPO zero advantage); screens in order until `limit` are kept; rows in "
+        "`screening_file`. See prorag/stages/question_filter.py. `none`: every question.",
+    )
+    screening_file: str | None = setting(
+        None,
+        help="Where `question_filter` keeps its screening rows (default RUN/screening.jsonl). RL runs from one "
+        "policy with one seed can share a file (the pipeline's arms of a seed do): a row is reused only when it "
+        "was sampled under the same key (policy, seed, group size, rollout settings).",
+    )
     index: str | None = setting(None, help="Retrieval index folder or `http(s)://` URL (open_retriever).")
 
     # --- rollouts
@@ -232,6 +249,7 @@ class RLConfig(TrainingConfig):
             "process_norm": PROCESS_NORMS,
             "prm_scope": PRM_SCOPES,
             "loss_aggregation": PPO_AGGREGATIONS,
+            "question_filter": QUESTION_FILTERS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -286,6 +304,13 @@ def rl_records(records: Sequence[Record], exclude: set[str], limit: int | None =
     """The RL questions: ``records`` minus the ids in ``exclude``, then the first ``limit``."""
     kept = [r for r in records if r.id not in exclude]
     return kept[:limit] if limit is not None else kept
+
+
+def screening_key(config: RLConfig) -> str:
+    """What a screening row was sampled under: the policy, the seed, G and the rollout settings
+    (a digest), so that a shared ``screening_file`` never serves rows of another policy or setting."""
+    what = {"policy": config.policy, "seed": config.seed, "group_size": config.group_size, "rollout": asdict(config.rollout)}
+    return hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
 def rl_dataset(records: Sequence[Record]) -> Any:
@@ -938,7 +963,8 @@ def train_rl(
             raise ValueError("no RL questions: pass `records` or set `train_file`")
         records = read_records(config.train_file)
     before = len(records)
-    records = rl_records(records, excluded_ids(config.exclude_ids_from), config.limit)
+    screening = config.question_filter != "none"
+    records = rl_records(records, excluded_ids(config.exclude_ids_from), None if screening else config.limit)
     if before != len(records):
         log.info("RL questions: %d of %d kept (exclusions and limit)", len(records), before)
     if not records:
@@ -968,6 +994,23 @@ def train_rl(
 
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "rl_config.json", asdict(config))
+    if screening:
+        records = screen_questions(
+            records,
+            model,
+            tokenizer,
+            retriever,
+            config.rollout_config(),
+            group_size=config.group_size,
+            seed=config.seed,
+            keep=config.limit,
+            path=config.screening_file or run / "screening.jsonl",
+            key=screening_key(config),
+        )
+        if not records:
+            raise ValueError(
+                f"question_filter={config.question_filter!r} kept no RL question (see {config.screening_file or run / 'screening.jsonl'})"
+            )
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")
     out = run / "policy"
@@ -996,6 +1039,7 @@ __all__ = [
     "rl_training_args",
     "row_seed",
     "score_batch",
+    "screening_key",
     "train_rl",
     "write_learning_curve",
 ]

@@ -3,6 +3,7 @@ boundary and in the middle of a stage) to the same final metrics as an uninterru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -260,6 +261,27 @@ def test_a_moved_run_folder_still_matches_its_markers(tmp_path: Path) -> None:
     assert calls == ["first"]
 
 
+def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_old_value(tmp_path: Path) -> None:
+    """An RL stage fingerprinted before ``question_filter`` existed is skipped while the new
+    field keeps its old-behaviour value (``none``), and counts as changed with any other."""
+    from prorag.experiments.pipeline import LATER_FIELDS, Run, fingerprint, without_later_fields
+    from prorag.stages.rl import RLConfig
+
+    assert LATER_FIELDS["question_filter"] == "none"
+    config = RLConfig(learning_rate=2e-4)
+    before = {k: v for k, v in dataclasses.asdict(config).items() if k not in LATER_FIELDS}
+    assert without_later_fields(config) == before
+    (tmp_path / "stages").mkdir()
+    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    calls: list[str] = []
+    run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
+    run.stage("rl-grpo-seed0", config, lambda: calls.append("rerun"))
+    assert calls == []
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("rl-grpo-seed0", dataclasses.replace(config, question_filter="mixed"), lambda: calls.append("mixed"))
+
+
 def test_non_default_fields_round_trip() -> None:
     cfg = replace(demo_config(), seeds=[0, 1, 2])
     again = PipelineConfig(**{})  # defaults
@@ -331,3 +353,19 @@ def test_quick_demo_runs_end_to_end_and_prints_its_measured_table(tmp_path: Path
         assert (run / "stages" / f"{stage}.json").exists(), stage
     assert (run / "report.html").exists() and "(EM, n=100)" in (run / "report.md").read_text()  # t-tests vs ProRAG
     assert read_json(run / "policies" / "rft" / "rft_counts.json")["samples"] == 64 * 4
+
+
+def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
+    """With ``question_filter``, every RL run from one initial policy and seed (an ablation's arms)
+    reads one screening file; another seed or policy has its own; without it none is set."""
+    from prorag.experiments.pipeline import Run, rl_config
+
+    base = PipelineConfig()
+    run = Run(tmp_path, replace(base, rl=replace(base.rl, question_filter="mixed")), progress=lambda _: None)
+    grpo = rl_config(run, "rft", process=False, beta=0.3, seed=2)
+    prorag = rl_config(run, "rft", process=True, beta=0.3, seed=2)
+    assert grpo.screening_file == prorag.screening_file == str(tmp_path / "rl" / "screening-rft-seed2.jsonl")
+    assert rl_config(run, "rft", process=False, beta=0.3, seed=3).screening_file != grpo.screening_file
+    assert rl_config(run, "sft", process=True, beta=0.3, seed=2).screening_file != grpo.screening_file
+    plain = Run(tmp_path, base, progress=lambda _: None)
+    assert rl_config(plain, "rft", process=False, beta=0.3, seed=2).screening_file is None

@@ -13,6 +13,7 @@ from prorag.method.advantages import (
     agreeing_group_share,
     broadcast_to_tokens,
     cpgrpo_advantages,
+    disagreeing_groups,
     dual_granularity_advantages,
     group_normalize,
     grpo_advantages,
@@ -194,3 +195,16 @@ def test_agreeing_group_share_counts_groups_with_nothing_to_compare() -> None:
     assert agreeing_group_share(torch.tensor([]), torch.tensor([], dtype=torch.long)) == 0.0
     with pytest.raises(ValueError, match="must be equal 1-D shapes"):
         agreeing_group_share(values, groups[:3])
+
+
+def test_disagreeing_groups_are_the_groups_with_an_outcome_signal() -> None:
+    # Same rows as above: only group 3 (values 1.0 and 0.0) disagrees; a one-row group agrees.
+    values = torch.tensor([0.2, 1.0, 0.2, 0.0, 1.0, 1.0, 0.2, 0.5])
+    groups = torch.tensor([7, 3, 7, 3, 5, 5, 7, 9])
+    assert disagreeing_groups(values, groups) == [3]
+    # Two disagreeing groups come back ascending, whatever the row order.
+    em = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    assert disagreeing_groups(em, torch.tensor([8, 2, 8, 2, 4, 4])) == [2, 8]
+    assert disagreeing_groups(torch.tensor([]), torch.tensor([], dtype=torch.long)) == []
+    with pytest.raises(ValueError, match="must be equal 1-D shapes"):
+        disagreeing_groups(values, groups[:3])

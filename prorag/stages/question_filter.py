@@ -1,0 +1,121 @@
+"""Which RL questions to train on: screening by the initial policy's pass rate.
+
+Outcome-only GRPO learns nothing from a question whose G samples are all right or all wrong:
+every advantage in the group is 0. On the built-in worlds 70-80% of the groups agree (the
+``groups_em_agree`` the RL stage logs), so most of each rollout batch is generated and then
+discarded by the advantage, and the few informative groups are diluted in the token-mean loss.
+DAPO's remedy (Yu et al., 2025, "dynamic sampling") over-samples and keeps only the groups
+whose outcomes disagree. This module does the same once, before training: every candidate
+question gets ``group_size`` samples from the initial policy at the RL rollout settings, and
+``question_filter: mixed`` keeps the questions with a pass rate strictly between 0 and 1.
+
+The choice made: screening once is far cheaper than DAPO's per-step over-sampling (one
+generation pass over the questions actually screened, stopped as soon as ``limit`` questions
+are kept) and keeps TRL's batch shapes fixed; its cost is that the pass rates are those of
+pi_init, not of the policy as it learns. It is an outcome criterion: it also drops the
+all-wrong questions, where a process reward is the only signal, so it favours outcome-only
+training; compare arms on one screened set (same seed, same initial policy: same set).
+
+Screening results are appended (flushed) to ``screening.jsonl`` in the run folder (or the
+config's ``screening_file``), one row per question (``id``, ``key``, ``em`` of each sample,
+``kept``); a resumed run, or another run with the same key, re-screens nothing already there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.core.metrics import exact_match
+from prorag.data.jsonl import JsonlAppender, read_jsonl
+from prorag.data.records import Record
+from prorag.method.advantages import disagreeing_groups
+from prorag.method.rewards.outcome import trajectory_answer
+
+log = logging.getLogger(__name__)
+
+#: The values of ``RLConfig.question_filter``.
+QUESTION_FILTERS: tuple[str, ...] = ("none", "mixed")
+
+#: The optimiser step that :func:`~prorag.stages.rl.row_seed` keys the screening's streams by:
+#: before the first step, so no training row ever shares a stream with a screening sample.
+SCREENING_STEP = -1
+
+
+def mixed_questions(em: Sequence[Sequence[float]]) -> list[bool]:
+    """For each question's sample EMs, whether they disagree (some right, some wrong)."""
+    values = torch.tensor([v for row in em for v in row], dtype=torch.float32)
+    groups = torch.tensor([q for q, row in enumerate(em) for _ in row], dtype=torch.long)
+    mixed = set(disagreeing_groups(values, groups))
+    return [q in mixed for q in range(len(em))]
+
+
+def screen_questions(
+    records: Sequence[Record],
+    model: Any,
+    tokenizer: Any,
+    retriever: Any,
+    rollout: RolloutConfig,
+    *,
+    group_size: int,
+    seed: int,
+    keep: int | None = None,
+    path: str | Path | None = None,
+    key: str = "",
+    chunk_questions: int = 64,
+    progress: bool = True,
+) -> list[Record]:
+    """The questions of ``records`` whose ``group_size`` samples by ``model`` disagree on EM, in
+    order, at most ``keep`` of them (screening stops once that many are kept).
+
+    Questions are screened ``chunk_questions`` at a time; sample ``j`` of the ``i``-th candidate
+    samples from the stream ``row_seed(seed, SCREENING_STEP, i * group_size + j)``, so a question's
+    samples do not depend on the chunking or on what was screened before a resume. ``path``
+    (JSONL) holds the screening rows: those already there under the same ``key`` (what they were
+    sampled under, :func:`~prorag.stages.rl.screening_key`) are reused, new ones appended."""
+    from prorag.stages.rl import row_seed  # rl imports this module for its config
+
+    done: dict[str, list[float]] = {}
+    if path is not None and Path(path).exists():
+        rows = read_jsonl(path, tolerate_truncated_tail=True)
+        done = {str(row["id"]): [float(v) for v in row["em"]] for row in rows if row.get("key", "") == key}
+    engine = RolloutEngine(model, tokenizer, retriever, rollout)
+    kept: list[Record] = []
+    screened = 0
+    starts = range(0, len(records), chunk_questions)
+    appender = JsonlAppender(path) if path is not None else None
+    try:
+        for start in tqdm(starts, desc="rl screening", unit="chunk", disable=not progress):
+            if keep is not None and len(kept) >= keep:
+                break
+            chunk = list(records[start : start + chunk_questions])
+            todo = [(start + i, r) for i, r in enumerate(chunk) if r.id not in done]
+            if todo:
+                rows = [r for _, r in todo for _ in range(group_size)]
+                seeds = [row_seed(seed, SCREENING_STEP, i * group_size + j) for i, _ in todo for j in range(group_size)]
+                trajectories = engine.rollout(rows, row_seeds=seeds)
+                for k, (_, record) in enumerate(todo):
+                    ems = []
+                    for t in trajectories[k * group_size : (k + 1) * group_size]:
+                        answer = trajectory_answer(t, tokenizer)
+                        ems.append(exact_match(answer, list(record.golden_answers)) if answer is not None else 0.0)
+                    done[record.id] = ems
+                    if appender is not None:
+                        appender.append({"id": record.id, "key": key, "em": ems, "kept": mixed_questions([ems])[0]})
+            flags = mixed_questions([done[r.id] for r in chunk])
+            kept.extend(r for r, mixed in zip(chunk, flags, strict=True) if mixed)
+            screened += len(chunk)
+    finally:
+        if appender is not None:
+            appender.close()
+    log.info("RL screening: %d of %d screened questions have mixed outcomes", len(kept), screened)
+    return kept[:keep] if keep is not None else kept
+
+
+__all__ = ["QUESTION_FILTERS", "SCREENING_STEP", "mixed_questions", "screen_questions"]

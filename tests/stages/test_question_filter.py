@@ -1,0 +1,140 @@
+"""Screening the RL questions by the initial policy's pass rate (``question_filter: mixed``): the
+kept questions are exactly those whose samples disagree, a question's samples do not depend on
+the chunking, a resumed screening re-samples nothing, ``keep`` stops it early, and the RL stage
+trains on the kept questions only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.data.jsonl import read_jsonl, write_jsonl
+from prorag.data.records import Record, read_records
+from prorag.models.tiny import make_tiny_model
+from prorag.retrieval.bm25 import BM25Retriever
+from prorag.stages import question_filter, rl
+from prorag.stages.question_filter import mixed_questions, screen_questions
+from prorag.stages.rl import RLConfig, train_rl
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ROLLOUT = RolloutConfig(max_action_tokens=4, max_actions=1, max_completion_tokens=8, batch_size=64)
+
+
+def parity_answer(trajectory: Trajectory, tokenizer: Any) -> str:
+    """A stand-in answer reader: ``yes`` when the first sampled token id is odd. An untrained
+    model writes no answer tag, so the real reader would find every sample wrong."""
+    return "yes" if trajectory.completion_ids[0] % 2 else "no"
+
+
+@pytest.fixture
+def records(tiny_world: Path, monkeypatch: pytest.MonkeyPatch) -> list[Record]:
+    monkeypatch.setattr(question_filter, "trajectory_answer", parity_answer)
+    # Questions 0 and 3 can never be answered right: their groups always agree (all wrong).
+    golds = [["never"] if i in (0, 3) else ["yes"] for i in range(8)]
+    return [replace(r, golden_answers=g) for r, g in zip(read_records(tiny_world / "train.jsonl")[:8], golds, strict=True)]
+
+
+class CountingEngine(RolloutEngine):
+    """The rollout engine, counting the rows it samples."""
+
+    rows = 0
+
+    def rollout(self, records: Any, **kw: Any) -> list[Trajectory]:
+        CountingEngine.rows += len(records)
+        return super().rollout(records, **kw)
+
+
+def screen(records: list[Record], tokenizer: Any, retriever: BM25Retriever, **kw: Any) -> list[Record]:
+    model = make_tiny_model(tokenizer, seed=0)
+    return screen_questions(records, model, tokenizer, retriever, ROLLOUT, group_size=4, seed=3, progress=False, **kw)
+
+
+def test_mixed_questions_hand_computed() -> None:
+    assert mixed_questions([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0]]) == [True, False, False, True]
+    assert mixed_questions([]) == []
+
+
+def test_screening_keeps_the_disagreeing_questions_and_resumes(
+    tmp_path: Path,
+    records: list[Record],
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(question_filter, "RolloutEngine", CountingEngine)
+    path = tmp_path / "screening.jsonl"
+    kept = screen(records, world_tokenizer, tiny_retriever, path=path)
+    rows = list(read_jsonl(path))
+    assert [r["id"] for r in rows] == [r.id for r in records]
+    assert all(len(r["em"]) == 4 and set(r["em"]) <= {0.0, 1.0} for r in rows)
+    mixed = [r["id"] for r in rows if 0 < sum(r["em"]) < 4]
+    assert [r["kept"] for r in rows] == [r["id"] in mixed for r in rows]
+    assert [r.id for r in kept] == mixed
+    assert records[0].id not in mixed and records[3].id not in mixed
+    assert len(mixed) >= 3, "the parity answers should make most answerable groups mixed"
+    assert CountingEngine.rows == 4 * len(records)
+
+    # Chunking changes nothing: each sample's stream is keyed by (question, sample).
+    again = tmp_path / "chunked.jsonl"
+    screen(records, world_tokenizer, tiny_retriever, path=again, chunk_questions=3)
+    assert list(read_jsonl(again)) == rows
+
+    # A resumed screening samples only the questions missing from the file.
+    write_jsonl(path, rows[:5])
+    CountingEngine.rows = 0
+    assert [r.id for r in screen(records, world_tokenizer, tiny_retriever, path=path)] == mixed
+    assert CountingEngine.rows == 4 * (len(records) - 5)
+    assert list(read_jsonl(path)) == rows
+
+    # Rows sampled under another key (another policy or setting) are not reused.
+    CountingEngine.rows = 0
+    screen(records, world_tokenizer, tiny_retriever, path=path, key="other")
+    assert CountingEngine.rows == 4 * len(records)
+
+    # `keep` stops at the chunk where enough questions are kept.
+    first = screen(records, world_tokenizer, tiny_retriever, path=tmp_path / "one.jsonl", chunk_questions=1, keep=1)
+    assert [r.id for r in first] == mixed[:1]
+    assert len(list(read_jsonl(tmp_path / "one.jsonl"))) == [r.id for r in records].index(mixed[0]) + 1
+
+
+def test_rl_trains_on_the_screened_questions_only(
+    tmp_path: Path,
+    records: list[Record],
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str] = []
+    original = rl.EngineRollout.__call__
+
+    def recording(self: rl.EngineRollout, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        seen.extend(prompts)
+        return original(self, prompts, trainer)
+
+    monkeypatch.setattr(rl.EngineRollout, "__call__", recording)
+    cfg = RLConfig(
+        group_size=4,
+        per_device_batch_size=8,
+        rollout=ROLLOUT,
+        learning_rate=1e-3,
+        max_steps=1,
+        save_steps=1,
+        seed=3,
+        process_reward="none",
+        question_filter="mixed",
+        limit=2,
+    )
+    model = make_tiny_model(world_tokenizer, seed=0)
+    train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever)
+    rows = list(read_jsonl(tmp_path / "screening.jsonl"))
+    kept = [r["id"] for r in rows if r["kept"]][:2]
+    assert len(kept) == 2 and records[0].id not in kept  # not the first `limit` questions
+    questions = {r.id: r.question for r in records}
+    assert sorted(set(seen)) == sorted({questions[i] for i in kept})
+    with pytest.raises(ValueError, match="question_filter must be one of"):
+        RLConfig(question_filter="easy")

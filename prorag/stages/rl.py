@@ -995,18 +995,24 @@ def train_rl(
     run.mkdir(parents=True, exist_ok=True)  # only once the inputs passed their checks
     write_json(run / "rl_config.json", asdict(config))
     if screening:
-        records = screen_questions(
-            records,
-            model,
-            tokenizer,
-            retriever,
-            config.rollout_config(),
-            group_size=config.group_size,
-            seed=config.seed,
-            keep=config.limit,
-            path=config.screening_file or run / "screening.jsonl",
-            key=screening_key(config),
-        )
+        from accelerate import PartialState
+
+        # Under torchrun the main process screens and writes the rows; the others then find every
+        # row they need in the file (same key) and keep the same questions without sampling.
+        with PartialState().main_process_first():
+            records = screen_questions(
+                records,
+                model,
+                tokenizer,
+                retriever,
+                config.rollout_config(),
+                group_size=config.group_size,
+                seed=config.seed,
+                keep=config.limit,
+                path=config.screening_file or run / "screening.jsonl",
+                key=screening_key(config),
+                progress=PartialState().is_main_process,
+            )
         if not records:
             raise ValueError(
                 f"question_filter={config.question_filter!r} kept no RL question (see {config.screening_file or run / 'screening.jsonl'})"

@@ -24,7 +24,7 @@ config's ``screening_file``), one row per question (``id``, ``key``, ``em`` of e
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 #: The values of ``RLConfig.question_filter``.
 QUESTION_FILTERS: tuple[str, ...] = ("none", "mixed")
 
-#: The optimiser step that :func:`~prorag.stages.rl.row_seed` keys the screening's streams by:
-#: before the first step, so no training row ever shares a stream with a screening sample.
+#: The optimiser step that :func:`~prorag.stages.rl.row_seed` keys the RL stage's screening streams
+#: by: before the first step, so no training row ever shares a stream with a screening sample.
 SCREENING_STEP = -1
 
 
@@ -64,7 +64,7 @@ def screen_questions(
     rollout: RolloutConfig,
     *,
     group_size: int,
-    seed: int,
+    sample_seed: Callable[[int], int],
     keep: int | None = None,
     path: str | Path | None = None,
     key: str = "",
@@ -75,12 +75,11 @@ def screen_questions(
     order, at most ``keep`` of them (screening stops once that many are kept).
 
     Questions are screened ``chunk_questions`` at a time; sample ``j`` of the ``i``-th candidate
-    samples from the stream ``row_seed(seed, SCREENING_STEP, i * group_size + j)``, so a question's
-    samples do not depend on the chunking or on what was screened before a resume. ``path``
+    samples from the stream ``sample_seed(i * group_size + j)`` (the RL stage passes
+    ``row_seed(seed, SCREENING_STEP, .)``), so a question's samples do not depend on the chunking or
+    on what was screened before a resume. ``path``
     (JSONL) holds the screening rows: those already there under the same ``key`` (what they were
     sampled under, :func:`~prorag.stages.rl.screening_key`) are reused, new ones appended."""
-    from prorag.stages.rl import row_seed  # rl imports this module for its config
-
     done: dict[str, list[float]] = {}
     if path is not None and Path(path).exists():
         rows = read_jsonl(path, tolerate_truncated_tail=True)
@@ -98,7 +97,7 @@ def screen_questions(
             todo = [(start + i, r) for i, r in enumerate(chunk) if r.id not in done]
             if todo:
                 rows = [r for _, r in todo for _ in range(group_size)]
-                seeds = [row_seed(seed, SCREENING_STEP, i * group_size + j) for i, _ in todo for j in range(group_size)]
+                seeds = [sample_seed(i * group_size + j) for i, _ in todo for j in range(group_size)]
                 trajectories = engine.rollout(rows, row_seeds=seeds)
                 for k, (_, record) in enumerate(todo):
                     ems = []

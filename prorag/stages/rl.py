@@ -78,7 +78,7 @@ from prorag.method.rewards.outcome import (
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.retrieval.base import Retriever
-from prorag.stages.question_filter import QUESTION_FILTERS, screen_questions
+from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
@@ -1007,7 +1007,7 @@ def train_rl(
                 retriever,
                 config.rollout_config(),
                 group_size=config.group_size,
-                seed=config.seed,
+                sample_seed=functools.partial(row_seed, config.seed, SCREENING_STEP),
                 keep=config.limit,
                 path=config.screening_file or run / "screening.jsonl",
                 key=screening_key(config),

@@ -5,6 +5,7 @@ trains on the kept questions only."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,8 @@ from prorag.data.records import Record, read_records
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import question_filter, rl
-from prorag.stages.question_filter import mixed_questions, screen_questions
-from prorag.stages.rl import RLConfig, train_rl
+from prorag.stages.question_filter import SCREENING_STEP, mixed_questions, screen_questions
+from prorag.stages.rl import RLConfig, row_seed, train_rl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -51,7 +52,17 @@ class CountingEngine(RolloutEngine):
 
 def screen(records: list[Record], tokenizer: Any, retriever: BM25Retriever, **kw: Any) -> list[Record]:
     model = make_tiny_model(tokenizer, seed=0)
-    return screen_questions(records, model, tokenizer, retriever, ROLLOUT, group_size=4, seed=3, progress=False, **kw)
+    return screen_questions(
+        records,
+        model,
+        tokenizer,
+        retriever,
+        ROLLOUT,
+        group_size=4,
+        sample_seed=functools.partial(row_seed, 3, SCREENING_STEP),
+        progress=False,
+        **kw,
+    )
 
 
 def test_mixed_questions_hand_computed() -> None:

@@ -77,13 +77,13 @@ def screen_questions(
     Questions are screened ``chunk_questions`` at a time; sample ``j`` of the ``i``-th candidate
     samples from the stream ``sample_seed(i * group_size + j)`` (the RL stage passes
     ``row_seed(seed, SCREENING_STEP, .)``), so a question's samples do not depend on the chunking or
-    on what was screened before a resume. ``path``
-    (JSONL) holds the screening rows: those already there under the same ``key`` (what they were
-    sampled under, :func:`~prorag.stages.rl.screening_key`) are reused, new ones appended."""
+    on what was screened before a resume. ``path`` (JSONL) holds the screening rows: those already
+    there under the same ``key`` (what they were sampled under, :func:`~prorag.stages.rl.screening_key`)
+    are reused, new ones appended."""
     done: dict[str, list[float]] = {}
     if path is not None and Path(path).exists():
-        rows = read_jsonl(path, tolerate_truncated_tail=True)
-        done = {str(row["id"]): [float(v) for v in row["em"]] for row in rows if row.get("key", "") == key}
+        lines = read_jsonl(path, tolerate_truncated_tail=True)
+        done = {str(row["id"]): [float(v) for v in row["em"]] for row in lines if row.get("key", "") == key}
     engine = RolloutEngine(model, tokenizer, retriever, rollout)
     kept: list[Record] = []
     screened = 0

@@ -16,7 +16,7 @@ pi_init, not of the policy as it learns. It is an outcome criterion: it also dro
 all-wrong questions, where a process reward is the only signal, so it favours outcome-only
 training; compare arms on one screened set (same seed, same initial policy: same set).
 
-Screening results are appended (flushed) to ``screening.jsonl`` in the run folder (or the
+Screening results are appended chunk by chunk (flushed) to ``screening.jsonl`` in the run folder (or the
 config's ``screening_file``), one row per question (``id``, ``key``, ``em`` of each sample,
 ``kept``); a resumed run, or another run with the same key, re-screens nothing already there.
 """
@@ -32,11 +32,10 @@ import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
-from prorag.core.metrics import exact_match
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
 from prorag.method.advantages import disagreeing_groups
-from prorag.method.rewards.outcome import trajectory_answer
+from prorag.method.rewards.outcome import trajectory_em
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +98,14 @@ def screen_questions(
                 rows = [r for _, r in todo for _ in range(group_size)]
                 seeds = [sample_seed(i * group_size + j) for i, _ in todo for j in range(group_size)]
                 trajectories = engine.rollout(rows, row_seeds=seeds)
-                for k, (_, record) in enumerate(todo):
-                    ems = []
-                    for t in trajectories[k * group_size : (k + 1) * group_size]:
-                        answer = trajectory_answer(t, tokenizer)
-                        ems.append(exact_match(answer, list(record.golden_answers)) if answer is not None else 0.0)
-                    done[record.id] = ems
-                    if appender is not None:
-                        appender.append({"id": record.id, "key": key, "em": ems, "kept": mixed_questions([ems])[0]})
+                ems = [trajectory_em(t, r.golden_answers, tokenizer) for t, r in zip(trajectories, rows, strict=True)]
+                new = [ems[k * group_size : (k + 1) * group_size] for k in range(len(todo))]
+                done.update((r.id, e) for (_, r), e in zip(todo, new, strict=True))
+                if appender is not None:
+                    mixed_new = mixed_questions(new)
+                    appender.extend(
+                        [{"id": r.id, "key": key, "em": e, "kept": m} for (_, r), e, m in zip(todo, new, mixed_new, strict=True)]
+                    )
             flags = mixed_questions([done[r.id] for r in chunk])
             kept.extend(r for r, mixed in zip(chunk, flags, strict=True) if mixed)
             screened += len(chunk)

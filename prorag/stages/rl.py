@@ -997,6 +997,7 @@ def train_rl(
     if screening:
         from accelerate import PartialState
 
+        screened = config.screening_file or run / "screening.jsonl"
         # Under torchrun the main process screens and writes the rows; the others then find every
         # row they need in the file (same key) and keep the same questions without sampling.
         with PartialState().main_process_first():
@@ -1009,14 +1010,12 @@ def train_rl(
                 group_size=config.group_size,
                 sample_seed=functools.partial(row_seed, config.seed, SCREENING_STEP),
                 keep=config.limit,
-                path=config.screening_file or run / "screening.jsonl",
+                path=screened,
                 key=screening_key(config),
                 progress=PartialState().is_main_process,
             )
         if not records:
-            raise ValueError(
-                f"question_filter={config.question_filter!r} kept no RL question (see {config.screening_file or run / 'screening.jsonl'})"
-            )
+            raise ValueError(f"question_filter={config.question_filter!r} kept no RL question (see {screened})")
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")
     out = run / "policy"

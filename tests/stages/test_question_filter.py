@@ -6,7 +6,7 @@ trains on the kept questions only."""
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
+from prorag.method.rewards import outcome
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import question_filter, rl
@@ -34,7 +35,7 @@ def parity_answer(trajectory: Trajectory, tokenizer: Any) -> str:
 
 @pytest.fixture
 def records(tiny_world: Path, monkeypatch: pytest.MonkeyPatch) -> list[Record]:
-    monkeypatch.setattr(question_filter, "trajectory_answer", parity_answer)
+    monkeypatch.setattr(outcome, "trajectory_answer", parity_answer)
     # Questions 0 and 3 can never be answered right: their groups always agree (all wrong).
     golds = [["never"] if i in (0, 3) else ["yes"] for i in range(8)]
     return [replace(r, golden_answers=g) for r, g in zip(read_records(tiny_world / "train.jsonl")[:8], golds, strict=True)]
@@ -50,13 +51,26 @@ class CountingEngine(RolloutEngine):
         return super().rollout(records, **kw)
 
 
-def screen(records: list[Record], tokenizer: Any, retriever: BM25Retriever, **kw: Any) -> list[Record]:
-    model = make_tiny_model(tokenizer, seed=0)
+@dataclass
+class World:
+    """The tiny world's tokenizer and retriever, the two things every screening here needs."""
+
+    tokenizer: Any
+    retriever: BM25Retriever
+
+
+@pytest.fixture
+def world(world_tokenizer: Any, tiny_retriever: BM25Retriever) -> World:
+    return World(world_tokenizer, tiny_retriever)
+
+
+def screen(records: list[Record], world: World, **kw: Any) -> list[Record]:
+    model = make_tiny_model(world.tokenizer, seed=0)
     return screen_questions(
         records,
         model,
-        tokenizer,
-        retriever,
+        world.tokenizer,
+        world.retriever,
         ROLLOUT,
         group_size=4,
         sample_seed=functools.partial(row_seed, 3, SCREENING_STEP),
@@ -71,15 +85,11 @@ def test_mixed_questions_hand_computed() -> None:
 
 
 def test_screening_keeps_the_disagreeing_questions_and_resumes(
-    tmp_path: Path,
-    records: list[Record],
-    world_tokenizer: Any,
-    tiny_retriever: BM25Retriever,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(question_filter, "RolloutEngine", CountingEngine)
     path = tmp_path / "screening.jsonl"
-    kept = screen(records, world_tokenizer, tiny_retriever, path=path)
+    kept = screen(records, world, path=path)
     rows = list(read_jsonl(path))
     assert [r["id"] for r in rows] == [r.id for r in records]
     assert all(len(r["em"]) == 4 and set(r["em"]) <= {0.0, 1.0} for r in rows)
@@ -92,33 +102,29 @@ def test_screening_keeps_the_disagreeing_questions_and_resumes(
 
     # Chunking changes nothing: each sample's stream is keyed by (question, sample).
     again = tmp_path / "chunked.jsonl"
-    screen(records, world_tokenizer, tiny_retriever, path=again, chunk_questions=3)
+    screen(records, world, path=again, chunk_questions=3)
     assert list(read_jsonl(again)) == rows
 
     # A resumed screening samples only the questions missing from the file.
     write_jsonl(path, rows[:5])
     CountingEngine.rows = 0
-    assert [r.id for r in screen(records, world_tokenizer, tiny_retriever, path=path)] == mixed
+    assert [r.id for r in screen(records, world, path=path)] == mixed
     assert CountingEngine.rows == 4 * (len(records) - 5)
     assert list(read_jsonl(path)) == rows
 
     # Rows sampled under another key (another policy or setting) are not reused.
     CountingEngine.rows = 0
-    screen(records, world_tokenizer, tiny_retriever, path=path, key="other")
+    screen(records, world, path=path, key="other")
     assert CountingEngine.rows == 4 * len(records)
 
     # `keep` stops at the chunk where enough questions are kept.
-    first = screen(records, world_tokenizer, tiny_retriever, path=tmp_path / "one.jsonl", chunk_questions=1, keep=1)
+    first = screen(records, world, path=tmp_path / "one.jsonl", chunk_questions=1, keep=1)
     assert [r.id for r in first] == mixed[:1]
     assert len(list(read_jsonl(tmp_path / "one.jsonl"))) == [r.id for r in records].index(mixed[0]) + 1
 
 
 def test_rl_trains_on_the_screened_questions_only(
-    tmp_path: Path,
-    records: list[Record],
-    world_tokenizer: Any,
-    tiny_retriever: BM25Retriever,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
     original = rl.EngineRollout.__call__
@@ -140,8 +146,8 @@ def test_rl_trains_on_the_screened_questions_only(
         question_filter="mixed",
         limit=2,
     )
-    model = make_tiny_model(world_tokenizer, seed=0)
-    train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever)
+    model = make_tiny_model(world.tokenizer, seed=0)
+    train_rl(cfg, tmp_path, model=model, tokenizer=world.tokenizer, records=records, retriever=world.retriever)
     rows = list(read_jsonl(tmp_path / "screening.jsonl"))
     kept = [r["id"] for r in rows if r["kept"]][:2]
     assert len(kept) == 2 and records[0].id not in kept  # not the first `limit` questions

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from prorag.agent.rollout import Trajectory, decode_completion
 from prorag.agent.schema import extract_answer, i_traj
 from prorag.core.config import setting
-from prorag.core.metrics import f1_score
+from prorag.core.metrics import exact_match, f1_score
 from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import HiPRAGRewardConfig
@@ -104,6 +104,13 @@ def trajectory_answer(traj: Trajectory, tokenizer: Any) -> str | None:
     """The final answer â of a trajectory, read from its ids: the stripped text inside the last
     ``<answer> … </answer>`` pair (:func:`~prorag.agent.schema.extract_answer`), ``None`` without one."""
     return extract_answer(completion_text(traj, tokenizer))
+
+
+def trajectory_em(traj: Trajectory, golds: Sequence[str], tokenizer: Any) -> float:
+    """Exact match of a trajectory's answer (:func:`trajectory_answer`) with any gold alias; 0
+    for a trajectory without an answer."""
+    answer = trajectory_answer(traj, tokenizer)
+    return exact_match(answer, list(golds)) if answer is not None else 0.0
 
 
 def trajectory_format_valid(traj: Trajectory, tokenizer: Any, *, strict: bool = False) -> bool:
@@ -221,5 +228,6 @@ __all__ = [
     "outcome_rewards",
     "outcome_value",
     "trajectory_answer",
+    "trajectory_em",
     "trajectory_format_valid",
 ]

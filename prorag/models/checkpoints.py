@@ -7,6 +7,7 @@ grown, a pad token, left padding, generation stopping at EOS or ``</answer>``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import os
@@ -90,6 +91,25 @@ def resolve_policy_path(name_or_path: str | Path) -> str:
             raise ValueError(f"{path}: run folder without a final policy/ (unfinished?); pass one of {path}/checkpoints/*")
         raise DataError(str(path), "not a checkpoint folder (no config.json) nor a training run folder (no policy/)")
     return str(name_or_path)
+
+
+def weights_digest(folder: str | Path) -> str | None:
+    """A short SHA-256 of the ``*.safetensors`` files in ``folder`` (their contents, in name
+    order), or ``None`` where there are none (a hub id, a folder without weights).
+
+    What a stage that stores a model's outputs for reuse records about the model: a digest of the
+    weights, not the path, so that a model retrained in place is not taken for the old one, and
+    one checkpoint reached by two spellings of its path is one model."""
+    path = Path(folder)
+    weights = sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    if not weights:
+        return None
+    h = hashlib.sha256()
+    for file in weights:
+        with file.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
 
 
 def _looks_like_hub_id(name: str) -> bool:

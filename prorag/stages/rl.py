@@ -308,8 +308,21 @@ def rl_records(records: Sequence[Record], exclude: set[str], limit: int | None =
 
 def screening_key(config: RLConfig) -> str:
     """What a screening row was sampled under: the policy, the seed, G and the rollout settings
-    (a digest), so that a shared ``screening_file`` never serves rows of another policy or setting."""
-    what = {"policy": config.policy, "seed": config.seed, "group_size": config.group_size, "rollout": asdict(config.rollout)}
+    (a digest), so that a shared ``screening_file`` never serves rows of another policy or setting.
+
+    The policy counts by its weights (:func:`~prorag.models.checkpoints.weights_digest`), not its
+    path: a policy retrained in place must be screened again, and one policy reached by a relative
+    and an absolute path (a probe and the pipeline) shares its rows. A hub id counts by its name
+    (and a model handed to :func:`train_rl` in memory, with no ``policy``, as ``None``)."""
+    from prorag.models.checkpoints import resolve_policy_path, weights_digest
+
+    policy = resolve_policy_path(config.policy) if config.policy is not None else None
+    what = {
+        "policy": (weights_digest(policy) or policy) if policy is not None else None,
+        "seed": config.seed,
+        "group_size": config.group_size,
+        "rollout": asdict(config.rollout),
+    }
     return hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 

@@ -495,20 +495,15 @@ class ProcessRewardModel:
         """A short SHA-256 of a saved PRM's weight files (a :meth:`load`-able folder): what a stage
         that stores PRM scores records, so that resuming with another PRM is refused rather than
         mixing two models' scores."""
-        import hashlib
+        from prorag.models.checkpoints import weights_digest
 
         folder = model_folder(path)
-        weights = sorted(folder.glob("*.safetensors"))
-        if not weights:
+        digest = weights_digest(folder)
+        if digest is None:
             from prorag.core.errors import DataError
 
             raise DataError(str(folder), "no *.safetensors weights of a process reward model")
-        h = hashlib.sha256()
-        for file in weights:
-            with file.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-        return h.hexdigest()[:16]
+        return digest
 
     @classmethod
     def load(

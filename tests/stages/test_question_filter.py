@@ -155,3 +155,19 @@ def test_rl_trains_on_the_screened_questions_only(
     assert sorted(set(seen)) == sorted({questions[i] for i in kept})
     with pytest.raises(ValueError, match="question_filter must be one of"):
         RLConfig(question_filter="easy")
+
+
+def test_screening_key_follows_the_weights_not_the_path(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One policy by a relative and an absolute path shares its screening rows; a policy retrained
+    in place, another seed or another G does not."""
+    from prorag.models.checkpoints import save_checkpoint
+    from prorag.stages.rl import screening_key
+
+    save_checkpoint(make_tiny_model(world.tokenizer, seed=0), world.tokenizer, tmp_path / "policy")
+    monkeypatch.chdir(tmp_path)
+    key = screening_key(RLConfig(policy=str(tmp_path / "policy")))
+    assert screening_key(RLConfig(policy="policy")) == key
+    assert screening_key(RLConfig(policy="policy", seed=1)) != key
+    assert screening_key(RLConfig(policy="policy", group_size=4)) != key
+    save_checkpoint(make_tiny_model(world.tokenizer, seed=1), world.tokenizer, tmp_path / "policy")
+    assert screening_key(RLConfig(policy="policy")) != key, "retrained in place: screened again"

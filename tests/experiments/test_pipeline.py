@@ -181,13 +181,17 @@ def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
         assert fingerprint(getattr(loaded, part)) == fingerprint(getattr(demo_config(quick=quick), part)), part
 
 
-def test_arms_yaml_shares_the_demo_sft_and_rft_and_trains_rl_one_pass() -> None:
-    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT, RFT and PRM stage
-    settings (same fingerprints) on the `wide` world, its own MCTS budget, and an RL schedule of one
-    pass over ``limit`` questions with a held-out curve."""
+def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
+    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT schedule on the
+    `small` model at its own learning rate, the demo's RFT and PRM stage settings (same
+    fingerprints) on the `wide` world, its own MCTS budget, and an RL schedule of one pass over
+    ``limit`` screened questions with a held-out curve."""
     arms, demo = load_config(ROOT / "configs" / "arms_demo.yaml", PipelineConfig), demo_config()
-    for part in ("sft", "rft", "prm", "pairs", "sft_data", "eval"):
+    for part in ("rft", "prm", "pairs", "sft_data", "eval"):
         assert fingerprint(getattr(arms, part)) == fingerprint(getattr(demo, part)), part
+    assert (arms.sft.model, arms.sft.learning_rate) == ("small", pytest.approx(2e-3))
+    assert fingerprint(replace(arms.sft, model=demo.sft.model, learning_rate=demo.sft.learning_rate)) == fingerprint(demo.sft)
+    assert arms.rl.question_filter == "mixed"
     assert (arms.data.world, demo.data.world) == ("wide", "demo") and arms.data.rft_questions == 705
     assert arms.data.split == "worlds" and (arms.mcts.simulations, arms.data.mcts_questions) == (12, 128)
     rl = arms.rl

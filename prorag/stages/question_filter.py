@@ -101,13 +101,10 @@ def screen_questions(
                 ems = [trajectory_em(t, r.golden_answers, tokenizer) for t, r in zip(trajectories, rows, strict=True)]
                 new = [ems[k * group_size : (k + 1) * group_size] for k in range(len(todo))]
                 done.update((r.id, e) for (_, r), e in zip(todo, new, strict=True))
-                if appender is not None:
-                    mixed_new = mixed_questions(new)
-                    appender.extend(
-                        [{"id": r.id, "key": key, "em": e, "kept": m} for (_, r), e, m in zip(todo, new, mixed_new, strict=True)]
-                    )
-            flags = mixed_questions([done[r.id] for r in chunk])
-            kept.extend(r for r, mixed in zip(chunk, flags, strict=True) if mixed)
+            flags = dict(zip((r.id for r in chunk), mixed_questions([done[r.id] for r in chunk]), strict=True))
+            if todo and appender is not None:
+                appender.extend([{"id": r.id, "key": key, "em": done[r.id], "kept": flags[r.id]} for _, r in todo])
+            kept.extend(r for r in chunk if flags[r.id])
             screened += len(chunk)
     finally:
         if appender is not None:

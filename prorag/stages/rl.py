@@ -317,8 +317,9 @@ def screening_key(config: RLConfig) -> str:
     from prorag.models.checkpoints import resolve_policy_path, weights_digest
 
     policy = resolve_policy_path(config.policy) if config.policy is not None else None
+    weights = weights_digest(policy) if policy is not None else None
     what = {
-        "policy": (weights_digest(policy) or policy) if policy is not None else None,
+        "policy": weights or policy,
         "seed": config.seed,
         "group_size": config.group_size,
         "rollout": asdict(config.rollout),

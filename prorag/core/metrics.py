@@ -9,6 +9,7 @@ are never EM: a rambling prediction that mentions the gold scores 1 on them and 
 Every answer metric takes one gold string or a list of aliases and returns the max over aliases.
 An empty prediction or alias after normalisation scores 0, even against an empty gold (the official
 scripts give EM 1 there): an empty answer is never correct, and containment would credit anything.
+:func:`yes_no_scores` (EM on yes/no questions beside a constant guess's),
 :func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
 :func:`mean_and_spread` and :func:`mean_and_ci` (over seeds) and :func:`ranking_auc` (a step scorer's valid-over-invalid
 ranking) complete the set.
@@ -212,6 +213,37 @@ def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, flo
         "f1": max(_f1_normalized(pred, g) for g in normalized_golds),
         "cover_em": max(_cover_normalized(pred, g) for g in normalized_golds),
         "substring_acc": max(_substring_normalized(pred, g) for g in normalized_golds),
+    }
+
+
+def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, float] | None:
+    """EM on the yes/no questions beside what a constant guess scores there.
+
+    ``rows`` are ``(prediction, gold aliases)``; a question is yes/no when every gold alias
+    normalises to ``yes`` or ``no``. A policy can raise EM on such questions without reading a
+    single document, by answering one of the two words more often: a gain in EM is a gain in
+    reasoning only where it rises above the better constant guess. Returns ``None`` without
+    yes/no questions, else ``yes_no_n`` (their count), ``yes_no_em``, ``yes_no_answered_rate``
+    (the share of predictions that are yes or no at all), ``yes_no_no_rate`` (the share of ``no``
+    among those; 0 when none is) and ``yes_no_constant_em`` (the EM of always answering the gold
+    majority word: the share of its questions).
+    """
+    binary = [
+        (normalize_answer(pred or ""), {normalize_answer(g) for g in _gold_list(golds)})
+        for pred, golds in rows
+        if {normalize_answer(g) for g in _gold_list(golds)} <= {"yes", "no"}
+    ]
+    if not binary:
+        return None
+    n = len(binary)
+    answered = [pred for pred, _ in binary if pred in ("yes", "no")]
+    no_share = sum("no" in golds for _, golds in binary) / n
+    return {
+        "yes_no_n": float(n),
+        "yes_no_em": sum(pred in golds for pred, golds in binary) / n,
+        "yes_no_answered_rate": len(answered) / n,
+        "yes_no_no_rate": answered.count("no") / len(answered) if answered else 0.0,
+        "yes_no_constant_em": max(no_share, sum("yes" in golds for _, golds in binary) / n),
     }
 
 

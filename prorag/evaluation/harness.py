@@ -8,7 +8,7 @@ Outputs, in the run's output folder:
 * ``trajectories.jsonl``: the full token-level trajectories (ids, masks, spans, decoded text);
 * ``metrics.json``: the means, named by metric (``em``, ``f1``, ``cover_em``, ``substring_acc``,
   never a containment metric called EM; ``rouge1_f1``, P2S's ROUGE-1; ``acc_l`` when a judge is set), the format-valid rate, mean retrieval steps, retrieval
-  recall of gold evidence, and the distribution of retrieval steps with the F1 at each count and
+  recall of gold evidence, EM on the yes/no questions beside a constant guess's (``yes_no_*``), and the distribution of retrieval steps with the F1 at each count and
   cumulatively (the data of ProRAG's Figure 6).
 
 :func:`compare_predictions` runs a paired t-test per metric between two prediction files.
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import setting
-from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall, rouge1_f1
+from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall, rouge1_f1, yes_no_scores
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
@@ -226,6 +226,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["retrieval_recall"] = sum(with_gold) / len(with_gold) if with_gold else None
     out["over_search_rate"] = step_rate(rows, "over_search", "search_steps")
     out["under_search_rate"] = step_rate(rows, "under_search", "non_search_steps")
+    # EM on the yes/no questions beside a constant guess's (absent without such questions).
+    out |= yes_no_scores((r["prediction"], r["golden_answers"]) for r in rows if "golden_answers" in r) or {}
     out["stop_reasons"] = dict(Counter(r["stop_reason"] for r in rows))
     out["retrieval_steps_distribution"] = steps_distribution(rows)
     by_type: dict[str, list[dict[str, Any]]] = {}

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import apply_overrides
-from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test
+from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
 from prorag.experiments.pipeline import (
@@ -235,11 +235,16 @@ def process_statistics(
     its seed, which is the larger noise here (one seed that collapses moves every question), so
     each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
     have (the same seed gives both arms the same rollout streams), the test to read first.
-    ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI."""
+    ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI, as
+    do the yes/no scores of the rows (:func:`yes_no_scores`): an arm can gain EM there by saying
+    one word more often, which ``yes_no_constant_em`` puts in proportion."""
     out: dict[str, Any] = {}
     averaged: dict[str, dict[str, float]] = {}
     for arm, by_seed in predictions.items():
         per_seed = {str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")} for s, rows in by_seed.items()}
+        for s, rows in by_seed.items():
+            binary = yes_no_scores((r.get("prediction"), r["golden_answers"]) for r in rows if "golden_answers" in r)
+            per_seed[str(s)] |= binary or {}
         for seed, values in (extras or {}).get(arm, {}).items():
             per_seed.setdefault(str(seed), {}).update({k: v for k, v in values.items() if v is not None})
         em, em_ci = mean_and_ci(v["em"] for v in per_seed.values())

@@ -26,6 +26,7 @@ from prorag.core.metrics import (
     ranking_auc,
     retrieval_recall,
     substring_match,
+    yes_no_scores,
 )
 
 ANSWER_FUNCTIONS = {
@@ -216,6 +217,45 @@ def test_answer_metrics_takes_max_per_metric_independently() -> None:
     # ([red, dog] vs [red, dog, barked]: P = 1, R = 2/3, F1 = 4/5; vs [red]: P = 1/2, R = 1, F1 = 2/3).
     scores = answer_metrics("red dog", ["red dog barked", "red"])
     assert scores == {"em": 0.0, "f1": pytest.approx(4 / 5), "cover_em": 1.0, "substring_acc": 1.0}
+
+
+# --------------------------------------------------------------------------- yes/no questions
+
+
+def test_yes_no_scores_by_hand() -> None:
+    rows = [
+        ("No.", ["no"]),  # right: normalises to "no"
+        ("no", ["yes"]),  # wrong
+        ("Drovi", ["no"]),  # an entity where yes or no was asked
+        ("yes", ["Yes"]),  # right
+        ("Drovi", ["Drovi"]),  # not a yes/no question: left out
+    ]
+    scores = yes_no_scores(rows)
+    # 4 yes/no questions: EM 2/4; 3 answered yes/no, 2 of them "no"; gold majority "no" (3 of 4).
+    assert scores == {
+        "yes_no_n": 4.0,
+        "yes_no_em": 0.5,
+        "yes_no_answered_rate": 0.75,
+        "yes_no_no_rate": pytest.approx(2 / 3),
+        "yes_no_constant_em": 0.5,
+    }
+
+
+def test_yes_no_scores_constant_guess_and_absence() -> None:
+    # Always "no" on three "no" and one "yes" question: EM equals the constant guess's 0.75.
+    rows = [("no", ["no"])] * 3 + [("no", ["yes"])]
+    scores = yes_no_scores(rows)
+    assert scores is not None
+    assert scores["yes_no_em"] == scores["yes_no_constant_em"] == 0.75 and scores["yes_no_no_rate"] == 1.0
+    # None answered yes/no; a missing prediction counts as not answered.
+    assert yes_no_scores([(None, ["yes"]), ("Kilen", ["no"])]) == {
+        "yes_no_n": 2.0,
+        "yes_no_em": 0.0,
+        "yes_no_answered_rate": 0.0,
+        "yes_no_no_rate": 0.0,
+        "yes_no_constant_em": 0.5,
+    }
+    assert yes_no_scores([("Drovi", ["Drovi", "the Drovi"])]) is None
 
 
 # --------------------------------------------------------------------------- retrieval recall

@@ -123,6 +123,12 @@ def test_summarise_names_each_metric() -> None:
     assert m["format_valid_rate"] == 0.5 and m["mean_retrieval_steps"] == 2.0
     assert m["retrieval_recall"] == 1.0 and m["stop_reasons"] == {"answer": 1, "max_actions": 1}
     assert m["by_type"]["compare_same"] == {"n": 1, "em": 0.0, "f1": 0.5}
+    assert "yes_no_em" not in m  # no gold answers in these rows
+    binary = [
+        {**rows[1], "prediction": "Kilen", "golden_answers": ["yes"]},
+        {**rows[0], "prediction": "Drovi", "golden_answers": ["Drovi"]},
+    ]
+    assert summarise(binary)["yes_no_n"] == 1.0 and summarise(binary)["yes_no_answered_rate"] == 0.0
     with pytest.raises(ValueError):
         summarise([])
 

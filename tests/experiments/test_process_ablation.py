@@ -57,6 +57,26 @@ def test_statistics_by_hand() -> None:
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
+def test_statistics_carry_the_yes_no_scores_per_seed() -> None:
+    # Two yes/no questions (gold "no", "yes") and one entity question. Seed 0 answers "no" to
+    # both (EM 1/2 on them, no-rate 1), seed 1 answers "yes" and an entity (EM 0, no-rate 0).
+    def rows(answers: list[str]) -> list[dict[str, Any]]:
+        golds = [["no"], ["yes"], ["Drovi"]]
+        return [
+            {"id": f"q{i}", "em": float(a == g[0]), "f1": float(a == g[0]), "prediction": a, "golden_answers": g}
+            for i, (a, g) in enumerate(zip(answers, golds, strict=True))
+        ]
+
+    preds = {"grpo": {0: rows(["no", "no", "Drovi"]), 1: rows(["yes", "Kilen", "Drovi"])}}
+    grpo = ablations.process_statistics(preds)["grpo"]
+    assert grpo["per_seed"]["0"]["yes_no_no_rate"] == 1.0 and grpo["per_seed"]["1"]["yes_no_no_rate"] == 0.0
+    assert grpo["per_seed"]["1"]["yes_no_answered_rate"] == 0.5
+    assert grpo["yes_no_em"] == 0.25 and grpo["yes_no_constant_em"] == 0.5
+    assert grpo["yes_no_no_rate"] == 0.5 and grpo["yes_no_answered_rate"] == 0.75
+    behaviour = process_tables({"arms": ablations.PROCESS_ARMS, "stats": {"grpo": grpo}})[1]
+    assert behaviour[1][1:3] == ["Yes/no EM (%)", "Constant guess (%)"] and behaviour[2][0][1:3] == ["25.0 ± 317.7", "50.0 ± 0.0"]
+
+
 def test_the_test_over_seeds_by_hand() -> None:
     # Per-seed EM: GRPO 0.25, 0.5, 0.25; PRM 0.5, 0.5, 0.75 -> differences 0.25, 0, 0.5: mean 0.25,
     # s = 0.25, t = 0.25 / (0.25 / sqrt 3) = 1.732051 on 2 df; p = 1 - t / sqrt(2 + t^2) = 0.225403.

@@ -160,6 +160,11 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
+    # The yes/no questions: EM there beside the constant guess's, and how the arm answers them.
+    "yes_no_em": ("Yes/no EM (%)", True),
+    "yes_no_constant_em": ("Constant guess (%)", True),
+    "yes_no_answered_rate": ("Yes/no answered (%)", True),
+    "yes_no_no_rate": ("'no' share (%)", True),
 }
 
 

@@ -15,18 +15,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import normalize_answer, yes_no_scores
+from prorag.core.metrics import is_yes_no_question, yes_no_scores
 from prorag.data.jsonl import read_jsonl, write_json
-
-
-def is_yes_no(row: dict[str, Any]) -> bool:
-    """Whether every gold alias of a prediction line normalises to yes or no."""
-    return {normalize_answer(g) for g in row["golden_answers"]} <= {"yes", "no"}
 
 
 def answer_type_split(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """EM over all lines, over the yes/no ones (with :func:`yes_no_scores`), over the rest, and by ``type``."""
-    rest = [r for r in rows if not is_yes_no(r)]
+    rest = [r for r in rows if not is_yes_no_question(r["golden_answers"])]
     by_type: dict[str, list[float]] = {}
     for r in rows:
         by_type.setdefault(str(r.get("type", "?")), []).append(float(r["em"]))
@@ -52,7 +47,7 @@ def main() -> None:
         if not path.exists():
             raise SystemExit(f"{path}: no such file (expected an evaluation folder with predictions.jsonl)")
         s = out[str(folder)] = answer_type_split(list(read_jsonl(path)))
-        pct = lambda key: f"{100 * s[key]:.1f}" if s.get(key) is not None else "-"  # noqa: E731
+        pct = lambda key, s=s: f"{100 * s[key]:.1f}" if s.get(key) is not None else "-"  # noqa: E731
         types = "  ".join(f"{t} {100 * v['em']:.1f}" for t, v in s["by_type"].items())
         print(
             f"{folder.name:<28} {pct('em'):>6} {pct('rest_em'):>8} {pct('yes_no_em'):>7} {pct('yes_no_constant_em'):>6}"

@@ -216,11 +216,16 @@ def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, flo
     }
 
 
+def is_yes_no_question(golds: str | Sequence[str]) -> bool:
+    """Whether every gold alias normalises to ``yes`` or ``no`` (a question two words can answer)."""
+    return {normalize_answer(g) for g in _gold_list(golds)} <= {"yes", "no"}
+
+
 def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, float] | None:
     """EM on the yes/no questions beside what a constant guess scores there.
 
-    ``rows`` are ``(prediction, gold aliases)``; a question is yes/no when every gold alias
-    normalises to ``yes`` or ``no``. A policy can raise EM on such questions without reading a
+    ``rows`` are ``(prediction, gold aliases)``; the yes/no questions are those of
+    :func:`is_yes_no_question`. A policy can raise EM on such questions without reading a
     single document, by answering one of the two words more often: a gain in EM is a gain in
     reasoning only where it rises above the better constant guess. Returns ``None`` without
     yes/no questions, else ``yes_no_n`` (their count), ``yes_no_em``, ``yes_no_answered_rate``
@@ -231,7 +236,7 @@ def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str,
     binary = [
         (normalize_answer(pred or ""), {normalize_answer(g) for g in _gold_list(golds)})
         for pred, golds in rows
-        if {normalize_answer(g) for g in _gold_list(golds)} <= {"yes", "no"}
+        if is_yes_no_question(golds)
     ]
     if not binary:
         return None

@@ -19,6 +19,7 @@ from prorag.core.metrics import (
     cover_exact_match,
     exact_match,
     f1_score,
+    is_yes_no_question,
     mean_and_ci,
     mean_and_spread,
     normalize_answer,
@@ -256,6 +257,7 @@ def test_yes_no_scores_constant_guess_and_absence() -> None:
         "yes_no_constant_em": 0.5,
     }
     assert yes_no_scores([("Drovi", ["Drovi", "the Drovi"])]) is None
+    assert is_yes_no_question(["Yes.", "yes"]) and is_yes_no_question("No") and not is_yes_no_question(["yes", "Drovi"])
 
 
 # --------------------------------------------------------------------------- retrieval recall

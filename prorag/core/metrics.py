@@ -216,16 +216,20 @@ def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, flo
     }
 
 
+#: The answers of a question two words can answer, normalised.
+YES_NO: frozenset[str] = frozenset({"yes", "no"})
+
+
 def is_yes_no_question(golds: str | Sequence[str]) -> bool:
     """Whether every gold alias normalises to ``yes`` or ``no`` (a question two words can answer)."""
-    return {normalize_answer(g) for g in _gold_list(golds)} <= {"yes", "no"}
+    return {normalize_answer(g) for g in _gold_list(golds)} <= YES_NO
 
 
 def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, float] | None:
     """EM on the yes/no questions beside what a constant guess scores there.
 
-    ``rows`` are ``(prediction, gold aliases)``; the yes/no questions are those of
-    :func:`is_yes_no_question`. A policy can raise EM on such questions without reading a
+    ``rows`` are ``(prediction, gold aliases)``; the yes/no questions are those whose every
+    gold alias normalises into :data:`YES_NO` (:func:`is_yes_no_question`). A policy can raise EM on such questions without reading a
     single document, by answering one of the two words more often: a gain in EM is a gain in
     reasoning only where it rises above the better constant guess. Returns ``None`` without
     yes/no questions, else ``yes_no_n`` (their count), ``yes_no_em``, ``yes_no_answered_rate``
@@ -233,15 +237,15 @@ def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str,
     among those; 0 when none is) and ``yes_no_constant_em`` (the EM of always answering the gold
     majority word: the share of its questions).
     """
-    binary = [
-        (normalize_answer(pred or ""), {normalize_answer(g) for g in _gold_list(golds)})
-        for pred, golds in rows
-        if is_yes_no_question(golds)
-    ]
+    binary = []
+    for pred, golds in rows:
+        normalized = {normalize_answer(g) for g in _gold_list(golds)}
+        if normalized <= YES_NO:
+            binary.append((normalize_answer(pred or ""), normalized))
     if not binary:
         return None
     n = len(binary)
-    answered = [pred for pred, _ in binary if pred in ("yes", "no")]
+    answered = [pred for pred, _ in binary if pred in YES_NO]
     no_share = sum("no" in golds for _, golds in binary) / n
     return {
         "yes_no_n": float(n),

@@ -241,10 +241,11 @@ def process_statistics(
     out: dict[str, Any] = {}
     averaged: dict[str, dict[str, float]] = {}
     for arm, by_seed in predictions.items():
-        per_seed = {str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")} for s, rows in by_seed.items()}
-        for s, rows in by_seed.items():
-            binary = yes_no_scores((r.get("prediction"), r["golden_answers"]) for r in rows if "golden_answers" in r)
-            per_seed[str(s)] |= binary or {}
+        per_seed = {
+            str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")}
+            | (yes_no_scores((r.get("prediction"), r["golden_answers"]) for r in rows if "golden_answers" in r) or {})
+            for s, rows in by_seed.items()
+        }
         for seed, values in (extras or {}).get(arm, {}).items():
             per_seed.setdefault(str(seed), {}).update({k: v for k, v in values.items() if v is not None})
         em, em_ci = mean_and_ci(v["em"] for v in per_seed.values())

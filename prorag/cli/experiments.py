@@ -85,6 +85,13 @@ def ablate_cmd(
         Path | None,
         typer.Option(help="process, family: also write RESULTS_DIR/WHAT_DATE.json (e.g. the repository's results/)."),
     ] = None,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            help="process, family: only these arms, comma-separated (e.g. grpo,prorag-oracle); default all. "
+            "Keep grpo in: the other arms are tested against it."
+        ),
+    ] = None,
 ) -> None:
     """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG
     (process and family: against outcome-only GRPO)."""
@@ -99,8 +106,18 @@ def ablate_cmd(
         raise ValueError(f"--seeds must be >= 2 (a confidence interval over seeds), got {seeds}")
     command = shlex.join(["prorag", *sys.argv[1:]])
     chosen = list(range(seeds)) if seeds is not None else None
+    names = [a.strip() for a in arms.split(",") if a.strip()] if arms is not None else None
     typer.echo(
-        run_ablation(source.load(), run_dir, what, progress=typer.echo, seeds=chosen, results_dir=results_dir, command=command)
+        run_ablation(
+            source.load(),
+            run_dir,
+            what,
+            progress=typer.echo,
+            seeds=chosen,
+            results_dir=results_dir,
+            command=command,
+            arms=names,
+        )
     )
 
 

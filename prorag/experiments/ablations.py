@@ -302,6 +302,26 @@ def seconds_per_step(metrics_file: Path) -> float | None:
 FAMILY_OFFLINE: dict[str, Callable[[Run, int], str]] = {"dpo": dpo_policy}
 
 
+def select_arms(
+    arms: Mapping[str, Arm],
+    names: Sequence[str],
+    label: str = "ablation",
+    offline: Mapping[str, Callable[[Run, int], str]] | None = None,
+) -> tuple[dict[str, Arm], dict[str, Callable[[Run, int], str]]]:
+    """The RL and offline arms named in ``names``, in the registry's order (so a table's rows
+    keep their usual order however the names were typed). A subset lets one run the arms a
+    question needs, or spread them over machines; the reference arm (``grpo``) is the one
+    every other arm is tested against, so leaving it out leaves the tables without tests."""
+    offline = dict(offline or {})
+    unknown = [n for n in names if n not in arms and n not in offline]
+    if unknown or not names:
+        known = ", ".join([*arms, *offline])
+        raise ValueError(
+            f"--arms of the {label}: unknown arm(s) {', '.join(unknown) or '(none given)'}; expected some of {known}"
+        )
+    return {a: v for a, v in arms.items() if a in names}, {a: v for a, v in offline.items() if a in names}
+
+
 def arms_ablation(
     run: Run,
     arms: Mapping[str, Arm],
@@ -311,8 +331,10 @@ def arms_ablation(
     label: str = "ablation",
     over_search: bool = False,
     offline: Mapping[str, Callable[[Run, int], str]] | None = None,
+    only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Train and evaluate every arm for each seed (``process_seeds`` unless given), then
+    """Train and evaluate every arm (those named in ``only``, when given) for each seed
+    (``process_seeds`` unless given), then
     :func:`process_statistics` with the evaluation's ``metrics`` and ``seconds_per_rl_step`` as
     extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
@@ -321,6 +343,8 @@ def arms_ablation(
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
     if len(seeds) < 2:
         raise ValueError(f"the {label} needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
+    if only is not None:
+        arms, offline = select_arms(arms, only, label, offline)
     ev = replace(system_eval_config(cfg, "prorag"), over_search=over_search or cfg.eval.over_search)
     # Every arm as ``train(seed) -> policy folder``: RL arms by their assignments, offline ones as given.
     trainers: dict[str, Callable[[int], str]] = {
@@ -348,15 +372,27 @@ def arms_ablation(
     }
 
 
-def process_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+def process_ablation(
+    run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
+) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from)."""
-    return arms_ablation(run, PROCESS_ARMS, progress, seeds, label="process ablation")
+    return arms_ablation(run, PROCESS_ARMS, progress, seeds, label="process ablation", only=only)
 
 
-def family_ablation(run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None) -> dict[str, Any]:
+def family_ablation(
+    run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
+) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`FAMILY_ARMS` with :data:`FAMILY_METRICS` (the methods compared)."""
     return arms_ablation(
-        run, FAMILY_ARMS, progress, seeds, FAMILY_METRICS, label="family comparison", over_search=True, offline=FAMILY_OFFLINE
+        run,
+        FAMILY_ARMS,
+        progress,
+        seeds,
+        FAMILY_METRICS,
+        label="family comparison",
+        over_search=True,
+        offline=FAMILY_OFFLINE,
+        only=only,
     )
 
 
@@ -387,10 +423,17 @@ def run_ablation(
     seeds: Sequence[int] | None = None,
     results_dir: Path | None = None,
     command: str = "",
+    arms: Sequence[str] | None = None,
 ) -> str:
     """Run one ablation in ``run_dir`` (the pipeline first, skipping what is done) and merge its
-    numbers into ``results.json``; returns a table for the terminal. ``seeds``, ``results_dir``
-    and ``command`` are the process ablation's (:func:`process_ablation`, :func:`write_process_results`)."""
+    numbers into ``results.json``; returns a table for the terminal. ``seeds``, ``results_dir``,
+    ``command`` and ``arms`` (a subset, :func:`select_arms`) are the arms ablations'
+    (:func:`process_ablation`, :func:`family_ablation`, :func:`write_arms_results`)."""
+    if arms is not None:  # checked before the pipeline runs, not after hours of it
+        if what not in ("process", "family"):
+            raise ValueError(f"--arms applies to --what process or family, not {what!r}")
+        registry, offline = (PROCESS_ARMS, None) if what == "process" else (FAMILY_ARMS, FAMILY_OFFLINE)
+        select_arms(registry, arms, f"{what} ablation", offline)
     results = run_pipeline(config, run_dir, progress=progress)
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]
@@ -409,7 +452,7 @@ def run_ablation(
         text = "\n".join(f"top-{k}: EM {r['em']:.3f}  F1 {r['f1']:.3f}" for k, r in results["topk"].items())
     elif what in ("process", "family"):
         ablation = process_ablation if what == "process" else family_ablation
-        results[f"{what}_ablation"] = ablation(run, progress, seeds)
+        results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(run.config), command, results_dir, what
         )
@@ -442,6 +485,7 @@ __all__ = [
     "process_ablation",
     "process_statistics",
     "process_table",
+    "select_arms",
     "run_ablation",
     "significance",
     "summarise_variant",

@@ -119,6 +119,37 @@ def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_pa
         ablations.process_ablation(run, progress=lambda _: None, seeds=[0])
 
 
+def test_a_subset_of_arms_runs_only_those_in_the_registry_order(tmp_path: Path) -> None:
+    cfg = replace(demo_config(), seeds=[0, 1], process_seeds=[0, 1])
+    run = RecordingRun(tmp_path, cfg, progress=lambda _: None)
+    run.recorded = {}  # type: ignore[attr-defined]
+    out = ablations.process_ablation(run, progress=lambda _: None, only=["prorag-shuffled", "grpo"])
+    assert list(out["stats"]) == ["grpo", "prorag-shuffled"] and list(out["arms"]) == ["grpo", "prorag-shuffled"]
+    trained = {name for name in run.recorded if name.startswith("rl-")}  # type: ignore[attr-defined]
+    assert trained == {f"rl-{a}-seed{s}" for a in ("grpo", "prorag-shuffled") for s in (0, 1)}
+    assert "vs_grpo_by_seed" in out["stats"]["prorag-shuffled"]
+    with pytest.raises(ValueError, match=r"unknown arm\(s\) prorag-orcale; expected some of grpo, prorag, "):
+        ablations.process_ablation(run, progress=lambda _: None, only=["grpo", "prorag-orcale"])
+    with pytest.raises(ValueError, match="none given"):
+        ablations.select_arms(ablations.PROCESS_ARMS, [])
+    # the family's offline arm is selectable like an RL arm
+    rl_arms, offline = ablations.select_arms(ablations.FAMILY_ARMS, ["dpo", "hiprag"], offline=ablations.FAMILY_OFFLINE)
+    assert list(rl_arms) == ["hiprag"] and list(offline) == ["dpo"]
+
+
+def test_arms_are_checked_before_the_pipeline_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pipeline(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the pipeline ran before --arms was checked")
+
+    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    with pytest.raises(ValueError, match="unknown arm"):
+        ablations.run_ablation(demo_config(), tmp_path, "process", arms=["orcale"])
+    with pytest.raises(ValueError, match="applies to --what process or family"):
+        ablations.run_ablation(demo_config(), tmp_path, "beta", arms=["grpo"])
+    result = CliRunner().invoke(app, ["ablate", "--run-dir", str(tmp_path), "--what", "family", "--arms", "grpo, dpoo"])
+    assert result.exit_code != 0 and "unknown arm(s) dpoo" in result.output
+
+
 # The tiny world through SFT, MCTS, the PRM and RFT (the "rft" system), then the five arms.
 TINY = {
     "data": {

@@ -15,22 +15,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import is_yes_no_question, yes_no_scores
+from prorag.core.metrics import yes_no_scores
 from prorag.data.jsonl import read_jsonl, write_json
 
 
 def answer_type_split(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """EM over all lines, over the yes/no ones (with :func:`yes_no_scores`), over the rest, and by ``type``."""
-    rest = [r for r in rows if not is_yes_no_question(r["golden_answers"])]
+    """EM over all lines, over the yes/no ones and the rest (:func:`yes_no_scores`), and by ``type``."""
     by_type: dict[str, list[float]] = {}
     for r in rows:
         by_type.setdefault(str(r.get("type", "?")), []).append(float(r["em"]))
+    em = sum(float(r["em"]) for r in rows) / len(rows)
+    scores = yes_no_scores((r["prediction"], r["golden_answers"]) for r in rows)
     return {
         "n": len(rows),
-        "em": sum(float(r["em"]) for r in rows) / len(rows),
-        "rest_n": len(rest),
-        "rest_em": sum(float(r["em"]) for r in rest) / len(rest) if rest else None,
-        **(yes_no_scores((r["prediction"], r["golden_answers"]) for r in rows) or {}),
+        "em": em,
+        # without yes/no questions every question is one of the rest
+        **(scores if scores is not None else {"non_yes_no_n": float(len(rows)), "non_yes_no_em": em}),
         "by_type": {t: {"n": len(v), "em": sum(v) / len(v)} for t, v in sorted(by_type.items())},
     }
 
@@ -50,7 +50,7 @@ def main() -> None:
         pct = lambda key, s=s: f"{100 * s[key]:.1f}" if s.get(key) is not None else "-"  # noqa: E731
         types = "  ".join(f"{t} {100 * v['em']:.1f}" for t, v in s["by_type"].items())
         print(
-            f"{folder.name:<28} {pct('em'):>6} {pct('rest_em'):>8} {pct('yes_no_em'):>7} {pct('yes_no_constant_em'):>6}"
+            f"{folder.name:<28} {pct('em'):>6} {pct('non_yes_no_em'):>8} {pct('yes_no_em'):>7} {pct('yes_no_constant_em'):>6}"
             f" {pct('yes_no_answered_rate'):>9} {pct('yes_no_no_rate'):>9}  {types}"
         )
     if args.json:

@@ -235,13 +235,18 @@ def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str,
     yes/no questions, else ``yes_no_n`` (their count), ``yes_no_em``, ``yes_no_answered_rate``
     (the share of predictions that are yes or no at all), ``yes_no_no_rate`` (the share of ``no``
     among those; 0 when none is) and ``yes_no_constant_em`` (the EM of always answering the gold
-    majority word: the share of its questions).
+    majority word: the share of its questions), and beside them ``non_yes_no_n`` and
+    ``non_yes_no_em``: the EM of the other questions (left out when there are none), where the
+    answer has to be found, so that a gain there is not a gain in the answer's form.
     """
     binary = []
+    others = []
     for pred, golds in rows:
         normalized = {normalize_answer(g) for g in _gold_list(golds)}
         if normalized <= YES_NO:
             binary.append((normalize_answer(pred or ""), normalized))
+        else:
+            others.append(exact_match(pred or "", golds))
     if not binary:
         return None
     n = len(binary)
@@ -253,7 +258,7 @@ def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str,
         "yes_no_answered_rate": len(answered) / n,
         "yes_no_no_rate": answered.count("no") / len(answered) if answered else 0.0,
         "yes_no_constant_em": max(no_share, sum("yes" in golds for _, golds in binary) / n),
-    }
+    } | ({"non_yes_no_n": float(len(others)), "non_yes_no_em": sum(others) / len(others)} if others else {})
 
 
 def retrieval_recall(hit_ids: Sequence[str], gold_ids: Iterable[str], k: int) -> float:

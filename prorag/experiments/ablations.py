@@ -292,10 +292,27 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
     return "\n".join(lines)
 
 
-def seconds_per_step(metrics_file: Path) -> float | None:
-    """Mean wall time of one RL optimiser step (``step_time`` of the trainer's ``metrics.jsonl``)."""
-    times = [float(r["step_time"]) for r in read_jsonl(metrics_file) if "step_time" in r] if metrics_file.exists() else []
-    return sum(times) / len(times) if times else None
+#: Training-log means an arms table reports: ``metrics.jsonl`` key -> the stats key.
+TRAINING_SIGNALS: dict[str, str] = {
+    "step_time": "seconds_per_rl_step",
+    "groups_em_agree": "groups_em_agree",
+    "groups_reward_agree": "groups_reward_agree",
+}
+
+
+def training_signals(metrics_file: Path) -> dict[str, float | None]:
+    """Means over an RL run's ``metrics.jsonl`` of :data:`TRAINING_SIGNALS` (``None`` where never
+    logged, e.g. an offline arm): the wall time of one optimiser step, and the share of rollout
+    groups whose samples all agree on EM, or all get one reward. The last two are how much
+    signal an arm had: a group that agrees has zero outcome advantage, so where the step rewards
+    do not split it (``groups_reward_agree`` well below ``groups_em_agree``) only the process term
+    can teach on that question."""
+    rows = list(read_jsonl(metrics_file)) if metrics_file.exists() else []
+    out: dict[str, float | None] = {}
+    for key, name in TRAINING_SIGNALS.items():
+        values = [float(r[key]) for r in rows if key in r]
+        out[name] = sum(values) / len(values) if values else None
+    return out
 
 
 #: The family's arms trained without RL: name -> ``fn(run, seed)`` -> policy folder.
@@ -335,8 +352,8 @@ def arms_ablation(
 ) -> dict[str, Any]:
     """Train and evaluate every arm (those named in ``only``, when given) for each seed
     (``process_seeds`` unless given), then
-    :func:`process_statistics` with the evaluation's ``metrics`` and ``seconds_per_rl_step`` as
-    extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
+    :func:`process_statistics` with the evaluation's ``metrics`` and the training log's
+    :func:`training_signals` as extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
     ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike."""
     cfg = run.config
@@ -362,7 +379,7 @@ def arms_ablation(
             measured = read_json(ev_dir / "metrics.json")
             # None where not measured: no over-search without re-asking, no RL step for an offline arm.
             extras[arm][seed] = {m: measured.get(m) for m in metrics}
-            extras[arm][seed]["seconds_per_rl_step"] = seconds_per_step(run.path("rl", name, "metrics.jsonl"))
+            extras[arm][seed] |= training_signals(run.path("rl", name, "metrics.jsonl"))
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
@@ -492,6 +509,7 @@ __all__ = [
     "sweep_variant",
     "evaluate_on_test",
     "topk_sweep",
+    "training_signals",
     "train_and_test",
     "train_rl_policy",
     "write_arms_results",

@@ -229,16 +229,22 @@ def test_yes_no_scores_by_hand() -> None:
         ("no", ["yes"]),  # wrong
         ("Drovi", ["no"]),  # an entity where yes or no was asked
         ("yes", ["Yes"]),  # right
-        ("Drovi", ["Drovi"]),  # not a yes/no question: left out
+        ("Drovi", ["Drovi"]),  # not a yes/no question: one of the others, right
+        ("the Kilen", ["Drovi", "Ostra"]),  # another other, wrong
+        ("no", ["Drovi"]),  # "no" where an entity was asked: an other, wrong
     ]
     scores = yes_no_scores(rows)
-    # 4 yes/no questions: EM 2/4; 3 answered yes/no, 2 of them "no"; gold majority "no" (3 of 4).
+    # 4 yes/no questions: EM 2/4; 3 answered yes/no, 2 of them "no"; golds 2 "no", 2 "yes": a
+    # constant guess scores 2/4.
+    # The 3 others: EM 1/3.
     assert scores == {
         "yes_no_n": 4.0,
         "yes_no_em": 0.5,
         "yes_no_answered_rate": 0.75,
         "yes_no_no_rate": pytest.approx(2 / 3),
         "yes_no_constant_em": 0.5,
+        "non_yes_no_n": 3.0,
+        "non_yes_no_em": pytest.approx(1 / 3),
     }
 
 
@@ -248,6 +254,7 @@ def test_yes_no_scores_constant_guess_and_absence() -> None:
     scores = yes_no_scores(rows)
     assert scores is not None
     assert scores["yes_no_em"] == scores["yes_no_constant_em"] == 0.75 and scores["yes_no_no_rate"] == 1.0
+    assert "non_yes_no_em" not in scores  # no other question: no EM to report there
     # None answered yes/no; a missing prediction counts as not answered.
     assert yes_no_scores([(None, ["yes"]), ("Kilen", ["no"])]) == {
         "yes_no_n": 2.0,

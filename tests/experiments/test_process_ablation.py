@@ -4,6 +4,7 @@ writes the JSON, the report section and the console table."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -74,7 +75,9 @@ def test_statistics_carry_the_yes_no_scores_per_seed() -> None:
     assert grpo["yes_no_em"] == 0.25 and grpo["yes_no_constant_em"] == 0.5
     assert grpo["yes_no_no_rate"] == 0.5 and grpo["yes_no_answered_rate"] == 0.75
     behaviour = process_tables({"arms": ablations.PROCESS_ARMS, "stats": {"grpo": grpo}})[1]
-    assert behaviour[1][1:3] == ["Yes/no EM (%)", "Constant guess (%)"] and behaviour[2][0][1:3] == ["25.0 ± 317.7", "50.0 ± 0.0"]
+    # the entity question is right in both seeds: EM on the others 100 in each
+    assert behaviour[1][1:4] == ["EM on the others (%)", "Yes/no EM (%)", "Constant guess (%)"]
+    assert behaviour[2][0][1:4] == ["100.0 ± 0.0", "25.0 ± 317.7", "50.0 ± 0.0"]
 
 
 def test_the_test_over_seeds_by_hand() -> None:
@@ -148,6 +151,31 @@ def test_arms_are_checked_before_the_pipeline_runs(tmp_path: Path, monkeypatch: 
         ablations.run_ablation(demo_config(), tmp_path, "beta", arms=["grpo"])
     result = CliRunner().invoke(app, ["ablate", "--run-dir", str(tmp_path), "--what", "family", "--arms", "grpo, dpoo"])
     assert result.exit_code != 0 and "unknown arm(s) dpoo" in result.output
+
+
+def test_training_signals_by_hand(tmp_path: Path) -> None:
+    # Two rollout steps (agreement logged) and one optimiser-only step (the second PPO iteration).
+    log = tmp_path / "metrics.jsonl"
+    rows = [
+        {"step": 0, "eval_em": 0.25},
+        {"step": 1, "step_time": 3.0, "groups_em_agree": 0.25, "groups_reward_agree": 0.0},
+        {"step": 2, "step_time": 1.0},
+        {"step": 3, "step_time": 5.0, "groups_em_agree": 0.5, "groups_reward_agree": 0.125},
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert ablations.training_signals(log) == {
+        "seconds_per_rl_step": 3.0,
+        "groups_em_agree": 0.375,
+        "groups_reward_agree": 0.0625,
+    }
+    assert ablations.training_signals(tmp_path / "missing.jsonl") == dict.fromkeys(ablations.TRAINING_SIGNALS.values())
+    stats = ablations.process_statistics(
+        {"grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0])}},
+        extras={"grpo": {0: {"groups_em_agree": 0.25}, 1: {"groups_em_agree": 0.75}}},
+    )
+    behaviour = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})[1]
+    # mean 0.5, s = 0.353553, half-width 12.706205 * 0.353553 / sqrt(2) = 3.176551
+    assert behaviour[1] == ["Arm", "Groups agreeing on EM (%)"] and behaviour[2] == [["grpo", "50.0 ± 317.7"]]
 
 
 # The tiny world through SFT, MCTS, the PRM and RFT (the "rft" system), then the five arms.

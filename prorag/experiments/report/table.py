@@ -160,7 +160,12 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
-    # The yes/no questions: EM there beside the constant guess's, and how the arm answers them.
+    # How much signal training had: groups whose samples all agree on EM, or all get one reward.
+    "groups_em_agree": ("Groups agreeing on EM (%)", True),
+    "groups_reward_agree": ("Groups with one reward (%)", True),
+    # The yes/no questions: EM there beside the constant guess's, and how the arm answers them;
+    # and EM on the others, where the answer has to be found.
+    "non_yes_no_em": ("EM on the others (%)", True),
     "yes_no_em": ("Yes/no EM (%)", True),
     "yes_no_constant_em": ("Constant guess (%)", True),
     "yes_no_answered_rate": ("Yes/no answered (%)", True),

@@ -16,6 +16,16 @@ pi_init, not of the policy as it learns. It is an outcome criterion: it also dro
 all-wrong questions, where a process reward is the only signal, so it favours outcome-only
 training; compare arms on one screened set (same seed, same initial policy: same set).
 
+Because a question two words can answer (yes or no) is one whose samples rarely all agree,
+``mixed`` keeps such questions far above their share of the pool (on the built-in worlds the
+yes/no questions are 15% of those screened and 35% of those kept), and outcome RL then learns
+the answer's form (docs/LOG.md, 2026-11-24). ``screening_strata`` (a metadata field, e.g.
+``type``) holds the kept questions to the pool's shares instead: each value of the field gets a
+quota of ``limit`` in proportion to its share of the candidates (:func:`stratum_quotas`), and a
+mixed question is kept only while its stratum's quota has room. A stratum with too few mixed
+questions leaves its quota short rather than handing it to another (which would bring the
+shift back), so fewer than ``limit`` questions may be kept; screening then runs to the end.
+
 Screening results are appended chunk by chunk (flushed) to ``screening.jsonl`` in the run folder (or the
 config's ``screening_file``), one row per question (``id``, ``key``, ``em`` of each sample,
 ``kept``); a resumed run, or another run with the same key, re-screens nothing already there.
@@ -55,6 +65,25 @@ def mixed_questions(em: Sequence[Sequence[float]]) -> list[bool]:
     return [q in mixed for q in range(len(em))]
 
 
+def stratum_quotas(labels: Sequence[str], total: int) -> dict[str, int]:
+    """How many of ``total`` kept questions each stratum gets: its share of ``labels`` (one label
+    per candidate question) times ``total``, rounded by largest remainder so that the quotas sum
+    to ``total`` exactly; equal remainders go to the stratum seen first (deterministic)."""
+    if total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return {}
+    exact = {label: total * n / len(labels) for label, n in counts.items()}
+    quotas = {label: int(x) for label, x in exact.items()}
+    order = sorted(counts, key=lambda label: -(exact[label] - quotas[label]))  # stable: first seen wins ties
+    for label in order[: total - sum(quotas.values())]:
+        quotas[label] += 1
+    return quotas
+
+
 def screen_questions(
     records: Sequence[Record],
     model: Any,
@@ -69,6 +98,7 @@ def screen_questions(
     key: str = "",
     chunk_questions: int = 64,
     progress: bool = True,
+    strata: Sequence[str] | None = None,
 ) -> list[Record]:
     """The questions of ``records`` whose ``group_size`` samples by ``model`` disagree on EM, in
     order, at most ``keep`` of them (screening stops once that many are kept).
@@ -78,7 +108,13 @@ def screen_questions(
     ``row_seed(seed, SCREENING_STEP, .)``), so a question's samples do not depend on the chunking or
     on what was screened before a resume. ``path`` (JSONL) holds the screening rows: those already
     there under the same ``key`` (what they were sampled under, :func:`~prorag.stages.rl.screening_key`)
-    are reused, new ones appended."""
+    are reused, new ones appended. ``strata`` (one label per record, with ``keep``) keeps at most
+    :func:`stratum_quotas` of each label, screening until every quota is met."""
+    if strata is not None and (keep is None or len(strata) != len(records)):
+        raise ValueError(f"strata needs keep and one label per record (got {len(strata)} for {len(records)} records)")
+    quotas = stratum_quotas(strata, keep) if strata is not None and keep is not None else None
+    label = dict(zip((r.id for r in records), strata, strict=True)) if strata is not None else {}
+    taken: dict[str, int] = dict.fromkeys(quotas or {}, 0)
     done: dict[str, list[float]] = {}
     if path is not None and Path(path).exists():
         lines = read_jsonl(path, tolerate_truncated_tail=True)
@@ -91,7 +127,7 @@ def screen_questions(
     try:
         for start in tqdm(starts, desc="rl screening", unit="chunk", disable=not progress):
             if keep is not None and len(kept) >= keep:
-                break
+                break  # with strata: the quotas sum to keep, so every one is met
             chunk = list(records[start : start + chunk_questions])
             todo = [(start + i, r) for i, r in enumerate(chunk) if r.id not in done]
             if todo:
@@ -104,13 +140,23 @@ def screen_questions(
             flags = dict(zip((r.id for r in chunk), mixed_questions([done[r.id] for r in chunk]), strict=True))
             if todo and appender is not None:
                 appender.extend([{"id": r.id, "key": key, "em": done[r.id], "kept": flags[r.id]} for _, r in todo])
-            kept.extend(r for r in chunk if flags[r.id])
+            for r in chunk:
+                if not flags[r.id]:
+                    continue
+                if quotas is not None:
+                    if taken[label[r.id]] >= quotas[label[r.id]]:
+                        continue
+                    taken[label[r.id]] += 1
+                kept.append(r)
             screened += len(chunk)
     finally:
         if appender is not None:
             appender.close()
     log.info("RL screening: %d of %d screened questions have mixed outcomes", len(kept), screened)
+    if quotas is not None:
+        short = {k: f"{taken[k]} of {q}" for k, q in quotas.items() if taken[k] < q}
+        log.info("RL screening strata kept %s%s", taken, f"; short of quota: {short}" if short else "")
     return kept[:keep] if keep is not None else kept
 
 
-__all__ = ["QUESTION_FILTERS", "SCREENING_STEP", "mixed_questions", "screen_questions"]
+__all__ = ["QUESTION_FILTERS", "SCREENING_STEP", "mixed_questions", "screen_questions", "stratum_quotas"]

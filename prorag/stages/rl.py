@@ -129,6 +129,12 @@ class RLConfig(TrainingConfig):
         "all-wrong groups give outcome GRPO zero advantage); screens in order until `limit` are kept; rows in "
         "`screening_file`. See prorag/stages/question_filter.py. `none`: every question.",
     )
+    screening_strata: str | None = setting(
+        None,
+        help="With `question_filter` and `limit`: a metadata field (e.g. `type`) whose values keep their share of "
+        "the candidate questions among the kept ones (a quota each, left short where too few are mixed), so that "
+        "screening does not favour the questions a guess can answer. See prorag/stages/question_filter.py.",
+    )
     screening_file: str | None = setting(
         None,
         help="Where `question_filter` keeps its screening rows (default RUN/screening.jsonl). RL runs from one "
@@ -256,6 +262,11 @@ class RLConfig(TrainingConfig):
                 raise ValueError(f"RLConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"RLConfig.limit must be >= 1 (or null: every question), got {self.limit}")
+        if self.screening_strata is not None and (self.question_filter == "none" or self.limit is None):
+            raise ValueError(
+                "RLConfig.screening_strata needs a question_filter other than 'none' and a limit (the quotas are "
+                f"shares of it), got question_filter={self.question_filter!r}, limit={self.limit}"
+            )
         if self.group_size < 2:
             raise ValueError(f"RLConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
         if self.beta < 0:
@@ -304,6 +315,14 @@ def rl_records(records: Sequence[Record], exclude: set[str], limit: int | None =
     """The RL questions: ``records`` minus the ids in ``exclude``, then the first ``limit``."""
     kept = [r for r in records if r.id not in exclude]
     return kept[:limit] if limit is not None else kept
+
+
+def screening_strata(records: Sequence[Record], field: str) -> list[str]:
+    """Each record's ``metadata[field]`` as a stratum label (``(none)`` where it has none); a
+    field that no record has is a typo, not a stratum, and is refused."""
+    if not any(field in r.metadata for r in records):
+        raise ValueError(f"RLConfig.screening_strata: no RL question has metadata field {field!r}")
+    return [str(r.metadata.get(field, "(none)")) for r in records]
 
 
 def screening_key(config: RLConfig) -> str:
@@ -1027,6 +1046,7 @@ def train_rl(
                 path=screened,
                 key=screening_key(config),
                 progress=PartialState().is_main_process,
+                strata=screening_strata(records, config.screening_strata) if config.screening_strata else None,
             )
         if not records:
             raise ValueError(f"question_filter={config.question_filter!r} kept no RL question (see {screened})")
@@ -1059,6 +1079,7 @@ __all__ = [
     "row_seed",
     "score_batch",
     "screening_key",
+    "screening_strata",
     "train_rl",
     "write_learning_curve",
 ]

@@ -19,7 +19,7 @@ from prorag.method.rewards import outcome
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import question_filter, rl
-from prorag.stages.question_filter import SCREENING_STEP, mixed_questions, screen_questions
+from prorag.stages.question_filter import SCREENING_STEP, mixed_questions, screen_questions, stratum_quotas
 from prorag.stages.rl import RLConfig, row_seed, train_rl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -123,6 +123,38 @@ def test_screening_keeps_the_disagreeing_questions_and_resumes(
     assert len(list(read_jsonl(tmp_path / "one.jsonl"))) == [r.id for r in records].index(mixed[0]) + 1
 
 
+def test_stratum_quotas_by_largest_remainder() -> None:
+    # shares 5/10, 3/10, 2/10 of 4: exact 2.0, 1.2, 0.8 -> floors 2, 1, 0; the one left goes to c (0.8)
+    labels = ["a"] * 5 + ["b"] * 3 + ["c"] * 2
+    assert stratum_quotas(labels, 4) == {"a": 2, "b": 1, "c": 1}
+    # 3 strata of 1 each, 2 slots: remainders all 2/3 -> the first two seen get them
+    assert stratum_quotas(["y", "x", "z"], 2) == {"y": 1, "x": 1, "z": 0}
+    assert sum(stratum_quotas(labels, 7).values()) == 7 and stratum_quotas([], 3) == {}
+    with pytest.raises(ValueError, match="total must be >= 0"):
+        stratum_quotas(labels, -1)
+
+
+def test_strata_hold_the_kept_questions_to_the_pool_shares(
+    tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "screening.jsonl"
+    mixed = [r.id for r in screen(records, world, path=path)]
+    assert len(mixed) >= 4
+    # Label the first two mixed questions "guess" and everything else "chain": a pool of 2 guess
+    # and 6 chain questions gives keep=4 the quotas guess 1, chain 3.
+    strata = ["guess" if r.id in mixed[:2] else "chain" for r in records]
+    kept = [r.id for r in screen(records, world, path=path, keep=4, strata=strata)]
+    assert kept == [mixed[0], *[q for q in mixed if q not in mixed[:2]][:3]]
+    # Unstratified, the first four mixed questions (both guesses) would have been kept.
+    assert [r.id for r in screen(records, world, path=path, keep=4)] == mixed[:4] != kept
+    # A stratum with too few mixed questions leaves its quota short: nothing else fills it.
+    few = ["guess" if r.id in mixed[:1] else "chain" for r in records]
+    assert stratum_quotas(few, 8) == {"chain": 7, "guess": 1}
+    assert len(screen(records, world, path=path, keep=8, strata=few)) == len(mixed)
+    with pytest.raises(ValueError, match="one label per record"):
+        screen(records, world, path=path, keep=4, strata=strata[:-1])
+
+
 def test_rl_trains_on_the_screened_questions_only(
     tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,6 +187,18 @@ def test_rl_trains_on_the_screened_questions_only(
     assert sorted(set(seen)) == sorted({questions[i] for i in kept})
     with pytest.raises(ValueError, match="question_filter must be one of"):
         RLConfig(question_filter="easy")
+    with pytest.raises(ValueError, match="screening_strata needs"):
+        RLConfig(screening_strata="type", question_filter="mixed")  # no limit: no quotas
+    assert rl.screening_strata([replace(records[0], metadata={"type": "chain"}), records[1]], "type")[0] == "chain"
+    with pytest.raises(ValueError, match="no RL question has metadata field 'tpye'"):  # the stage reads the field
+        train_rl(
+            replace(cfg, screening_strata="tpye"),
+            tmp_path / "typo",
+            model=model,
+            tokenizer=world.tokenizer,
+            records=records,
+            retriever=world.retriever,
+        )
 
 
 def test_screening_key_follows_the_weights_not_the_path(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:

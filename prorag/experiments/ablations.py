@@ -234,7 +234,8 @@ def process_statistics(
     That test treats the questions as the sample and so ignores how much a whole run varies with
     its seed, which is the larger noise here (one seed that collapses moves every question), so
     each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
-    have (the same seed gives both arms the same rollout streams), the test to read first.
+    have (the same seed gives both arms the same rollout streams), the test to read first, and
+    ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no.
     ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI, as
     do the yes/no scores of the rows (:func:`yes_no_scores`): an arm can gain EM there by saying
     one word more often, which ``yes_no_constant_em`` puts in proportion."""
@@ -273,6 +274,12 @@ def process_statistics(
             if len(seeds) >= 2:
                 ems = [[out[a]["per_seed"][s]["em"] for s in seeds] for a in (arm, reference)]
                 out[arm][f"vs_{reference}_by_seed"] = asdict(paired_t_test(*ems))
+            # The same test on the questions whose answer has to be found (not yes/no): a gain
+            # there is not a gain in the answer's form.
+            others = [s for s in seeds if all("non_yes_no_em" in out[a]["per_seed"][s] for a in (arm, reference))]
+            if len(others) >= 2:
+                ems = [[out[a]["per_seed"][s]["non_yes_no_em"] for s in others] for a in (arm, reference)]
+                out[arm][f"vs_{reference}_non_yes_no_by_seed"] = asdict(paired_t_test(*ems))
     return out
 
 
@@ -285,6 +292,8 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
         by_seed = row.get(f"vs_{reference}_by_seed")
         versus = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else "(reference)"
         versus += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
+        rest = row.get(f"vs_{reference}_non_yes_no_by_seed")
+        versus += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
         lines.append(
             f"{arm:<16} {len(row['per_seed']):>5}  {100 * row['em']:>6.1f} ± {100 * row['em_ci95']:<5.1f}"
             f"  {100 * row['f1']:>6.1f} ± {100 * row['f1_ci95']:<5.1f}  {versus}"

@@ -80,6 +80,35 @@ def test_statistics_carry_the_yes_no_scores_per_seed() -> None:
     assert behaviour[2][0][1:4] == ["100.0 ± 0.0", "25.0 ± 317.7", "50.0 ± 0.0"]
 
 
+def test_the_test_on_the_non_yes_no_questions_by_hand() -> None:
+    # One yes/no question and two entity ones. GRPO and the arm score the same total EM in every
+    # seed, but the arm's comes from the entity questions: over seeds it gains there.
+    golds = [["yes"], ["Drovi"], ["Kilen"]]
+
+    def rows(answers: list[str]) -> list[dict[str, Any]]:
+        return [
+            {"id": f"q{i}", "em": float(a == g[0]), "f1": float(a == g[0]), "prediction": a, "golden_answers": g}
+            for i, (a, g) in enumerate(zip(answers, golds, strict=True))
+        ]
+
+    preds = {
+        # non-yes/no EM per seed: 0, 0.5, 0.5
+        "grpo": {0: rows(["yes", "x", "x"]), 1: rows(["yes", "Drovi", "x"]), 2: rows(["yes", "x", "Kilen"])},
+        # non-yes/no EM per seed: 0.5, 1, 1 -> differences 0.5, 0.5, 0.5: t = +inf, p = 0
+        "prorag": {0: rows(["no", "Drovi", "x"]), 1: rows(["no", "Drovi", "Kilen"]), 2: rows(["no", "Drovi", "Kilen"])},
+    }
+    stats = ablations.process_statistics(preds)
+    rest = stats["prorag"]["vs_grpo_non_yes_no_by_seed"]
+    assert (rest["n"], rest["mean_diff"], rest["p_value"]) == (3, pytest.approx(0.5), 0.0)
+    # total EM per seed: GRPO 1/3, 2/3, 2/3; the arm 1/3, 2/3, 2/3: no difference over seeds
+    assert stats["prorag"]["vs_grpo_by_seed"]["mean_diff"] == pytest.approx(0.0)
+    assert "vs_grpo_non_yes_no_by_seed" not in stats["grpo"]
+    [main, *_] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
+    assert main[1][-1] == "ΔEM on non-yes/no vs GRPO (t over seeds)"
+    assert [r[-1] for r in main[2]] == ["reference", "+50.0 (p=0.000)"]
+    assert "non-yes/no dEM +50.0 p=0.000" in ablations.process_table(stats)
+
+
 def test_the_test_over_seeds_by_hand() -> None:
     # Per-seed EM: GRPO 0.25, 0.5, 0.25; PRM 0.5, 0.5, 0.75 -> differences 0.25, 0, 0.5: mean 0.25,
     # s = 0.25, t = 0.25 / (0.25 / sqrt 3) = 1.732051 on 2 df; p = 1 - t / sqrt(2 + t^2) = 0.225403.

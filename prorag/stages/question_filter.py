@@ -110,8 +110,10 @@ def screen_questions(
     there under the same ``key`` (what they were sampled under, :func:`~prorag.stages.rl.screening_key`)
     are reused, new ones appended. ``strata`` (one label per record, with ``keep``) keeps at most
     :func:`stratum_quotas` of each label, screening until every quota is met."""
-    if strata is not None and (keep is None or len(strata) != len(records)):
-        raise ValueError(f"strata needs keep and one label per record (got {len(strata)} for {len(records)} records)")
+    if strata is not None and keep is None:
+        raise ValueError("strata needs keep: the quotas are shares of the number of questions kept")
+    if strata is not None and len(strata) != len(records):
+        raise ValueError(f"strata needs one label per record, got {len(strata)} labels for {len(records)} records")
     quotas = stratum_quotas(strata, keep) if strata is not None and keep is not None else None
     label = dict(zip((r.id for r in records), strata, strict=True)) if strata is not None else {}
     taken: dict[str, int] = dict.fromkeys(quotas or {}, 0)

@@ -151,8 +151,10 @@ def test_strata_hold_the_kept_questions_to_the_pool_shares(
     few = ["guess" if r.id in mixed[:1] else "chain" for r in records]
     assert stratum_quotas(few, 8) == {"chain": 7, "guess": 1}
     assert len(screen(records, world, path=path, keep=8, strata=few)) == len(mixed)
-    with pytest.raises(ValueError, match="one label per record"):
+    with pytest.raises(ValueError, match="one label per record, got 7 labels for 8 records"):
         screen(records, world, path=path, keep=4, strata=strata[:-1])
+    with pytest.raises(ValueError, match="strata needs keep"):
+        screen(records, world, path=path, strata=strata)
 
 
 def test_rl_trains_on_the_screened_questions_only(

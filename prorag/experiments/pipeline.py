@@ -243,21 +243,23 @@ def fingerprint(value: Any, root: Path | None = None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-#: Settings added after run folders with stage markers existed, each with the value that does what
-#: those runs did: a marker fingerprinted before the field existed still matches while the field
-#: keeps that value (any other value is a changed setting, as usual).
-LATER_FIELDS: dict[str, Any] = {"question_filter": "none", "screening_file": None}
+#: Settings added after run folders with stage markers existed, in the order they were added, each
+#: with the value that does what those runs did: a marker fingerprinted before the field existed
+#: still matches while the field keeps that value (any other value is a changed setting, as usual).
+LATER_FIELDS: dict[str, Any] = {"question_filter": "none", "screening_file": None, "screening_strata": None}
 
 
-def without_later_fields(value: Any) -> Any:
-    """A config (dataclass or plain data) as plain data without the :data:`LATER_FIELDS` that hold
-    their old-behaviour value: what its fingerprint was before those fields existed."""
+def without_later_fields(value: Any, since: int = 0) -> Any:
+    """A config (dataclass or plain data) as plain data without the :data:`LATER_FIELDS` from the
+    ``since``-th on that hold their old-behaviour value: what its fingerprint was before those
+    fields existed (a marker written between two additions knows the earlier ones only)."""
+    later = dict(list(LATER_FIELDS.items())[since:])
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = asdict(value)
     if isinstance(value, dict):
-        return {k: without_later_fields(v) for k, v in value.items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+        return {k: without_later_fields(v, since) for k, v in value.items() if not (k in later and v == later[k])}
     if isinstance(value, list | tuple):
-        return [without_later_fields(v) for v in value]
+        return [without_later_fields(v, since) for v in value]
     return value
 
 
@@ -446,8 +448,10 @@ class Run:
             # Markers written before fingerprints were relative to the run folder hash its absolute
             # paths: they still match while the folder has not moved; markers written before a
             # LATER_FIELDS setting existed match while it keeps its old-behaviour value.
-            earlier = without_later_fields(settings)
-            accepted = {key, fingerprint(settings), fingerprint(earlier, root=self.dir), fingerprint(earlier)}
+            accepted = {key, fingerprint(settings)}
+            for since in range(len(LATER_FIELDS)):
+                earlier = without_later_fields(settings, since)
+                accepted |= {fingerprint(earlier, root=self.dir), fingerprint(earlier)}
             if done.get("fingerprint") not in accepted:
                 raise ValueError(
                     f"stage {name!r} of {self.dir} finished with other settings ({marker}); use a new run folder, "

@@ -284,6 +284,17 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     assert calls == []
     with pytest.raises(ValueError, match="finished with other settings"):
         run.stage("rl-grpo-seed0", dataclasses.replace(config, question_filter="mixed"), lambda: calls.append("mixed"))
+    # A marker written after `question_filter` and `screening_file` existed and before
+    # `screening_strata`: its fingerprint holds the first two at their defaults, not the last.
+    between = {k: v for k, v in dataclasses.asdict(config).items() if k != "screening_strata"}
+    assert list(LATER_FIELDS)[-1] == "screening_strata" and without_later_fields(config, 2) == between
+    assert without_later_fields(config) != between  # stripping every later field would miss it
+    marker = {"stage": "rl-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "rl-between.json").write_text(json.dumps(marker), encoding="utf-8")
+    run.stage("rl-between", config, lambda: calls.append("rerun"))
+    assert calls == []
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("rl-between", {**dataclasses.asdict(config), "screening_strata": "type"}, lambda: calls.append("strata"))
 
 
 def test_non_default_fields_round_trip() -> None:

@@ -76,7 +76,7 @@ def test_statistics_carry_the_yes_no_scores_per_seed() -> None:
     assert grpo["yes_no_no_rate"] == 0.5 and grpo["yes_no_answered_rate"] == 0.75
     behaviour = process_tables({"arms": ablations.PROCESS_ARMS, "stats": {"grpo": grpo}})[1]
     # the entity question is right in both seeds: EM on the others 100 in each
-    assert behaviour[1][1:4] == ["EM on the others (%)", "Yes/no EM (%)", "Constant guess (%)"]
+    assert behaviour[1][1:4] == ["Non-yes/no EM (%)", "Yes/no EM (%)", "Constant guess (%)"]
     assert behaviour[2][0][1:4] == ["100.0 ± 0.0", "25.0 ± 317.7", "50.0 ± 0.0"]
 
 

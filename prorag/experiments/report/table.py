@@ -165,7 +165,7 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "groups_reward_agree": ("Groups with one reward (%)", True),
     # The yes/no questions: EM there beside the constant guess's, and how the arm answers them;
     # and EM on the others, where the answer has to be found.
-    "non_yes_no_em": ("EM on the others (%)", True),
+    "non_yes_no_em": ("Non-yes/no EM (%)", True),
     "yes_no_em": ("Yes/no EM (%)", True),
     "yes_no_constant_em": ("Constant guess (%)", True),
     "yes_no_answered_rate": ("Yes/no answered (%)", True),

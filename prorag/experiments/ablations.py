@@ -313,9 +313,9 @@ def training_signals(metrics_file: Path) -> dict[str, float | None]:
     """Means over an RL run's ``metrics.jsonl`` of :data:`TRAINING_SIGNALS` (``None`` where never
     logged, e.g. an offline arm): the wall time of one optimiser step, and the share of rollout
     groups whose samples all agree on EM, or all get one reward. The last two are how much
-    signal an arm had: a group that agrees has zero outcome advantage, so where the step rewards
-    do not split it (``groups_reward_agree`` well below ``groups_em_agree``) only the process term
-    can teach on that question."""
+    signal an arm had: a group whose rewards all agree has zero advantage and teaches nothing,
+    and the gap between the two counts the groups that agree on the answer but whose rewards
+    still differ (format terms, step rewards): signal beyond the answer."""
     rows = list(read_jsonl(metrics_file)) if metrics_file.exists() else []
     out: dict[str, float | None] = {}
     for key, name in TRAINING_SIGNALS.items():

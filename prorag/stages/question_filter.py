@@ -17,9 +17,8 @@ all-wrong questions, where a process reward is the only signal, so it favours ou
 training; compare arms on one screened set (same seed, same initial policy: same set).
 
 Because a question two words can answer (yes or no) is one whose samples rarely all agree,
-``mixed`` keeps such questions far above their share of the pool (on the built-in worlds the
-yes/no questions are 15% of those screened and 35% of those kept), and outcome RL then learns
-the answer's form (docs/LOG.md, 2026-11-24). ``screening_strata`` (a metadata field, e.g.
+``mixed`` keeps such questions far above their share of the pool, and outcome RL then learns the
+answer's form (the measurements are in docs/LOG.md, 2026-11-24). ``screening_strata`` (a metadata field, e.g.
 ``type``) holds the kept questions to the pool's shares instead: each value of the field gets a
 quota of ``limit`` in proportion to its share of the candidates (:func:`stratum_quotas`), and a
 mixed question is kept only while its stratum's quota has room. A stratum with too few mixed

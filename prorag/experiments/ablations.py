@@ -312,10 +312,10 @@ TRAINING_SIGNALS: dict[str, str] = {
 def training_signals(metrics_file: Path) -> dict[str, float | None]:
     """Means over an RL run's ``metrics.jsonl`` of :data:`TRAINING_SIGNALS` (``None`` where never
     logged, e.g. an offline arm): the wall time of one optimiser step, and the share of rollout
-    groups whose samples all agree on EM, or all get one reward. The last two are how much
-    signal an arm had: a group whose rewards all agree has zero advantage and teaches nothing,
-    and the gap between the two counts the groups that agree on the answer but whose rewards
-    still differ (format terms, step rewards): signal beyond the answer."""
+    groups whose samples all agree on EM, or all get one outcome reward. The last two are how
+    much outcome signal an arm had: a group whose outcome rewards all agree has zero outcome
+    advantage, so only a step reward can teach on it, and the gap between the two counts the
+    groups that agree on the answer but whose outcome rewards still differ (its format terms)."""
     rows = list(read_jsonl(metrics_file)) if metrics_file.exists() else []
     out: dict[str, float | None] = {}
     for key, name in TRAINING_SIGNALS.items():

@@ -160,9 +160,9 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
-    # How much signal training had: groups whose samples all agree on EM, or all get one reward.
+    # How much outcome signal training had: groups whose samples all agree on EM, or on the outcome reward.
     "groups_em_agree": ("Groups agreeing on EM (%)", True),
-    "groups_reward_agree": ("Groups with one reward (%)", True),
+    "groups_reward_agree": ("Groups with one outcome reward (%)", True),
     # The yes/no questions: EM there beside the constant guess's, and how the arm answers them;
     # and EM on the others, where the answer has to be found.
     "non_yes_no_em": ("Non-yes/no EM (%)", True),

@@ -220,16 +220,22 @@ def answer_metrics(prediction: str, golds: str | Sequence[str]) -> dict[str, flo
 YES_NO: frozenset[str] = frozenset({"yes", "no"})
 
 
+def _yes_no_golds(golds: str | Sequence[str]) -> set[str] | None:
+    """The normalised gold aliases of a yes/no question (every alias ``yes`` or ``no``), else None."""
+    normalized = {normalize_answer(g) for g in _gold_list(golds)}
+    return normalized if normalized <= YES_NO else None
+
+
 def is_yes_no_question(golds: str | Sequence[str]) -> bool:
     """Whether every gold alias normalises to ``yes`` or ``no`` (a question two words can answer)."""
-    return {normalize_answer(g) for g in _gold_list(golds)} <= YES_NO
+    return _yes_no_golds(golds) is not None
 
 
 def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, float] | None:
     """EM on the yes/no questions beside what a constant guess scores there.
 
-    ``rows`` are ``(prediction, gold aliases)``; the yes/no questions are those whose every
-    gold alias normalises into :data:`YES_NO` (:func:`is_yes_no_question`). A policy can raise EM on such questions without reading a
+    ``rows`` are ``(prediction, gold aliases)``; the yes/no questions are those of
+    :func:`is_yes_no_question`. A policy can raise EM on such questions without reading a
     single document, by answering one of the two words more often: a gain in EM is a gain in
     reasoning only where it rises above the better constant guess. Returns ``None`` without
     yes/no questions, else ``yes_no_n`` (their count), ``yes_no_em``, ``yes_no_answered_rate``
@@ -242,8 +248,8 @@ def yes_no_scores(rows: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str,
     binary = []
     others = []
     for pred, golds in rows:
-        normalized = {normalize_answer(g) for g in _gold_list(golds)}
-        if normalized <= YES_NO:
+        normalized = _yes_no_golds(golds)
+        if normalized is not None:
             binary.append((normalize_answer(pred or ""), normalized))
         else:
             others.append(exact_match(pred or "", golds))

@@ -270,16 +270,14 @@ def process_statistics(
             shared = sorted(averaged[arm].keys() & averaged[reference].keys())
             test = paired_t_test([averaged[arm][q] for q in shared], [averaged[reference][q] for q in shared])
             out[arm][f"vs_{reference}"] = asdict(test)
-            seeds = sorted(out[arm]["per_seed"].keys() & out[reference]["per_seed"].keys())
-            if len(seeds) >= 2:
-                ems = [[out[a]["per_seed"][s]["em"] for s in seeds] for a in (arm, reference)]
-                out[arm][f"vs_{reference}_by_seed"] = asdict(paired_t_test(*ems))
-            # The same test on the questions whose answer has to be found (not yes/no): a gain
-            # there is not a gain in the answer's form.
-            others = [s for s in seeds if all("non_yes_no_em" in out[a]["per_seed"][s] for a in (arm, reference))]
-            if len(others) >= 2:
-                ems = [[out[a]["per_seed"][s]["non_yes_no_em"] for s in others] for a in (arm, reference)]
-                out[arm][f"vs_{reference}_non_yes_no_by_seed"] = asdict(paired_t_test(*ems))
+            # Over the seeds both have: EM, and EM on the questions whose answer has to be found
+            # (not yes/no), where a gain is not a gain in the answer's form.
+            for metric, suffix in (("em", "by_seed"), ("non_yes_no_em", "non_yes_no_by_seed")):
+                pair = [out[a]["per_seed"] for a in (arm, reference)]
+                both = sorted(s for s in pair[0].keys() & pair[1].keys() if all(metric in p[s] for p in pair))
+                if len(both) >= 2:
+                    values = [[p[s][metric] for s in both] for p in pair]
+                    out[arm][f"vs_{reference}_{suffix}"] = asdict(paired_t_test(*values))
     return out
 
 
@@ -360,9 +358,9 @@ def arms_ablation(
     only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every arm (those named in ``only``, when given) for each seed
-    (``process_seeds`` unless given), then
-    :func:`process_statistics` with the evaluation's ``metrics`` and the training log's
-    :func:`training_signals` as extras; ``curves`` names each arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
+    (``process_seeds`` unless given), then :func:`process_statistics` with the evaluation's
+    ``metrics`` and the training log's :func:`training_signals` as extras; ``curves`` names each
+    arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
     ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike."""
     cfg = run.config

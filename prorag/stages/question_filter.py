@@ -113,9 +113,9 @@ def screen_questions(
         raise ValueError("strata needs keep: the quotas are shares of the number of questions kept")
     if strata is not None and len(strata) != len(records):
         raise ValueError(f"strata needs one label per record, got {len(strata)} labels for {len(records)} records")
-    quotas = stratum_quotas(strata, keep) if strata is not None and keep is not None else None
+    quotas = stratum_quotas(strata, keep) if strata is not None and keep is not None else None  # keep: checked above
     label = dict(zip((r.id for r in records), strata, strict=True)) if strata is not None else {}
-    taken: dict[str, int] = dict.fromkeys(quotas or {}, 0)
+    taken = dict.fromkeys(quotas or {}, 0)
     done: dict[str, list[float]] = {}
     if path is not None and Path(path).exists():
         lines = read_jsonl(path, tolerate_truncated_tail=True)
@@ -142,18 +142,15 @@ def screen_questions(
             if todo and appender is not None:
                 appender.extend([{"id": r.id, "key": key, "em": done[r.id], "kept": flags[r.id]} for _, r in todo])
             for r in chunk:
-                if not flags[r.id]:
-                    continue
-                if quotas is not None:
-                    if taken[label[r.id]] >= quotas[label[r.id]]:
-                        continue
-                    taken[label[r.id]] += 1
-                kept.append(r)
+                if flags[r.id] and (quotas is None or taken[label[r.id]] < quotas[label[r.id]]):
+                    kept.append(r)
+                    if quotas is not None:
+                        taken[label[r.id]] += 1
             screened += len(chunk)
     finally:
         if appender is not None:
             appender.close()
-    log.info("RL screening: %d of %d screened questions have mixed outcomes", len(kept), screened)
+    log.info("RL screening: kept %d of %d screened questions (mixed outcomes)", len(kept), screened)
     if quotas is not None:
         short = {k: f"{taken[k]} of {q}" for k, q in quotas.items() if taken[k] < q}
         log.info("RL screening strata kept %s%s", taken, f"; short of quota: {short}" if short else "")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import PretrainedConfig
@@ -47,7 +47,12 @@ def supports_slot_cache(model: Any) -> bool:
 
 
 class _SlotLayer(CacheLayerMixin):
-    """One layer of a :class:`SlotCache`: preallocated buffers written in place at given slots."""
+    """One layer of a :class:`SlotCache`: preallocated buffers written in place at given slots.
+
+    The buffers hold :attr:`SlotPool.rows` rows; a forward of ``B`` rows reads and writes the first
+    ``B`` (finished rows are compacted away in place, :meth:`select`), so the buffers never move:
+    what a captured decode graph (:mod:`prorag.agent.decode_graphs`) needs.
+    """
 
     is_sliding = False
 
@@ -56,10 +61,10 @@ class _SlotLayer(CacheLayerMixin):
         self.owner = owner
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        B, H, _, Dk = key_states.shape
-        cap = self.owner.capacity
-        self.keys = key_states.new_zeros((B, H, cap, Dk))
-        self.values = value_states.new_zeros((B, H, cap, value_states.shape[-1]))
+        _, H, _, Dk = key_states.shape
+        rows, cap = self.owner.pool.rows, self.owner.capacity
+        self.keys = key_states.new_zeros((rows, H, cap, Dk))
+        self.values = value_states.new_zeros((rows, H, cap, value_states.shape[-1]))
         self.is_initialized = True
 
     def update(
@@ -67,11 +72,13 @@ class _SlotLayer(CacheLayerMixin):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        B = key_states.shape[0]
+        keys, values = self.keys[:B], self.values[:B]
         slots = self.owner.slots[:, None, :, None]
-        self.keys.scatter_(2, slots.expand_as(key_states), key_states)
-        self.values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
+        keys.scatter_(2, slots.expand_as(key_states), key_states)
+        values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
         width = self.owner.width
-        return self.keys[:, :, :width], self.values[:, :, :width]
+        return keys[:, :, :width], values[:, :, :width]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.width, 0
@@ -92,9 +99,24 @@ class _SlotLayer(CacheLayerMixin):
             self.values[:, :, :n] = values[:, :, :n]
 
     def select(self, rows: torch.Tensor) -> None:
+        """Move ``rows`` to the front of the buffers, in that order (in place: the buffers stay put)."""
         if self.is_initialized:
-            self.keys = self.keys.index_select(0, rows)
-            self.values = self.values.index_select(0, rows)
+            self.keys[: len(rows)] = self.keys.index_select(0, rows)
+            self.values[: len(rows)] = self.values.index_select(0, rows)
+
+
+class SlotPool:
+    """The per-layer buffers of a :class:`SlotCache` (``rows`` rows, ``capacity`` slots each),
+    which can outlive one batch: a :class:`~prorag.agent.decode_graphs.DecodeGraphs` keeps one so
+    that the graphs it captured, which read and write these very buffers, serve every batch.
+    ``generation`` counts reallocations (a capacity that grew): graphs of an older generation
+    point at freed memory and must be captured again."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.layers: list[CacheLayerMixin] = []
+        self.capacity = 0
+        self.generation = 0
 
 
 class SlotCache(Cache):
@@ -105,31 +127,53 @@ class SlotCache(Cache):
 
     ``rows`` holds, for each row, its index in the batch the cache was made for; dropping
     finished rows (:meth:`select`) keeps it in step, so a model that keeps per-row state can
-    follow its rows.
+    follow its rows. ``pool``: buffers to reuse (from an earlier batch); by default new ones
+    sized for this batch.
     """
 
-    def __init__(self, batch: int, device: torch.device, expected: int = 0) -> None:
+    def __init__(self, batch: int, device: torch.device, expected: int = 0, pool: SlotPool | None = None) -> None:
         super().__init__(layer_class_to_replicate=lambda: _SlotLayer(self))
+        if pool is not None and pool.rows < batch:
+            raise ValueError(f"a slot pool of {pool.rows} rows cannot hold a batch of {batch}")
+        self.pool = pool or SlotPool(batch)
+        self.layers = self.pool.layers  # layers made during this batch land in the pool
+        for layer in self.layers:
+            layer.owner = self
         self.expected = expected
         """Slots a row is expected to need at most: growth by doubling stops there (unless more is needed)."""
-        self.capacity = 0
         self.width = 0
         self.seen = 0
         self.slots = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.rows = torch.arange(batch, device=device)
 
+    @property
+    def capacity(self) -> int:
+        return self.pool.capacity
+
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` slots (doubling, so that growth is rare, up to :attr:`expected`)."""
-        if capacity > self.capacity:
-            self.capacity = max(capacity, min(max(2 * self.capacity, _SLOT_MIN_CAPACITY), self.expected))
+        if capacity > self.pool.capacity:
+            self.pool.capacity = max(capacity, min(max(2 * self.pool.capacity, _SLOT_MIN_CAPACITY), self.expected))
+            self.pool.generation += 1
             for layer in self.layers:
-                layer.resize(self.capacity)
+                layer.resize(self.pool.capacity)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (indices into the current rows), in that order."""
         for layer in self.layers:
             layer.select(rows)
         self.rows = self.rows.index_select(0, rows)
+
+
+class StaticDecoder(Protocol):
+    """What :class:`SlotState` needs of static decode steps (:class:`~prorag.agent.decode_graphs.DecodeGraphs`):
+    the slot pool its caches use, a call when a batch starts, and the step itself."""
+
+    pool: SlotPool
+
+    def new_batch(self) -> None: ...
+
+    def decode(self, cache: SlotCache, tokens: torch.Tensor, slots: torch.Tensor, used: int) -> torch.Tensor: ...
 
 
 class SlotState:
@@ -142,11 +186,17 @@ class SlotState:
     real tokens and stale values past its end, never anything a real token attends to.
     """
 
-    def __init__(self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0) -> None:
+    def __init__(
+        self, model: Any, batch: int, pad_id: int, device: torch.device, expected: int = 0, graphs: StaticDecoder | None = None
+    ) -> None:
         self.model = model
         self.pad_id = pad_id
         self.device = device
-        self.cache = SlotCache(batch, device, expected)
+        self.graphs = graphs
+        """Static decode steps (CUDA graphs) for :meth:`feed_step`; None: the eager forward."""
+        if graphs is not None:
+            graphs.new_batch()
+        self.cache = SlotCache(batch, device, expected, pool=graphs.pool if graphs is not None else None)
         self.length = torch.zeros(batch, dtype=torch.long, device=device)
         self.longest = 0
         """An upper bound of ``length.max()`` kept on the host (exact after each chunk)."""
@@ -180,7 +230,10 @@ class SlotState:
 
     def feed_step(self, tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (``live`` False: written at the row's next slot, not kept); the decode step."""
-        logits = self._forward(tokens[:, None], self.length[:, None], self.longest + 1)
+        if self.graphs is not None:
+            logits = self.graphs.decode(self.cache, tokens, self.length[:, None], self.longest + 1)
+        else:
+            logits = self._forward(tokens[:, None], self.length[:, None], self.longest + 1)
         self.length = self.length + live.long()
         self.longest += 1
         return logits

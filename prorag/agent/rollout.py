@@ -21,11 +21,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from tqdm.auto import tqdm
 
+from prorag.agent.decode_graphs import DecodeGraphs
 from prorag.agent.kv_cache import BatchState, SlotState, supports_slot_cache
 from prorag.agent.prompts import PromptStyle, prompt_token_ids
 from prorag.agent.sampling import RowStreams, sample_next
@@ -48,6 +49,8 @@ from prorag.retrieval.base import Hit, Retriever
 
 log = logging.getLogger(__name__)
 
+DecodeGraphsMode = Literal["auto", "off", "eager"]
+
 
 @dataclass
 class RolloutConfig:
@@ -65,12 +68,23 @@ class RolloutConfig:
     prompt_style: PromptStyle | None = setting(
         None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
     )
+    decode_graphs: DecodeGraphsMode = setting(
+        "auto",
+        help="Decode steps as CUDA graphs: `auto` (on a CUDA device, for models on the slot cache), "
+        "`off`, or `eager` (the same static step without capture, on any device: for tests). The graphs and "
+        "the KV pool they write stay allocated while the engine lives (across RL steps); `off` frees the "
+        "cache after each batch.",
+    )
 
     def __post_init__(self) -> None:
         """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine)."""
         for name in ("max_actions", "max_action_tokens", "max_completion_tokens", "top_k", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.decode_graphs not in get_args(DecodeGraphsMode):
+            raise ValueError(
+                f"{type(self).__name__}.decode_graphs must be one of {get_args(DecodeGraphsMode)}, got {self.decode_graphs!r}"
+            )
 
 
 @dataclass
@@ -160,6 +174,8 @@ class RolloutEngine:
         self.blank_ids = _blank_token_ids(tokenizer)
         self.static_cache = supports_slot_cache(model)
         """Whether batches run on the engine's :class:`~prorag.agent.kv_cache.SlotCache` (set False to use the model's own cache)."""
+        self.graphs: DecodeGraphs | None = None
+        """The decode graphs of this engine's model, kept across batches and calls (see :meth:`decode_graphs_for`)."""
 
     @property
     def device(self) -> torch.device:
@@ -264,9 +280,12 @@ class RolloutEngine:
         held = list(range(len(records)))  # the record each row of the batch holds (finished rows leave)
         # A row holds its prompt, at most max_completion_tokens, and at most one action past them.
         expected = max(map(len, prompts)) + cfg.max_completion_tokens + cfg.max_action_tokens
-        state: SlotState | BatchState = (SlotState if self.static_cache else BatchState)(
-            self.model, len(held), self.pad_id, dev, expected
-        )
+        if self.static_cache:
+            state: SlotState | BatchState = SlotState(
+                self.model, len(held), self.pad_id, dev, expected, graphs=self.decode_graphs_for(len(held))
+            )
+        else:
+            state = BatchState(self.model, len(held), self.pad_id, dev, expected)
         held_ids = torch.arange(len(held), device=dev)  # ``held`` on the device (the streams' indices)
         logits = state.feed([list(p) for p in prompts])
         decoding = torch.ones(len(held), dtype=torch.bool, device=dev)
@@ -383,6 +402,18 @@ class RolloutEngine:
             tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
 
         return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
+
+    def decode_graphs_for(self, rows: int) -> DecodeGraphs | None:
+        """The decode graphs a batch of ``rows`` rows runs its decode steps on (None: eager
+        forwards), per ``config.decode_graphs``: ``auto`` captures on CUDA only. Made once and
+        kept, so graphs captured for one batch serve the next; remade larger if a batch outgrows them."""
+        mode = self.config.decode_graphs
+        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
+            return None
+        if self.graphs is None or self.graphs.max_rows < rows:
+            self.graphs = None  # free the old pool before allocating the new one
+            self.graphs = DecodeGraphs(self.model, max(rows, self.config.batch_size), self.device, capture=mode == "auto")
+        return self.graphs
 
     def _sample(
         self,

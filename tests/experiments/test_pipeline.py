@@ -384,3 +384,79 @@ def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
     assert rl_config(run, "sft", process=True, beta=0.3, seed=2).screening_file != grpo.screening_file
     plain = Run(tmp_path, base, progress=lambda _: None)
     assert rl_config(plain, "rft", process=False, beta=0.3, seed=2).screening_file is None
+
+
+def test_smollm2_gpu_yaml_runs_the_demo_table_with_the_demo_settings_on_cuda() -> None:
+    """configs/smollm2_world_gpu.yaml: SmolLM2 (a checkpoint folder) through every stage of the demo's
+    table on the demo world, on CUDA, with the settings the demo learned with (likelihood PRM, the
+    PRM judging reasoning only) and small budgets (one H100, minutes)."""
+    from prorag.experiments.pipeline import DEFAULT_SYSTEMS
+
+    cfg = load_config(ROOT / "configs" / "smollm2_world_gpu.yaml", PipelineConfig)
+    demo = demo_config(quick=True)
+    assert cfg.systems == list(DEFAULT_SYSTEMS) and cfg.device == "cuda" and cfg.sft.model == "runs/smollm2"
+    assert (cfg.data.world, cfg.data.passages, cfg.data.split) == (demo.data.world, demo.data.passages, demo.data.split)
+    assert (cfg.prm.kind, cfg.rft.prm_scope, cfg.rl.prm_scope, cfg.pairs) == ("likelihood", "reasoning", "reasoning", demo.pairs)
+    assert cfg.sft.learning_rate == pytest.approx(1e-4) and cfg.rl.learning_rate == pytest.approx(1e-5)
+    assert all(c.dtype == "float32" and c.bf16 == "auto" for c in (cfg.sft, cfg.prm, cfg.rft.train, cfg.rl))
+    assert cfg.data.mcts_questions * cfg.mcts.simulations <= 16 * 16 and cfg.rl.max_steps <= 5
+    assert 100 <= cfg.data.test_questions <= 200 and all(
+        c.max_minutes is not None for c in (cfg.sft, cfg.prm, cfg.rft.train, cfg.rl)
+    )
+
+
+def test_device_is_resolved_and_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from prorag.experiments.pipeline import run_pipeline, stage_device
+
+    assert stage_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert stage_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="not a torch device name"):
+        stage_device("gpu-please")
+    with pytest.raises(ValueError, match="device must be"):
+        PipelineConfig(device=" ")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            run_pipeline(PipelineConfig(device="cuda"), tmp_path / "run", progress=lambda _: None)
+        assert not (tmp_path / "run").exists()
+
+
+def test_stages_that_place_their_models_get_the_configured_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MCTS, the PRM audit (policy and PRM), RFT and the evaluations run on
+    ``device``; the stage functions are stubbed, so only the device each is handed is checked."""
+    import prorag.evaluation.runner as runner
+    import prorag.experiments.pipeline as pipeline
+    import prorag.retrieval.index as index
+    import prorag.stages.mcts as mcts
+    import prorag.stages.pairs as pairs
+    import prorag.stages.prm as prm
+    import prorag.stages.rft as rft
+    from prorag.supervision.reward_model import ProcessRewardModel
+
+    seen: dict[str, str | None] = {}
+
+    @dataclasses.dataclass
+    class Summary:
+        pairs: int = 0
+
+    def note(name: str, device: str | None) -> None:
+        seen[name] = device
+
+    monkeypatch.setattr(mcts, "run_mcts_files", lambda *a, device=None, **k: note("mcts", device))
+    monkeypatch.setattr(mcts, "read_trees", lambda _: [])
+    monkeypatch.setattr(pairs, "extract_pairs", lambda *a, **k: Summary())
+    monkeypatch.setattr(pairs, "make_judge", lambda _: None)
+    monkeypatch.setattr(prm, "train_prm", lambda *a, **k: None)
+    monkeypatch.setattr(ProcessRewardModel, "load", staticmethod(lambda path, device=None, **k: note("prm", device)))
+    monkeypatch.setattr(prm, "fresh_sample_audit", lambda *a, device=None, **k: note("audit", device) or {"auc": 0.5})
+    monkeypatch.setattr(prm, "write_prm_summary", lambda *a: {"beats_all": False})
+    monkeypatch.setattr(pipeline, "read_records", lambda _: [])
+    monkeypatch.setattr(index, "open_retriever", lambda _: None)
+    monkeypatch.setattr(rft, "run_rft_files", lambda *a, device=None, **k: note("rft", device))
+    monkeypatch.setattr(runner, "evaluate_files", lambda *a, device=None, **k: note("eval", device))
+
+    cfg = pipeline.resolve(PipelineConfig(device="cpu:0", systems=["sft", "rft"]))
+    run = pipeline.Run(tmp_path, cfg, progress=lambda _: None)
+    pipeline.stage_prm(run)
+    pipeline.stage_rft(run)
+    pipeline.stage_eval(run)
+    assert seen == dict.fromkeys(("mcts", "prm", "audit", "rft", "eval"), "cpu:0")

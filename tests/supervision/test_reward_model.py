@@ -340,3 +340,15 @@ def test_likelihood_ratio_kind_is_zero_at_init_and_a_scaled_difference_after(pol
     assert torch.allclose(loaded.score(contexts, steps), got, atol=1e-5)
     with pytest.raises(ValueError, match="needs `reference`"):
         ProcessRewardModel(model, tok, kind="likelihood_ratio").score(contexts, steps)
+
+
+def test_target_logprobs_in_slices_equal_a_full_log_softmax() -> None:
+    """Slices of any size (one that does not divide T included) give the full log-softmax's entries."""
+    from prorag.supervision.reward_model import target_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 11, 17, dtype=torch.bfloat16)
+    targets = torch.randint(0, 17, (3, 11))
+    full = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    for chunk in (1, 4, 11, 64):
+        torch.testing.assert_close(target_logprobs(logits, targets, chunk=chunk), full, rtol=0, atol=1e-5)

@@ -91,6 +91,7 @@ def time_step(trainer: Any, rows: list[dict[str, Any]], optimizer: torch.optim.O
         "optimizer": t3 - t2,
         "total": t3 - t0,
         "tokens": int(batch["completion_mask"].sum()),
+        "sequence_tokens": int(batch["prompt_mask"].sum() + batch["completion_mask"].sum()),
         "model_tokens": int((batch["completion_mask"] * batch["tool_mask"]).sum()),
     }
 

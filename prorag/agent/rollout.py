@@ -314,10 +314,12 @@ class RolloutEngine:
                 n_tok += decoding.long()
                 stopped = decoding & (torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
                 decoding = decoding & ~stopped
-                if not bool(decoding.any()):
-                    break
                 ended |= stopped & (last_action | ~torch.isin(tok, going_on))
-                if state.can_drop and should_drop(int(ended.sum()), len(held)):
+                # One host sync per step: rows still decoding, and rows whose trajectory has ended.
+                still, n_ended = torch.stack((decoding.sum(), ended.sum())).tolist()
+                if not still:
+                    break
+                if state.can_drop and should_drop(n_ended, len(held)):
                     # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
                     move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
                     step_tok, step_lp, step_on = [], [], []

@@ -733,3 +733,30 @@ def test_hiprag_logs_its_over_and_under_search_rates(
     logged = trainer._metrics["train"]
     assert logged["over_search_rate"] == [pytest.approx(4 / searches)]
     assert logged["under_search_rate"] == [0.0]
+
+
+def test_one_rollout_engine_and_its_decode_graphs_serve_every_step(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer's rollouts keep one engine per model across steps, so CUDA graphs captured at
+    the first step serve the next ones (here the static step uncaptured, ``decode_graphs="eager"``)."""
+    made: list[RolloutEngine] = []
+    real = rl.RolloutEngine
+
+    def counted(*args: Any, **kw: Any) -> RolloutEngine:
+        made.append(real(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(rl, "RolloutEngine", counted)
+    cfg = fast_config(rollout=RolloutConfig(max_action_tokens=12, max_actions=3, max_completion_tokens=48, decode_graphs="eager"))
+    train_rl(
+        cfg,
+        tmp_path,
+        model=make_tiny_model(world_tokenizer),
+        tokenizer=world_tokenizer,
+        records=records,
+        retriever=tiny_retriever,
+        scorer=FakePRM(),
+    )
+    assert len(made) == 1, "one engine for both steps"
+    assert made[0].graphs is not None and made[0].graphs.shapes, "its decode graphs ran the steps"

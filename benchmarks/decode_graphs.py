@@ -17,6 +17,8 @@ Three sides, same model and questions (``--batch`` of them, one batch):
   on its static slot cache, one forward per decode step (``decode_graphs="off"``).
 * **engine, graphs**: the same with every decode step a replayed CUDA graph (``"auto"``), around
   the model's own attention (transformers' SDPA, which repeats the key/value heads given a mask);
+* **engine, graphs-barrier**: the graphs side with ``resume_early=False``: rows that closed their
+  action wait for the turn's longest one (what the engine did before), to show what resuming is worth;
 * **engine, graphs-grouped**: the same graphs with the engine's grouped attention over the slot
   pool (``grouped_attention``: each key and value read once), to show what the attention is worth.
 
@@ -247,6 +249,8 @@ def main() -> None:
     sides["graphs"] = RolloutEngine(
         model, tokenizer, retriever, replace(cfg, decode_graphs="auto" if device.startswith("cuda") else "eager")
     )
+    # The same graphs with every row waiting for its turn's longest action (the engine before resume_early).
+    sides["graphs-barrier"] = RolloutEngine(model, tokenizer, retriever, replace(sides["graphs"].config, resume_early=False))
     if device.startswith("cuda"):  # the same graphs around the engine's grouped attention, for comparison
         sides["graphs-grouped"] = RolloutEngine(model, tokenizer, retriever, replace(cfg, decode_graphs="auto"))
         sides["graphs-grouped"].graphs = DecodeGraphs(

@@ -68,6 +68,12 @@ class RolloutConfig:
     prompt_style: PromptStyle | None = setting(
         None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
     )
+    resume_early: bool = setting(
+        True,
+        help="Rows that closed an action get the environment's reply and go on decoding as soon as a quarter "
+        "of the batch waits, beside rows still inside their action (False: at the end of the turn, when the "
+        "longest action closes; finished rows then leave once a quarter of the batch has ended).",
+    )
     decode_graphs: DecodeGraphsMode = setting(
         "auto",
         help="Decode steps as CUDA graphs: `auto` (on a CUDA device, for models on the slot cache), "
@@ -299,111 +305,171 @@ class RolloutEngine:
             device=dev,
         )
 
+        turn_ids: dict[int, list[int]] = {i: [] for i in held}  # each row's action so far
+        turn_lps: dict[int, list[float]] = {i: [] for i in held}
+        step_tok, step_lp, step_on = [], [], []
+        n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
+        last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+        ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
+        waiting = torch.zeros(len(held), dtype=torch.bool, device=dev)  # closed an action, awaits the environment
         while True:
-            # ---- decode until every active row has closed its action (or hit a cap)
-            turn_ids: dict[int, list[int]] = {i: [] for i in held}  # every row held when the turn began
-            turn_lps: dict[int, list[float]] = {i: [] for i in held}
-            step_tok, step_lp, step_on = [], [], []
-            n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
-            last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
-            ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
-            while True:
-                step_tok.append(tok)
-                step_lp.append(lp)
-                step_on.append(decoding)
-                n_tok += decoding.long()
-                stopped = decoding & (torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
-                decoding = decoding & ~stopped
-                ended |= stopped & (last_action | ~torch.isin(tok, going_on))
-                # One host sync per step: rows still decoding, and rows whose trajectory has ended.
-                still, n_ended = torch.stack((decoding.sum(), ended.sum())).tolist()
-                if not still:
+            step_tok.append(tok)
+            step_lp.append(lp)
+            step_on.append(decoding)
+            n_tok += decoding.long()
+            stopped = decoding & (torch.isin(tok, stop_ids) | (n_tok >= cfg.max_action_tokens))
+            decoding = decoding & ~stopped
+            waiting |= stopped
+            ended |= stopped & (last_action | ~torch.isin(tok, going_on))
+            # One host sync per step: rows still decoding, rows waiting, and rows whose trajectory has ended.
+            still, n_waiting, n_ended = torch.stack((decoding.sum(), waiting.sum(), ended.sum())).tolist()
+            if not still:
+                # ---- every row has closed its action: the environment replies to all of them
+                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+                step_tok, step_lp, step_on = [], [], []
+                chunks = self._environment_turn(
+                    records, rows, [i for i, ids in turn_ids.items() if ids], turn_ids, turn_lps, close_turn
+                )
+                if not chunks:
                     break
-                if state.can_drop and should_drop(n_ended, len(held)):
-                    # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
-                    move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
-                    step_tok, step_lp, step_on = [], [], []
-                    keep = (~ended).nonzero().squeeze(-1)
-                    state.select(keep.tolist())
-                    held = [held[j] for j in keep.tolist()]
-                    held_ids = held_ids[keep]
-                    tok, decoding, n_tok, last_action = tok[keep], decoding[keep], n_tok[keep], last_action[keep]
-                    ended = ended[keep]
-                logits = state.feed_step(tok, decoding)
+                # Rows whose trajectory has ended leave the batch, when the cache can drop them.
+                keep = [j for j, i in enumerate(held) if i in chunks]
+                if len(keep) < len(held) and state.can_drop:
+                    state.select(keep)
+                    held = [held[j] for j in keep]
+                    held_ids = torch.tensor(held, dtype=torch.long, device=dev)
+                logits = state.feed([chunks.get(i) for i in held])
+                decoding = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
+                if streams is not None:
+                    streams.reserve(list(chunks), cfg.max_action_tokens)
                 tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
-
-            # ---- turn boundary: move this turn's tokens to the rows, decide what comes next
-            move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
-            searches: list[int] = []
-            capped: list[int] = []  # rows the action cap ended this turn that still get the environment's reply
-            for i, ids in turn_ids.items():
-                if not ids:
-                    continue
-                row = rows[i]
-                row.completion.extend(ids)
-                row.mask.extend([1] * len(ids))
-                row.logprobs.extend(turn_lps[i])
-                row.n_actions += 1
-                last = ids[-1]
-                # </answer> first: policies list it among their EOS ids too.
-                if last == self.tag_ids[ANSWER_CLOSE]:
-                    row.stop_reason = "answer"
-                elif last in self.eos_ids:
-                    row.stop_reason = "eos"
-                elif last not in (subquery_close, subanswer_close):
-                    row.stop_reason = "max_action_tokens"
-                elif row.n_actions >= row.max_actions:
-                    row.stop_reason = "max_actions"
-                    if close_turn:
-                        capped.append(i)
-                        if last == subquery_close:
-                            searches.append(i)
-                elif last == subquery_close:
-                    searches.append(i)
-            hits = self._search(records, {i: rows[i].completion for i in searches})
-            going = [i for i in held if rows[i].stop_reason is None]
-            replied = going + capped
-            env_texts = []
-            for i in replied:
-                row = rows[i]
-                if row.completion[-1] == subquery_close:
-                    found = hits[i]
-                    env_texts.append(render_env_turn(found))
-                    row.retrievals.append(
-                        {"query": self._last_query(row.completion), "doc_ids": [h.id for h in found], "action": row.n_actions - 1}
-                    )
-                else:
-                    env_texts.append(render_env_turn())
-            chunks: dict[int, list[int]] = {}
-            for i, env_ids in zip(
-                replied, self.tokenizer(env_texts, add_special_tokens=False)["input_ids"] if replied else [], strict=True
-            ):
-                row = rows[i]
-                if len(row.completion) + len(env_ids) + 1 > cfg.max_completion_tokens:
-                    row.stop_reason = row.stop_reason or "max_completion_tokens"
-                    continue
-                row.completion.extend(env_ids)
-                row.mask.extend([0] * len(env_ids))
-                row.logprobs.extend([0.0] * len(env_ids))
-                if row.stop_reason is not None:  # capped: the reply is the trajectory's end, not fed
-                    continue
-                # The stop tag the model sampled has not been fed yet: it leads the chunk.
-                chunks[i] = [row.completion[-len(env_ids) - 1], *env_ids]
-            if not chunks:
-                break
-            # Rows whose trajectory has ended leave the batch, when the cache can drop them.
-            keep = [j for j, i in enumerate(held) if i in chunks]
-            if len(keep) < len(held) and state.can_drop:
-                state.select(keep)
-                held = [held[j] for j in keep]
-                held_ids = torch.tensor(held, dtype=torch.long, device=dev)
-            logits = state.feed([chunks.get(i) for i in held])
-            decoding = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
-            if streams is not None:
-                streams.reserve(list(chunks), cfg.max_action_tokens)
+                n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
+                last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+                ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
+                waiting = torch.zeros(len(held), dtype=torch.bool, device=dev)
+                continue
+            if not cfg.resume_early and state.can_drop and should_drop(n_ended, len(held)):
+                # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
+                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+                step_tok, step_lp, step_on = [], [], []
+                keep = (~ended).nonzero().squeeze(-1)
+                state.select(keep.tolist())
+                held = [held[j] for j in keep.tolist()]
+                held_ids = held_ids[keep]
+                tok, decoding, n_tok, last_action = tok[keep], decoding[keep], n_tok[keep], last_action[keep]
+                ended, waiting = ended[keep], waiting[keep]
+            logits = state.feed_step(tok, decoding)
             tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
+            if cfg.resume_early and should_drop(n_waiting, len(held)):
+                # ---- a quarter of the rows wait: the environment replies to them now, and they go
+                # on decoding beside the rows still inside their action (their next token pending,
+                # like every row's here), instead of waiting for the turn's longest action.
+                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+                step_tok, step_lp, step_on = [], [], []
+                replied = [held[j] for j in waiting.nonzero().squeeze(-1).tolist()]
+                chunks = self._environment_turn(records, rows, replied, turn_ids, turn_lps, close_turn)
+                keep = [j for j, i in enumerate(held) if rows[i].stop_reason is None]
+                if len(keep) < len(held) and state.can_drop:
+                    state.select(keep)
+                    index = torch.tensor(keep, dtype=torch.long, device=dev)
+                    held = [held[j] for j in keep]
+                    held_ids = held_ids[index]
+                    tok, lp, decoding, n_tok, last_action = (
+                        tok[index],
+                        lp[index],
+                        decoding[index],
+                        n_tok[index],
+                        last_action[index],
+                    )
+                    ended, waiting = ended[index], waiting[index]
+                if chunks:
+                    logits = state.feed([chunks.get(i) for i in held])
+                    resumed = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
+                    if streams is not None:
+                        streams.reserve(list(chunks), cfg.max_action_tokens)
+                    first, first_lp = self._sample(logits, generator, streams, held_ids, resumed)
+                    tok, lp = torch.where(resumed, first, tok), torch.where(resumed, first_lp, lp)
+                    decoding = decoding | resumed
+                    n_tok = n_tok.masked_fill(resumed, 0)
+                    again = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+                    last_action = torch.where(resumed, again, last_action)
+                # Every waiting row has had its reply (or ended, and stays idle where rows cannot leave).
+                waiting = torch.zeros_like(waiting)
 
         return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
+
+    def _environment_turn(
+        self,
+        records: list[Record],
+        rows: list[_Row],
+        replied: list[int],
+        turn_ids: dict[int, list[int]],
+        turn_lps: dict[int, list[float]],
+        close_turn: bool,
+    ) -> dict[int, list[int]]:
+        """The environment's turn for the rows ``replied`` (indices into ``records``), each of
+        which has just closed an action (``turn_ids``, emptied here): the action joins the row,
+        its stop reason is decided, searches run in one batched retrieval, and each row that goes
+        on gets its reply. Returns the chunk to feed per row that goes on: the stop tag the model
+        sampled (not fed yet) followed by the reply."""
+        cfg = self.config
+        subquery_close, subanswer_close = self.tag_ids[SUBQUERY_CLOSE], self.tag_ids[SUBANSWER_CLOSE]
+        searches: list[int] = []
+        capped: list[int] = []  # rows the action cap ended that still get the environment's reply
+        for i in replied:
+            ids = turn_ids[i]
+            row = rows[i]
+            row.completion.extend(ids)
+            row.mask.extend([1] * len(ids))
+            row.logprobs.extend(turn_lps[i])
+            turn_ids[i], turn_lps[i] = [], []
+            row.n_actions += 1
+            last = ids[-1]
+            # </answer> first: policies list it among their EOS ids too.
+            if last == self.tag_ids[ANSWER_CLOSE]:
+                row.stop_reason = "answer"
+            elif last in self.eos_ids:
+                row.stop_reason = "eos"
+            elif last not in (subquery_close, subanswer_close):
+                row.stop_reason = "max_action_tokens"
+            elif row.n_actions >= row.max_actions:
+                row.stop_reason = "max_actions"
+                if close_turn:
+                    capped.append(i)
+                    if last == subquery_close:
+                        searches.append(i)
+            elif last == subquery_close:
+                searches.append(i)
+        hits = self._search(records, {i: rows[i].completion for i in searches})
+        going = [i for i in replied if rows[i].stop_reason is None]
+        answered = going + capped
+        env_texts = []
+        for i in answered:
+            row = rows[i]
+            if row.completion[-1] == subquery_close:
+                found = hits[i]
+                env_texts.append(render_env_turn(found))
+                row.retrievals.append(
+                    {"query": self._last_query(row.completion), "doc_ids": [h.id for h in found], "action": row.n_actions - 1}
+                )
+            else:
+                env_texts.append(render_env_turn())
+        chunks: dict[int, list[int]] = {}
+        for i, env_ids in zip(
+            answered, self.tokenizer(env_texts, add_special_tokens=False)["input_ids"] if answered else [], strict=True
+        ):
+            row = rows[i]
+            if len(row.completion) + len(env_ids) + 1 > cfg.max_completion_tokens:
+                row.stop_reason = row.stop_reason or "max_completion_tokens"
+                continue
+            row.completion.extend(env_ids)
+            row.mask.extend([0] * len(env_ids))
+            row.logprobs.extend([0.0] * len(env_ids))
+            if row.stop_reason is not None:  # capped: the reply is the trajectory's end, not fed
+                continue
+            # The stop tag the model sampled has not been fed yet: it leads the chunk.
+            chunks[i] = [row.completion[-len(env_ids) - 1], *env_ids]
+        return chunks
 
     def decode_graphs_for(self, rows: int) -> DecodeGraphs | None:
         """The decode graphs a batch of ``rows`` rows runs its decode steps on (None: eager

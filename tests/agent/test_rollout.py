@@ -202,9 +202,15 @@ def test_row_seeds_make_a_rows_sample_independent_of_its_batch(
         engine.rollout(records[:2], row_seeds=[1])
 
 
+@pytest.mark.parametrize("resume_early", [True, False], ids=["resume-early", "turn-barrier"])
 @pytest.mark.parametrize("max_actions", [1, 2], ids=["one-action", "two-actions"])
 def test_rows_that_end_mid_turn_leave_the_slot_cache_and_nothing_else_changes(
-    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], max_actions: int, monkeypatch: Any
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+    max_actions: int,
+    resume_early: bool,
+    monkeypatch: Any,
 ) -> None:
     """On the slot cache, rows whose trajectory ended leave the batch in the middle of a turn; with
     per-row seeds every trajectory (tokens, masks, log-probabilities, stop reasons) is what the
@@ -222,7 +228,7 @@ def test_rows_that_end_mid_turn_leave_the_slot_cache_and_nothing_else_changes(
 
     monkeypatch.setattr(rollout_module, "should_drop", counted)
     model = _tiny_llama(world_tokenizer)
-    cfg = RolloutConfig(max_action_tokens=24, max_actions=max_actions, batch_size=12, temperature=1.0)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=max_actions, batch_size=12, temperature=1.0, resume_early=resume_early)
     seeds = [11 + 5 * i for i in range(12)]
     engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
     slot = engine.rollout(records, row_seeds=seeds)
@@ -378,3 +384,57 @@ def test_missing_tags_are_a_clear_error(tiny_retriever: BM25Retriever) -> None:
     with pytest.raises(ValueError, match="tags"):
         RolloutEngine(ReplayLM({}, 2, 1), tok, tiny_retriever)
     assert TAGS
+
+
+@pytest.mark.parametrize("static_cache", [True, False], ids=["slot-cache", "model-cache"])
+def test_rows_resumed_early_write_what_they_write_at_the_turns_end(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], static_cache: bool, monkeypatch: Any
+) -> None:
+    """With per-row seeds, a row that gets the environment's reply as soon as a quarter of the batch
+    waits (``resume_early``) writes the same trajectory (tokens, masks, log-probabilities, stop
+    reasons, retrievals) as when every row waits for the turn's longest action, and the batch
+    takes fewer decode steps."""
+    import prorag.agent.rollout as rollout_module
+
+    resumes: list[tuple[int, int]] = []
+    decide = rollout_module.should_drop
+
+    def counted(waiting: int, held: int) -> bool:
+        if decide(waiting, held):
+            resumes.append((waiting, held))
+            return True
+        return False
+
+    monkeypatch.setattr(rollout_module, "should_drop", counted)
+    model = _tiny_llama(world_tokenizer)
+    seeds = [21 + 3 * i for i in range(len(records))]
+    steps: dict[bool, int] = {}
+    out = {}
+    for early in (True, False):
+        cfg = RolloutConfig(max_action_tokens=40, max_actions=6, batch_size=12, temperature=1.0, resume_early=early)
+        engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+        engine.static_cache = static_cache
+        calls = [0]
+        state_cls = rollout_module.SlotState if static_cache else rollout_module.BatchState
+        step = state_cls.feed_step
+
+        def counting(self: Any, *a: Any, _step: Any = step, _calls: list[int] = calls, **k: Any) -> Any:
+            _calls[0] += 1
+            return _step(self, *a, **k)
+
+        monkeypatch.setattr(state_cls, "feed_step", counting)
+        resumes.clear()
+        out[early] = engine.rollout(records, row_seeds=seeds)
+        steps[early] = calls[0]
+        if early:
+            assert resumes, "some rows should resume while others still decode"
+    for a, b in zip(out[True], out[False], strict=True):
+        assert (a.completion_ids, a.env_mask, a.stop_reason, a.retrievals) == (
+            b.completion_ids,
+            b.env_mask,
+            b.stop_reason,
+            b.retrievals,
+        )
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
+    assert sum(t.num_searches for t in out[True]) >= 5 and len({len(t.actions) for t in out[True]}) > 1
+    assert steps[True] < steps[False], steps

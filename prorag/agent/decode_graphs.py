@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from prorag.agent.kv_cache import SlotCache, SlotPool
+from prorag.agent.kv_cache import SlotCache, SlotPool, additive_mask_dtype, slot_mask
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +153,8 @@ class DecodeGraphs:
         (:func:`grouped_attention`). On an H100 the two decoded at the same speed (the step's time is
         elsewhere; docs/LOG.md, 2026-11-24), and the grouped one rounds its scores to bf16, so the
         model's own attention stays the default."""
-        self.additive = attention == "model" and model.config._attn_implementation != "sdpa"
-        dtype = next(model.parameters()).dtype
-        self.mask_dtype = dtype if dtype.is_floating_point else torch.float32
+        self.additive = additive_mask_dtype(model) if attention == "model" else None
+        """The dtype of an additive mask (the model's eager attention), or None: a boolean one."""
         self.graphs: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
         self.captures = 0
         """Graphs recorded so far (a count that only grows; replays reuse them)."""
@@ -211,12 +210,7 @@ class DecodeGraphs:
         """The static step: reads only the static buffers, the pool and the parameters."""
         slots = self.slots[:rows]
         cache.slots, cache.width, cache.seen = slots, width, width
-        allowed = torch.arange(width, device=self.device) <= slots[:, None, :, None]
-        if self.additive:  # eager attention adds the mask to its scores
-            mask = torch.zeros(allowed.shape, dtype=self.mask_dtype, device=self.device)
-            mask = mask.masked_fill(~allowed, torch.finfo(self.mask_dtype).min)
-        else:
-            mask = allowed
+        mask = slot_mask(torch.arange(width, device=self.device), slots, self.additive)
         implementation = self.model.config._attn_implementation if self.attention == "model" else self.attention
         with attention_implementation(self.model, implementation):
             out = self.model(

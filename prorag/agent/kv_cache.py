@@ -165,6 +165,25 @@ class SlotCache(Cache):
         self.rows = self.rows.index_select(0, rows)
 
 
+def additive_mask_dtype(model: Any) -> torch.dtype | None:
+    """The dtype of the additive attention mask ``model`` takes (eager attention adds the mask to
+    its scores), or None: SDPA takes a boolean mask."""
+    if model.config._attn_implementation == "sdpa":
+        return None
+    dtype = next(model.parameters()).dtype
+    return dtype if dtype.is_floating_point else torch.float32
+
+
+def slot_mask(columns: torch.Tensor, slots: torch.Tensor, additive: torch.dtype | None) -> torch.Tensor:
+    """``(B, 1, q, W)``: query ``i`` of row ``b`` sees slot ``s`` (``columns``: the ``W`` slot ids)
+    when ``s <= slots[b, i]``. Boolean, or with ``additive`` a mask of that dtype: 0 where seen,
+    the dtype's minimum elsewhere."""
+    allowed = columns <= slots[:, None, :, None]
+    if additive is None:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=additive, device=allowed.device).masked_fill_(~allowed, torch.finfo(additive).min)
+
+
 class StaticDecoder(Protocol):
     """What :class:`SlotState` needs of static decode steps (:class:`~prorag.agent.decode_graphs.DecodeGraphs`):
     the slot pool its caches use, a call when a batch starts, and the step itself."""
@@ -201,10 +220,7 @@ class SlotState:
         self.longest = 0
         """An upper bound of ``length.max()`` kept on the host (exact after each chunk)."""
         self.slot_ids = torch.arange(0, device=device)
-        dtype = next(model.parameters()).dtype
-        # SDPA takes a boolean mask; eager attention adds the mask to its scores.
-        self.additive = model.config._attn_implementation != "sdpa"
-        self.mask_dtype = dtype if dtype.is_floating_point else torch.float32
+        self.additive = additive_mask_dtype(model)
 
     can_drop = True
 
@@ -250,14 +266,7 @@ class SlotState:
         if self.slot_ids.numel() < width:
             self.slot_ids = torch.arange(self.cache.capacity, device=self.device)
         self.cache.slots, self.cache.width, self.cache.seen = slots, width, used
-        allowed = self.slot_ids[:width] <= slots[:, None, :, None]
-        mask = (
-            allowed
-            if not self.additive
-            else torch.zeros(allowed.shape, dtype=self.mask_dtype, device=self.device).masked_fill_(
-                ~allowed, torch.finfo(self.mask_dtype).min
-            )
-        )
+        mask = slot_mask(self.slot_ids[:width], slots, self.additive)
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=slots, past_key_values=self.cache, use_cache=True, logits_to_keep=1
         )

@@ -305,11 +305,15 @@ class RolloutEngine:
             device=dev,
         )
 
+        def last_actions(held: list[int]) -> torch.Tensor:
+            """Whether each held row's next action is its last."""
+            return torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+
         turn_ids: dict[int, list[int]] = {i: [] for i in held}  # each row's action so far
         turn_lps: dict[int, list[float]] = {i: [] for i in held}
         step_tok, step_lp, step_on = [], [], []
         n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
-        last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
+        last_action = last_actions(held)
         ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
         waiting = torch.zeros(len(held), dtype=torch.bool, device=dev)  # closed an action, awaits the environment
         while True:
@@ -323,78 +327,55 @@ class RolloutEngine:
             ended |= stopped & (last_action | ~torch.isin(tok, going_on))
             # One host sync per step: rows still decoding, rows waiting, and rows whose trajectory has ended.
             still, n_waiting, n_ended = torch.stack((decoding.sum(), waiting.sum(), ended.sum())).tolist()
-            if not still:
-                # ---- every row has closed its action: the environment replies to all of them
-                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
-                step_tok, step_lp, step_on = [], [], []
-                chunks = self._environment_turn(
-                    records, rows, [i for i, ids in turn_ids.items() if ids], turn_ids, turn_lps, close_turn
-                )
-                if not chunks:
-                    break
-                # Rows whose trajectory has ended leave the batch, when the cache can drop them.
-                keep = [j for j, i in enumerate(held) if i in chunks]
-                if len(keep) < len(held) and state.can_drop:
-                    state.select(keep)
-                    held = [held[j] for j in keep]
-                    held_ids = torch.tensor(held, dtype=torch.long, device=dev)
+            if still:
+                if not cfg.resume_early and state.can_drop and should_drop(n_ended, len(held)):
+                    # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
+                    move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+                    step_tok, step_lp, step_on = [], [], []
+                    keep = (~ended).nonzero().squeeze(-1)
+                    state.select(keep.tolist())
+                    held = [held[j] for j in keep.tolist()]
+                    held_ids = held_ids[keep]
+                    tok, decoding, n_tok, last_action = tok[keep], decoding[keep], n_tok[keep], last_action[keep]
+                    ended, waiting = ended[keep], waiting[keep]
+                logits = state.feed_step(tok, decoding)
+                tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
+                if not (cfg.resume_early and should_drop(n_waiting, len(held))):
+                    continue
+            # ---- the environment's turn: for every row once none decodes; with resume_early, as
+            # soon as a quarter of the rows wait, for those rows, which then go on decoding beside
+            # the rows still inside their action (every row's next token is pending here) instead
+            # of waiting for the turn's longest action.
+            move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
+            step_tok, step_lp, step_on = [], [], []
+            if still:
+                replied = [held[j] for j in waiting.nonzero().squeeze(-1).tolist()]
+            else:  # rows dropped mid-turn included: their last action joins them here
+                replied = [i for i, ids in turn_ids.items() if ids]
+            chunks = self._environment_turn(records, rows, replied, turn_ids, turn_lps, close_turn)
+            if not still and not chunks:
+                break
+            # Rows whose trajectory has ended leave the batch, when the cache can drop them.
+            keep = [j for j, i in enumerate(held) if rows[i].stop_reason is None]
+            if len(keep) < len(held) and state.can_drop:
+                state.select(keep)
+                index = torch.tensor(keep, dtype=torch.long, device=dev)
+                held = [held[j] for j in keep]
+                held_ids = held_ids[index]
+                tok, lp, decoding, n_tok, last_action = (x[index] for x in (tok, lp, decoding, n_tok, last_action))
+            if chunks:
                 logits = state.feed([chunks.get(i) for i in held])
-                decoding = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
+                resumed = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
                 if streams is not None:
                     streams.reserve(list(chunks), cfg.max_action_tokens)
-                tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
-                n_tok = torch.zeros(len(held), dtype=torch.long, device=dev)
-                last_action = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
-                ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
-                waiting = torch.zeros(len(held), dtype=torch.bool, device=dev)
-                continue
-            if not cfg.resume_early and state.can_drop and should_drop(n_ended, len(held)):
-                # Rows whose trajectory this action ended leave now, not when the turn's longest action ends.
-                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
-                step_tok, step_lp, step_on = [], [], []
-                keep = (~ended).nonzero().squeeze(-1)
-                state.select(keep.tolist())
-                held = [held[j] for j in keep.tolist()]
-                held_ids = held_ids[keep]
-                tok, decoding, n_tok, last_action = tok[keep], decoding[keep], n_tok[keep], last_action[keep]
-                ended, waiting = ended[keep], waiting[keep]
-            logits = state.feed_step(tok, decoding)
-            tok, lp = self._sample(logits, generator, streams, held_ids, decoding)
-            if cfg.resume_early and should_drop(n_waiting, len(held)):
-                # ---- a quarter of the rows wait: the environment replies to them now, and they go
-                # on decoding beside the rows still inside their action (their next token pending,
-                # like every row's here), instead of waiting for the turn's longest action.
-                move_turn_tokens(held, step_tok, step_lp, step_on, turn_ids, turn_lps)
-                step_tok, step_lp, step_on = [], [], []
-                replied = [held[j] for j in waiting.nonzero().squeeze(-1).tolist()]
-                chunks = self._environment_turn(records, rows, replied, turn_ids, turn_lps, close_turn)
-                keep = [j for j, i in enumerate(held) if rows[i].stop_reason is None]
-                if len(keep) < len(held) and state.can_drop:
-                    state.select(keep)
-                    index = torch.tensor(keep, dtype=torch.long, device=dev)
-                    held = [held[j] for j in keep]
-                    held_ids = held_ids[index]
-                    tok, lp, decoding, n_tok, last_action = (
-                        tok[index],
-                        lp[index],
-                        decoding[index],
-                        n_tok[index],
-                        last_action[index],
-                    )
-                    ended, waiting = ended[index], waiting[index]
-                if chunks:
-                    logits = state.feed([chunks.get(i) for i in held])
-                    resumed = torch.tensor([i in chunks for i in held], dtype=torch.bool, device=dev)
-                    if streams is not None:
-                        streams.reserve(list(chunks), cfg.max_action_tokens)
-                    first, first_lp = self._sample(logits, generator, streams, held_ids, resumed)
-                    tok, lp = torch.where(resumed, first, tok), torch.where(resumed, first_lp, lp)
-                    decoding = decoding | resumed
-                    n_tok = n_tok.masked_fill(resumed, 0)
-                    again = torch.tensor([rows[i].n_actions + 1 >= rows[i].max_actions for i in held], device=dev)
-                    last_action = torch.where(resumed, again, last_action)
-                # Every waiting row has had its reply (or ended, and stays idle where rows cannot leave).
-                waiting = torch.zeros_like(waiting)
+                first, first_lp = self._sample(logits, generator, streams, held_ids, resumed)
+                tok, lp = torch.where(resumed, first, tok), torch.where(resumed, first_lp, lp)
+                decoding = decoding | resumed
+                n_tok = n_tok.masked_fill(resumed, 0)
+                last_action = torch.where(resumed, last_actions(held), last_action)
+            # Every waiting row has had its reply (or ended, and stays idle where rows cannot leave).
+            waiting = torch.zeros(len(held), dtype=torch.bool, device=dev)
+            ended = torch.zeros(len(held), dtype=torch.bool, device=dev)
 
         return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
 
@@ -546,13 +527,15 @@ class RolloutEngine:
         )
 
 
-def should_drop(ended: int, held: int) -> bool:
-    """Whether to drop the rows whose trajectory has ended in the middle of a turn: when they
-    are at least a quarter of the batch. Until the turn's longest action closes, every held row
-    is fed at every step; with 160 rows and a 32-token cap, a sampled batch fed about eight
-    positions per token it kept (benchmarks/mcts.py). Dropping copies the cache's rows, so it
-    waits until enough rows have left to pay for the copy."""
-    return ended > 0 and 4 * ended >= held
+def should_drop(rows: int, held: int) -> bool:
+    """Whether to act on ``rows`` of the ``held`` rows before the rest of the batch closes its
+    action: when they are at least a quarter of the batch. With ``resume_early`` the rows are those
+    waiting (they get the environment's reply and go on); under the turn barrier, those whose
+    trajectory has ended (they leave). Until then every held row is fed at every step; with 160
+    rows and a 32-token cap, a sampled batch fed about eight positions per token it kept
+    (benchmarks/mcts.py). Both copy the cache's rows or feed a chunk, so they wait until enough
+    rows are idle to pay for it."""
+    return rows > 0 and 4 * rows >= held
 
 
 def move_turn_tokens(

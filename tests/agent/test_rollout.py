@@ -202,6 +202,25 @@ def test_row_seeds_make_a_rows_sample_independent_of_its_batch(
         engine.rollout(records[:2], row_seeds=[1])
 
 
+@pytest.fixture
+def drops(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (rows, held) of every time :func:`~prorag.agent.rollout.should_drop` says yes: rows
+    ended leave mid-turn (turn barrier), or rows waiting get the environment's reply (resume early)."""
+    import prorag.agent.rollout as rollout_module
+
+    said: list[tuple[int, int]] = []
+    decide = rollout_module.should_drop
+
+    def counted(rows: int, held: int) -> bool:
+        if decide(rows, held):
+            said.append((rows, held))
+            return True
+        return False
+
+    monkeypatch.setattr(rollout_module, "should_drop", counted)
+    return said
+
+
 @pytest.mark.parametrize("resume_early", [True, False], ids=["resume-early", "turn-barrier"])
 @pytest.mark.parametrize("max_actions", [1, 2], ids=["one-action", "two-actions"])
 def test_rows_that_end_mid_turn_leave_the_slot_cache_and_nothing_else_changes(
@@ -210,23 +229,11 @@ def test_rows_that_end_mid_turn_leave_the_slot_cache_and_nothing_else_changes(
     records: list[Record],
     max_actions: int,
     resume_early: bool,
-    monkeypatch: Any,
+    drops: list[tuple[int, int]],
 ) -> None:
     """On the slot cache, rows whose trajectory ended leave the batch in the middle of a turn; with
     per-row seeds every trajectory (tokens, masks, log-probabilities, stop reasons) is what the
     model's own cache, which never drops a row, writes."""
-    import prorag.agent.rollout as rollout_module
-
-    drops: list[tuple[int, int]] = []
-    decide = rollout_module.should_drop
-
-    def counted(ended: int, held: int) -> bool:
-        if decide(ended, held):
-            drops.append((ended, held))
-            return True
-        return False
-
-    monkeypatch.setattr(rollout_module, "should_drop", counted)
     model = _tiny_llama(world_tokenizer)
     cfg = RolloutConfig(max_action_tokens=24, max_actions=max_actions, batch_size=12, temperature=1.0, resume_early=resume_early)
     seeds = [11 + 5 * i for i in range(12)]
@@ -388,7 +395,12 @@ def test_missing_tags_are_a_clear_error(tiny_retriever: BM25Retriever) -> None:
 
 @pytest.mark.parametrize("static_cache", [True, False], ids=["slot-cache", "model-cache"])
 def test_rows_resumed_early_write_what_they_write_at_the_turns_end(
-    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], static_cache: bool, monkeypatch: Any
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+    static_cache: bool,
+    monkeypatch: Any,
+    drops: list[tuple[int, int]],
 ) -> None:
     """With per-row seeds, a row that gets the environment's reply as soon as a quarter of the batch
     waits (``resume_early``) writes the same trajectory (tokens, masks, log-probabilities, stop
@@ -396,16 +408,14 @@ def test_rows_resumed_early_write_what_they_write_at_the_turns_end(
     takes fewer decode steps."""
     import prorag.agent.rollout as rollout_module
 
-    resumes: list[tuple[int, int]] = []
-    decide = rollout_module.should_drop
+    state_cls = rollout_module.SlotState if static_cache else rollout_module.BatchState
+    step, calls = state_cls.feed_step, [0]
 
-    def counted(waiting: int, held: int) -> bool:
-        if decide(waiting, held):
-            resumes.append((waiting, held))
-            return True
-        return False
+    def counting(self: Any, *a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        return step(self, *a, **k)
 
-    monkeypatch.setattr(rollout_module, "should_drop", counted)
+    monkeypatch.setattr(state_cls, "feed_step", counting)
     model = _tiny_llama(world_tokenizer)
     seeds = [21 + 3 * i for i in range(len(records))]
     steps: dict[bool, int] = {}
@@ -414,20 +424,12 @@ def test_rows_resumed_early_write_what_they_write_at_the_turns_end(
         cfg = RolloutConfig(max_action_tokens=40, max_actions=6, batch_size=12, temperature=1.0, resume_early=early)
         engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
         engine.static_cache = static_cache
-        calls = [0]
-        state_cls = rollout_module.SlotState if static_cache else rollout_module.BatchState
-        step = state_cls.feed_step
-
-        def counting(self: Any, *a: Any, _step: Any = step, _calls: list[int] = calls, **k: Any) -> Any:
-            _calls[0] += 1
-            return _step(self, *a, **k)
-
-        monkeypatch.setattr(state_cls, "feed_step", counting)
-        resumes.clear()
+        calls[0] = 0
+        drops.clear()
         out[early] = engine.rollout(records, row_seeds=seeds)
         steps[early] = calls[0]
         if early:
-            assert resumes, "some rows should resume while others still decode"
+            assert drops, "some rows should resume while others still decode"
     for a, b in zip(out[True], out[False], strict=True):
         assert (a.completion_ids, a.env_mask, a.stop_reason, a.retrievals) == (
             b.completion_ids,

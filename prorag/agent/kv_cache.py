@@ -72,12 +72,19 @@ class _SlotLayer(CacheLayerMixin):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        width, rows = self.owner.width, self.owner.fed_rows
+        if rows is not None:
+            # Some rows only: write at theirs (row, head, slot) and read a copy of theirs.
+            heads = torch.arange(key_states.shape[1], device=rows.device)[None, :, None]
+            where = (rows[:, None, None], heads, self.owner.slots[:, None, :])
+            self.keys.index_put_(where, key_states)
+            self.values.index_put_(where, value_states)
+            return self.keys[:, :, :width].index_select(0, rows), self.values[:, :, :width].index_select(0, rows)
         B = key_states.shape[0]
         keys, values = self.keys[:B], self.values[:B]
         slots = self.owner.slots[:, None, :, None]
         keys.scatter_(2, slots.expand_as(key_states), key_states)
         values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
-        width = self.owner.width
         return keys[:, :, :width], values[:, :, :width]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -127,7 +134,7 @@ class SlotCache(Cache):
 
     ``rows`` holds, for each row, its index in the batch the cache was made for; dropping
     finished rows (:meth:`select`) keeps it in step, so a model that keeps per-row state can
-    follow its rows. ``pool``: buffers to reuse (from an earlier batch); by default new ones
+    follow its rows (a forward of some rows only, ``fed_rows``, runs ``rows[fed_rows]``). ``pool``: buffers to reuse (from an earlier batch); by default new ones
     sized for this batch.
     """
 
@@ -144,6 +151,8 @@ class SlotCache(Cache):
         self.width = 0
         self.seen = 0
         self.slots = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.fed_rows: torch.Tensor | None = None
+        """The rows a forward feeds when not all of them (``slots`` then has one row per fed row)."""
         self.rows = torch.arange(batch, device=device)
 
     @property
@@ -225,20 +234,38 @@ class SlotState:
     can_drop = True
 
     def feed(self, chunks: Sequence[list[int] | None]) -> torch.Tensor:
-        """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``."""
+        """Feed a chunk of tokens per row (None: nothing), right-aligned; return last-position logits ``(B, V)``.
+
+        Only the rows with a chunk run through the model. When a few rows resume after the
+        environment's reply while the others are inside their action (``resume_early``), the
+        others would otherwise compute the whole chunk's width in padding: on the engine's CPU
+        benchmark eleven padded positions per real one. A row without a chunk gets zero logits:
+        whatever is sampled from them, the caller drops."""
         n = [len(c) if c else 0 for c in chunks]
+        fed = [r for r, k in enumerate(n) if k]
+        if not fed:
+            raise ValueError("feed needs a chunk for at least one row")
         width = max(n)
-        ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
-        for r, c in enumerate(chunks):
-            if c:
-                ids[r, width - len(c) :] = torch.tensor(c)
-        count = torch.tensor(n)[:, None]
+        ids = torch.full((len(fed), width), self.pad_id, dtype=torch.long)
+        for j, r in enumerate(fed):
+            ids[j, width - n[r] :] = torch.tensor(chunks[r])
+        count = torch.tensor([n[r] for r in fed])[:, None]
         col = torch.arange(width)[None, :]
         # Real tokens (the last n columns) go to the next n slots, the padding after them.
         offset = torch.where(col >= width - count, col - (width - count), count + col)
         before = self.length.tolist()
-        slots = self.length[:, None] + offset.to(self.device)
-        logits = self._forward(ids.to(self.device), slots, max(before) + width)
+        used = max(before[r] for r in fed) + width
+        if len(fed) == len(chunks):
+            logits = self._forward(ids.to(self.device), self.length[:, None] + offset.to(self.device), used)
+        else:
+            rows = torch.tensor(fed, dtype=torch.long, device=self.device)
+            slots = self.length.index_select(0, rows)[:, None] + offset.to(self.device)
+            self.cache.fed_rows = rows
+            try:
+                part = self._forward(ids.to(self.device), slots, used)
+            finally:
+                self.cache.fed_rows = None
+            logits = part.new_zeros((len(chunks), part.shape[-1])).index_copy_(0, rows, part)
         after = [a + b for a, b in zip(before, n, strict=True)]
         self.length = torch.tensor(after, dtype=torch.long, device=self.device)
         self.longest = max(after)

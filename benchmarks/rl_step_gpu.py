@@ -1,7 +1,7 @@
 """One RL step on a GPU: the project's process-supervised GRPO step against stock TRL ``GRPOTrainer``.
 
     python benchmarks/rl_step_gpu.py [--shape qwen3-0.6b|tiny] [--prompts 8] [--group 8]
-        [--new-tokens 256] [--steps 3] [--peak-tflops 989] [--out results.json]
+        [--new-tokens 256] [--steps 3] [--peak-tflops 989] [--scoring-rows 8] [--out results.json]
 
 Both sides train the same model (``benchmarks/decode_graphs.py``'s Qwen3-0.6B shape, random weights,
 bf16) on the same ``--prompts`` questions of the built-in world, ``--group`` completions each:
@@ -131,6 +131,7 @@ def time_prorag(
         max_steps=1,
         process_reward="prm",
         advantage="dual",
+        scoring_rows=args.scoring_rows or None,
     )
     trainer = make_rl_trainer(config, Path(tmp) / "prorag", model, tokenizer, records, retriever, prm)
     trainer.rollout_func.config = replace(trainer.rollout_func.config, greedy=False, temperature=1.0)
@@ -158,6 +159,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="steps per side (the first is a warm-up)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the device's bf16 dense peak, for MFU")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument(
+        "--scoring-rows", type=int, default=8, help="prorag's rows per log-probability forward (rl.scoring_rows; 0: all at once)"
+    )
     ap.add_argument("--sides", default="trl,prorag", help="which sides to run (comma-separated)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

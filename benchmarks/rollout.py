@@ -87,8 +87,8 @@ class SteeredModel(torch.nn.Module):
     The last token fed to a row is always real and its position id is its index in the row,
     which is all the lookup needs. A row's script is found from its prompt, at the first
     forward of a run (a new cache). On the engine's static cache finished rows leave the batch
-    at turn boundaries, and the cache's ``rows`` says which rows of the batch remain; on a
-    model's own cache the rows stay.
+    at turn boundaries and a reply's chunk runs only the rows it feeds: the cache's
+    ``forward_rows`` says which rows of the batch a forward runs; on a model's own cache the rows stay.
     """
 
     def __init__(self, model: Any, script: GoldScript) -> None:
@@ -104,7 +104,7 @@ class SteeredModel(torch.nn.Module):
         out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values, **kw)
         if past_key_values is None or past_key_values is not self.cache:  # a new run
             self.cache, self.script_row = out.past_key_values, {}
-        held = getattr(self.cache, "rows", None)
+        held = getattr(self.cache, "forward_rows", None)
         held = held.tolist() if held is not None else list(range(input_ids.shape[0]))
         last_pos = position_ids[:, -1]
         for r, i in enumerate(held):

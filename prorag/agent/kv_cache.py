@@ -134,8 +134,8 @@ class SlotCache(Cache):
 
     ``rows`` holds, for each row, its index in the batch the cache was made for; dropping
     finished rows (:meth:`select`) keeps it in step, so a model that keeps per-row state can
-    follow its rows (a forward of some rows only, ``fed_rows``, runs ``rows[fed_rows]``). ``pool``: buffers to reuse (from an earlier batch); by default new ones
-    sized for this batch.
+    follow its rows (:attr:`forward_rows`: those of the current forward). ``pool``: buffers to
+    reuse (from an earlier batch); by default new ones sized for this batch.
     """
 
     def __init__(self, batch: int, device: torch.device, expected: int = 0, pool: SlotPool | None = None) -> None:
@@ -158,6 +158,12 @@ class SlotCache(Cache):
     @property
     def capacity(self) -> int:
         return self.pool.capacity
+
+    @property
+    def forward_rows(self) -> torch.Tensor:
+        """The batch indices of the rows the current forward runs, in order: every row held, or
+        those a chunk feeds (:attr:`fed_rows`)."""
+        return self.rows if self.fed_rows is None else self.rows.index_select(0, self.fed_rows)
 
     def reserve(self, capacity: int) -> None:
         """Make room for ``capacity`` slots (doubling, so that growth is rare, up to :attr:`expected`)."""

@@ -192,6 +192,12 @@ class RLConfig(TrainingConfig):
         "or `reference` (sigmoid(logit) + 1 / -2).",
     )
     prm_batch_size: int = setting(32, help="Trajectories per batch the PRM scores.")
+    scoring_rows: int | None = setting(
+        8,
+        help="Rows per forward when the policy's log-probabilities are computed (loss, pi_old, pi_init): rows "
+        "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding; "
+        "None: TRL's micro-batches as they come.",
+    )
     cpsearch: CPSearchConfig = setting(
         factory=CPSearchConfig, help="The accumulators of `process_reward: cpsearch` (alpha, beta, initial gamma_plus/minus)."
     )
@@ -532,6 +538,31 @@ def score_batch(
     return ScoredBatch(rewards, steps, f1, em, valid, [float(t.num_searches) for t in trajectories], seconds, ratios)
 
 
+def length_sorted_groups(attention: torch.Tensor, rows: int) -> list[tuple[torch.Tensor, int, int]]:
+    """The rows of a padded batch (``attention`` ``(B, L)``, 1 on real tokens) in groups of at
+    most ``rows``, sorted by the span of their real tokens, each with the columns ``[lo, hi)``
+    its rows' real tokens lie in.
+
+    Why: a GRPO batch pads every trajectory to the longest (left-padded prompts, right-padded
+    completions), and trajectories of a search agent differ in length by their retrievals, so a
+    forward over the whole batch spends much of its arithmetic on padding. Groups of similar
+    length, each cut to its own span, do the same per-row arithmetic on fewer positions; the
+    columns cut are padding in every row of the group, and a causal model's real tokens never
+    read padding, so nothing a real token computes changes (rotary positions are relative)."""
+    real = attention.bool()
+    width = real.shape[1]
+    cols = torch.arange(width, device=real.device)
+    first = torch.where(real, cols, width).min(1).values
+    last = torch.where(real, cols, -1).max(1).values + 1
+    order = torch.argsort((last - first).clamp(min=0), stable=True)
+    groups = []
+    for start in range(0, len(order), max(1, rows)):
+        index = order[start : start + rows]
+        lo, hi = int(first[index].min()), int(last[index].max())
+        groups.append((index, min(lo, hi), max(lo, hi)))
+    return groups
+
+
 @contextlib.contextmanager
 def compact_fused_head() -> Iterator[None]:
     """TRL's fused LM head, scoring only the positions with a label on CPU too.
@@ -663,29 +694,47 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """TRL's per-token log-probabilities and entropies of the completion, only on the tokens that
         are read: labels are ``-100`` off :attr:`score_mask` (retrieved tokens, padding) and the fused
-        LM head projects only the labelled positions (:func:`compact_fused_head`). Equal to TRL's on
+        LM head projects only the labelled positions (:func:`compact_fused_head`); rows run in groups
+        of similar length, each cut to its span (``scoring_rows``, :func:`length_sorted_groups`). Equal to TRL's on
         the scored tokens, 0 elsewhere (where every use of them is masked). Text-only models; others,
         MoE auxiliary losses and ``compact_logps = False`` take TRL's path."""
         if not self.compact_logps or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **multimodal
             )
-        batch_size = batch_size or input_ids.size(0)
+        rows = batch_size or input_ids.size(0)
+        if self.rl_config.scoring_rows:
+            rows = min(rows, self.rl_config.scoring_rows)
+            groups = length_sorted_groups(attention_mask, rows)
+        else:
+            groups = [
+                (torch.arange(s, min(s + rows, len(input_ids)), device=input_ids.device), 0, input_ids.size(1))
+                for s in range(0, len(input_ids), rows)
+            ]
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-logits_to_keep] = -100
+        if self.score_mask is not None:
+            keep = self.score_mask.to(labels.device).bool()
+            labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
+        width = input_ids.size(1)
         logps, entropies = [], []
         with compact_fused_head():
-            for start in range(0, input_ids.size(0), batch_size):
-                ids, attention = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-                labels = ids.masked_fill(attention == 0, -100)
-                labels[:, :-logits_to_keep] = -100
-                if self.score_mask is not None:
-                    keep = self.score_mask[start : start + batch_size].to(labels.device).bool()
-                    labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
+            for index, lo, hi in groups:
                 with self.accelerator.autocast():
-                    out = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
-                logps.append(out.log_probs[:, -logits_to_keep:])
+                    out = model(
+                        input_ids=input_ids[index, lo:hi],
+                        attention_mask=attention_mask[index, lo:hi],
+                        labels=labels[index, lo:hi],
+                        fused_lm_head=True,
+                    )
+                # Column c of the fused head's output scores the label at c + 1: back to (rows, width - 1).
+                logps.append(torch.nn.functional.pad(out.log_probs, (lo, width - hi)))
                 if compute_entropy:
-                    entropies.append(out.entropy[:, -logits_to_keep:])
-        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+                    entropies.append(torch.nn.functional.pad(out.entropy, (lo, width - hi)))
+        order = torch.argsort(torch.cat([index for index, _, _ in groups]))
+        logp = torch.cat(logps).index_select(0, order)[:, -logits_to_keep:]
+        entropy = torch.cat(entropies).index_select(0, order)[:, -logits_to_keep:] if compute_entropy else None
+        return logp, entropy, None
 
     def _init_logps(self, output: dict[str, Any]) -> torch.Tensor:
         """pi_init's log-probabilities of the sampled completion tokens (TRL's reference ones when

@@ -27,11 +27,14 @@ def test_a_chunk_for_some_rows_runs_only_those_and_leaves_the_others_as_they_wer
         layer = state.cache.layers[0]
         keys_before = layer.keys.clone()
 
-        calls: list[int] = []
-        hook = model.model.register_forward_pre_hook(lambda _m, _a, kw: calls.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        calls: list[tuple[int, list[int]]] = []
+        hook = model.model.register_forward_pre_hook(
+            lambda _m, _a, kw: calls.append((kw["input_ids"].shape[0], state.cache.forward_rows.tolist())), with_kwargs=True
+        )
         logits = state.feed(chunks)
         hook.remove()
-    assert calls == [2], "only the two rows with a chunk run through the model"
+    assert calls == [(2, [0, 2])], "only the two rows with a chunk run through the model"
+    assert state.cache.forward_rows.tolist() == [0, 1, 2, 3]
     assert state.length.tolist() == [8, 3, 5, 2] and state.longest == 8
     for r in (0, 2):
         torch.testing.assert_close(logits[r], _clean_last_logits(model, prompts[r] + chunks[r]), rtol=1e-5, atol=1e-5)

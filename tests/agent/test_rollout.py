@@ -274,7 +274,7 @@ class _Steered(torch.nn.Module):
 
     A row's gold is found from its prompt at the first forward of a run; the last fed token of a
     row is real and its position id is its index, which gives the next gold token; on the slot
-    cache, ``rows`` follows the rows as finished ones leave (``fed_rows`` picks those a chunk feeds).
+    cache, ``forward_rows`` follows the rows as finished ones leave and says which ones a chunk feeds.
     """
 
     def __init__(self, model: torch.nn.Module, golds: dict[tuple[int, ...], list[int]], eos_id: int) -> None:
@@ -292,9 +292,7 @@ class _Steered(torch.nn.Module):
             self.cache = out.past_key_values
             prompts = [tuple(input_ids[r, input_ids.shape[1] - last[r] - 1 :].tolist()) for r in range(len(last))]
             self.full = [list(p) + self.golds.get(p, []) for p in prompts]
-        held = getattr(self.cache, "rows", None)
-        if held is not None and self.cache.fed_rows is not None:  # a chunk fed to some rows only
-            held = held.index_select(0, self.cache.fed_rows)
+        held = getattr(self.cache, "forward_rows", None)
         held = held.tolist() if held is not None else list(range(len(last)))
         self.dropped_rows |= len(held) < len(self.full)
         logits = out.logits[:, -1, :]

@@ -29,7 +29,7 @@ from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages import rl
-from prorag.stages.rl import RLConfig, excluded_ids, make_rl_trainer, rl_records, train_rl
+from prorag.stages.rl import RLConfig, excluded_ids, length_sorted_groups, make_rl_trainer, rl_records, train_rl
 from tests.fakes import ReplayLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -147,12 +147,19 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert trainer.compute_loss(trainer.model, own).item() != pytest.approx(got.item(), rel=1e-3)
 
 
+@pytest.mark.parametrize("scoring_rows", [1, None], ids=["rows-cut-to-their-span", "micro-batch-as-is"])
 def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
-    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+    tmp_path: Path,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+    scoring_rows: int | None,
 ) -> None:
-    # The compact path (only the policy's tokens through the LM head) against TRL's (every completion
-    # position): same loss, gradients, logged entropy and kl_to_init; pi_old off pi_theta so the clip binds.
-    cfg = fast_config(rollout=GOLD_ROLLOUT)
+    # The compact path (only the policy's tokens through the LM head; with scoring_rows 1 each row
+    # cut to its own span) against TRL's (every completion position of the padded batch): same loss,
+    # gradients, logged entropy and kl_to_init; pi_old off pi_theta so the clip binds.
+    cfg = fast_config(rollout=GOLD_ROLLOUT, scoring_rows=scoring_rows)
     model = make_tiny_model(world_tokenizer)
     trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, FakePRM())
     trainer.current_gradient_accumulation_steps = 1
@@ -161,6 +168,8 @@ def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
     batch = trainer._generate_and_score_completions(rows)
     mask = batch["completion_mask"] * batch["tool_mask"]
     assert (mask == 0).sum() > (batch["completion_mask"] == 0).sum(), "replayed gold trajectories hold retrievals"
+    lengths = batch["completion_mask"].sum(1)
+    assert lengths.min() < lengths.max(), "rows of different lengths, so cutting to a span removes padding"
     batch["old_per_token_logps"] = batch["sampling_per_token_logps"] + 0.3 * torch.randn(
         mask.shape, generator=torch.Generator().manual_seed(0)
     )
@@ -183,6 +192,23 @@ def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
     assert torch.allclose(init[mask == 1], ref_init[mask == 1], atol=1e-6)
     # Only the policy's tokens were scored: retrieved tokens are 0, not their log-probabilities.
     assert (init[mask == 0] == 0).all() and (ref_init[(mask == 0) & (batch["completion_mask"] == 1)] != 0).any()
+
+
+def test_length_sorted_groups_cut_each_group_to_its_rows_span() -> None:
+    # Left-padded prompts, right-padded completions: real spans [2, 5), [0, 8), [1, 4), [2, 3).
+    attention = torch.tensor(
+        [
+            [0, 0, 1, 1, 1, 0, 0, 0],
+            [1, 1, 1, 1, 1, 1, 1, 1],
+            [0, 1, 1, 1, 0, 0, 0, 0],
+            [0, 0, 1, 0, 0, 0, 0, 0],
+        ]
+    )
+    groups = length_sorted_groups(attention, 2)
+    assert [(g.tolist(), lo, hi) for g, lo, hi in groups] == [([3, 0], 2, 5), ([2, 1], 0, 8)]
+    assert [(g.tolist(), lo, hi) for g, lo, hi in length_sorted_groups(attention, 8)] == [([3, 0, 2, 1], 0, 8)]
+    single = length_sorted_groups(attention, 1)
+    assert [(lo, hi) for _, lo, hi in single] == [(2, 3), (2, 5), (1, 4), (0, 8)]
 
 
 def test_reasoning_scope_leaves_the_answer_to_the_outcome_term(

@@ -559,7 +559,7 @@ def length_sorted_groups(attention: torch.Tensor, rows: int) -> list[tuple[torch
     for start in range(0, len(order), max(1, rows)):
         index = order[start : start + rows]
         lo, hi = int(first[index].min()), int(last[index].max())
-        groups.append((index, min(lo, hi), max(lo, hi)))
+        groups.append((index, min(lo, hi), max(lo, hi)))  # rows without a real token: lo = width, hi = 0
     return groups
 
 
@@ -695,9 +695,9 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         """TRL's per-token log-probabilities and entropies of the completion, only on the tokens that
         are read: labels are ``-100`` off :attr:`score_mask` (retrieved tokens, padding) and the fused
         LM head projects only the labelled positions (:func:`compact_fused_head`); rows run in groups
-        of similar length, each cut to its span (``scoring_rows``, :func:`length_sorted_groups`). Equal to TRL's on
-        the scored tokens, 0 elsewhere (where every use of them is masked). Text-only models; others,
-        MoE auxiliary losses and ``compact_logps = False`` take TRL's path."""
+        of similar length, each cut to its span (``scoring_rows``, :func:`length_sorted_groups`).
+        Equal to TRL's on the scored tokens, 0 elsewhere (where every use of them is masked).
+        Text-only models; others, MoE auxiliary losses and ``compact_logps = False`` take TRL's path."""
         if not self.compact_logps or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **multimodal

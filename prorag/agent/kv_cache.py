@@ -260,18 +260,17 @@ class SlotState:
         # Real tokens (the last n columns) go to the next n slots, the padding after them.
         offset = torch.where(col >= width - count, col - (width - count), count + col)
         before = self.length.tolist()
-        used = max(before[r] for r in fed) + width
-        if len(fed) == len(chunks):
-            logits = self._forward(ids.to(self.device), self.length[:, None] + offset.to(self.device), used)
-        else:
-            rows = torch.tensor(fed, dtype=torch.long, device=self.device)
-            slots = self.length.index_select(0, rows)[:, None] + offset.to(self.device)
-            self.cache.fed_rows = rows
-            try:
-                part = self._forward(ids.to(self.device), slots, used)
-            finally:
-                self.cache.fed_rows = None
-            logits = part.new_zeros((len(chunks), part.shape[-1])).index_copy_(0, rows, part)
+        rows = torch.tensor(fed, dtype=torch.long, device=self.device) if len(fed) < len(chunks) else None
+        length = self.length if rows is None else self.length.index_select(0, rows)
+        self.cache.fed_rows = rows
+        try:
+            logits = self._forward(
+                ids.to(self.device), length[:, None] + offset.to(self.device), max(before[r] for r in fed) + width
+            )
+        finally:
+            self.cache.fed_rows = None
+        if rows is not None:
+            logits = logits.new_zeros((len(chunks), logits.shape[-1])).index_copy_(0, rows, logits)
         after = [a + b for a, b in zip(before, n, strict=True)]
         self.length = torch.tensor(after, dtype=torch.long, device=self.device)
         self.longest = max(after)

@@ -324,14 +324,54 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
     return rows
 
 
+#: Settings added after run folders existed, in the order they were added, each with the value
+#: that does what the runs before it did: a stage marker or a screening row written before the field
+#: existed still matches while the field keeps that value (any other value is a changed setting).
+#: The last three decide how work is launched, not what is computed: ``decode_graphs`` and
+#: ``resume_early`` (rollout) write the trajectories the engine wrote before them (per-row seeds;
+#: tests/agent/test_rollout.py, test_decode_graphs.py), and RL's ``scoring_rows`` gives the loss and
+#: gradients of one forward per micro-batch (tests/stages/test_rl.py), up to float rounding.
+LATER_FIELDS: dict[str, Any] = {
+    "question_filter": "none",
+    "screening_file": None,
+    "screening_strata": None,
+    "decode_graphs": "auto",
+    "resume_early": True,
+    "scoring_rows": 8,
+}
+
+
+def without_later_fields(value: Any, since: int = 0) -> Any:
+    """A config (dataclass or plain data, nested configs included) as plain data without the
+    :data:`LATER_FIELDS` from the ``since``-th on that hold their old-behaviour value: what it was
+    before those fields existed (a marker written between two additions knows the earlier ones)."""
+    later = dict(list(LATER_FIELDS.items())[since:])
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {k: without_later_fields(v, since) for k, v in value.items() if not (k in later and v == later[k])}
+    if isinstance(value, list | tuple):
+        return [without_later_fields(v, since) for v in value]
+    return value
+
+
+def earlier_forms(value: Any) -> list[Any]:
+    """``value`` as plain data as each earlier version wrote it (after each addition of
+    :data:`LATER_FIELDS`, newest first): what a fingerprint or key made then was made of."""
+    return [without_later_fields(value, since) for since in reversed(range(len(LATER_FIELDS)))]
+
+
 __all__ = [
+    "LATER_FIELDS",
     "apply_overrides",
     "config_from_dict",
+    "earlier_forms",
     "field_help",
     "load_config",
     "load_config_with_overrides",
     "parse_assignment",
     "replace_field",
+    "without_later_fields",
 ]
 
 

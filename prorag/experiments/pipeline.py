@@ -33,7 +33,7 @@ import torch
 import yaml
 
 from prorag.agent.rollout import RolloutConfig
-from prorag.core.config import setting
+from prorag.core.config import earlier_forms, setting
 from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -267,26 +267,6 @@ def fingerprint(value: Any, root: Path | None = None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-#: Settings added after run folders with stage markers existed, in the order they were added, each
-#: with the value that does what those runs did: a marker fingerprinted before the field existed
-#: still matches while the field keeps that value (any other value is a changed setting, as usual).
-LATER_FIELDS: dict[str, Any] = {"question_filter": "none", "screening_file": None, "screening_strata": None}
-
-
-def without_later_fields(value: Any, since: int = 0) -> Any:
-    """A config (dataclass or plain data) as plain data without the :data:`LATER_FIELDS` from the
-    ``since``-th on that hold their old-behaviour value: what its fingerprint was before those
-    fields existed (a marker written between two additions knows the earlier ones only)."""
-    later = dict(list(LATER_FIELDS.items())[since:])
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = asdict(value)
-    if isinstance(value, dict):
-        return {k: without_later_fields(v, since) for k, v in value.items() if not (k in later and v == later[k])}
-    if isinstance(value, list | tuple):
-        return [without_later_fields(v, since) for v in value]
-    return value
-
-
 def write_resolved_config(config: PipelineConfig, path: Path) -> None:
     """The config every stage ran with, as YAML that :func:`~prorag.core.config.load_config` reads back."""
     with atomic_writer(path) as f:
@@ -478,8 +458,7 @@ class Run:
             # paths: they still match while the folder has not moved; markers written before a
             # LATER_FIELDS setting existed match while it keeps its old-behaviour value.
             accepted = {key, fingerprint(settings)}
-            for since in range(len(LATER_FIELDS)):
-                earlier = without_later_fields(settings, since)
+            for earlier in earlier_forms(settings):
                 accepted |= {fingerprint(earlier, root=self.dir), fingerprint(earlier)}
             if done.get("fingerprint") not in accepted:
                 raise ValueError(
@@ -983,7 +962,6 @@ def demo_config(quick: bool = False) -> PipelineConfig:
 
 __all__ = [
     "CONFIG_SCHEMA",
-    "LATER_FIELDS",
     "LABELS",
     "RL_SYSTEMS",
     "DEFAULT_SYSTEMS",
@@ -997,7 +975,6 @@ __all__ = [
     "demo_config",
     "fingerprint",
     "rl_config",
-    "without_later_fields",
     "system_eval_config",
     "non_default_fields",
     "resolve",

@@ -95,6 +95,7 @@ def screen_questions(
     keep: int | None = None,
     path: str | Path | None = None,
     key: str = "",
+    earlier_keys: Sequence[str] = (),
     chunk_questions: int = 64,
     progress: bool = True,
     strata: Sequence[str] | None = None,
@@ -107,8 +108,10 @@ def screen_questions(
     ``row_seed(seed, SCREENING_STEP, .)``), so a question's samples do not depend on the chunking or
     on what was screened before a resume. ``path`` (JSONL) holds the screening rows: those already
     there under the same ``key`` (what they were sampled under, :func:`~prorag.stages.rl.screening_key`)
-    are reused, new ones appended. ``strata`` (one label per record, with ``keep``) keeps at most
-    :func:`stratum_quotas` of each label, screening until every quota is met."""
+    or one of ``earlier_keys`` (the same settings as an earlier version keyed them,
+    :func:`~prorag.stages.rl.screening_keys`) are reused, new ones appended under ``key``. ``strata``
+    (one label per record, with ``keep``) keeps at most :func:`stratum_quotas` of each label,
+    screening until every quota is met."""
     if strata is not None and keep is None:
         raise ValueError("strata needs keep: the quotas are shares of the number of questions kept")
     if strata is not None and len(strata) != len(records):
@@ -119,7 +122,8 @@ def screen_questions(
     done: dict[str, list[float]] = {}
     if path is not None and Path(path).exists():
         lines = read_jsonl(path, tolerate_truncated_tail=True)
-        done = {str(row["id"]): [float(v) for v in row["em"]] for row in lines if row.get("key", "") == key}
+        accepted = {key, *earlier_keys}
+        done = {str(row["id"]): [float(v) for v in row["em"]] for row in lines if row.get("key", "") in accepted}
     engine = RolloutEngine(model, tokenizer, retriever, rollout)
     kept: list[Record] = []
     screened = 0

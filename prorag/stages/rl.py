@@ -53,7 +53,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.core.config import setting
+from prorag.core.config import earlier_forms, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
 from prorag.data.records import Record, read_records
@@ -339,17 +339,25 @@ def screening_key(config: RLConfig) -> str:
     path: a policy retrained in place must be screened again, and one policy reached by a relative
     and an absolute path (a probe and the pipeline) shares its rows. A hub id counts by its name
     (and a model handed to :func:`train_rl` in memory, with no ``policy``, as ``None``)."""
+    return screening_keys(config)[0]
+
+
+def screening_keys(config: RLConfig) -> list[str]:
+    """:func:`screening_key`, then the keys that earlier versions gave the same settings (before a
+    rollout setting of :data:`~prorag.core.config.LATER_FIELDS` existed): rows written under any of
+    them were sampled as these settings sample, and are reused rather than screened again."""
     from prorag.models.checkpoints import resolve_policy_path, weights_digest
 
     policy = resolve_policy_path(config.policy) if config.policy is not None else None
     weights = weights_digest(policy) if policy is not None else None
-    what = {
-        "policy": weights or policy,
-        "seed": config.seed,
-        "group_size": config.group_size,
-        "rollout": asdict(config.rollout),
-    }
-    return hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+    rollout = asdict(config.rollout)
+    keys: list[str] = []
+    for form in [rollout, *earlier_forms(rollout)]:
+        what = {"policy": weights or policy, "seed": config.seed, "group_size": config.group_size, "rollout": form}
+        key = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+        if key not in keys:
+            keys.append(key)
+    return keys
 
 
 def rl_dataset(records: Sequence[Record]) -> Any:
@@ -1086,6 +1094,7 @@ def train_rl(
         screened = config.screening_file or run / "screening.jsonl"
         # Under torchrun the main process screens and writes the rows; the others then find every
         # row they need in the file (same key) and keep the same questions without sampling.
+        keys = screening_keys(config)
         with PartialState().main_process_first():
             records = screen_questions(
                 records,
@@ -1097,7 +1106,8 @@ def train_rl(
                 sample_seed=functools.partial(row_seed, config.seed, SCREENING_STEP),
                 keep=config.limit,
                 path=screened,
-                key=screening_key(config),
+                key=keys[0],
+                earlier_keys=keys[1:],
                 progress=PartialState().is_main_process,
                 strata=screening_strata(records, config.screening_strata) if config.screening_strata else None,
             )
@@ -1132,6 +1142,7 @@ __all__ = [
     "row_seed",
     "score_batch",
     "screening_key",
+    "screening_keys",
     "screening_strata",
     "train_rl",
     "write_learning_curve",

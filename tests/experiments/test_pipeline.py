@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -265,15 +266,23 @@ def test_a_moved_run_folder_still_matches_its_markers(tmp_path: Path) -> None:
     assert calls == ["first"]
 
 
+def _without_keys(value: Any, names: set[str]) -> Any:
+    """Plain config data with the fields ``names`` dropped at every depth (nested rollouts too)."""
+    if isinstance(value, dict):
+        return {k: _without_keys(v, names) for k, v in value.items() if k not in names}
+    return value
+
+
 def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_old_value(tmp_path: Path) -> None:
     """An RL stage fingerprinted before ``question_filter`` existed is skipped while the new
     field keeps its old-behaviour value (``none``), and counts as changed with any other."""
-    from prorag.experiments.pipeline import LATER_FIELDS, Run, fingerprint, without_later_fields
+    from prorag.core.config import LATER_FIELDS, without_later_fields
+    from prorag.experiments.pipeline import Run, fingerprint
     from prorag.stages.rl import RLConfig
 
     assert LATER_FIELDS["question_filter"] == "none"
     config = RLConfig(learning_rate=2e-4)
-    before = {k: v for k, v in dataclasses.asdict(config).items() if k not in LATER_FIELDS}
+    before = _without_keys(dataclasses.asdict(config), set(LATER_FIELDS))
     assert without_later_fields(config) == before
     (tmp_path / "stages").mkdir()
     marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
@@ -285,9 +294,9 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     with pytest.raises(ValueError, match="finished with other settings"):
         run.stage("rl-grpo-seed0", dataclasses.replace(config, question_filter="mixed"), lambda: calls.append("mixed"))
     # A marker written after `question_filter` and `screening_file` existed and before
-    # `screening_strata`: its fingerprint holds the first two at their defaults, not the last.
-    between = {k: v for k, v in dataclasses.asdict(config).items() if k != "screening_strata"}
-    assert list(LATER_FIELDS)[-1] == "screening_strata" and without_later_fields(config, 2) == between
+    # `screening_strata` (and the rollout settings added after it): it holds the first two, not the rest.
+    between = _without_keys(dataclasses.asdict(config), {"screening_strata", "decode_graphs", "resume_early", "scoring_rows"})
+    assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
     marker = {"stage": "rl-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
     (tmp_path / "stages" / "rl-between.json").write_text(json.dumps(marker), encoding="utf-8")
@@ -295,6 +304,46 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     assert calls == []
     with pytest.raises(ValueError, match="finished with other settings"):
         run.stage("rl-between", {**dataclasses.asdict(config), "screening_strata": "type"}, lambda: calls.append("strata"))
+
+
+def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) -> None:
+    """Stages fingerprinted before ``decode_graphs``, ``resume_early`` (rollouts) and ``scoring_rows``
+    (RL) existed are skipped with these at their defaults (which compute what was computed before
+    them): a run folder made by the version before them resumes instead of redoing MCTS or RL."""
+    from prorag.core.config import LATER_FIELDS
+    from prorag.experiments.pipeline import Run, fingerprint
+    from prorag.stages.mcts import MCTSConfig
+
+    assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"]
+    config = MCTSConfig()
+    settings = dataclasses.asdict(config)
+    before = _without_keys(settings, {"decode_graphs", "resume_early"})
+    assert before != settings
+    (tmp_path / "stages").mkdir()
+    marker = {"stage": "mcts", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "mcts.json").write_text(json.dumps(marker), encoding="utf-8")
+    # A marker written after `decode_graphs` and before `resume_early`.
+    between = _without_keys(settings, {"resume_early"})
+    marker = {"stage": "mcts-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "mcts-between.json").write_text(json.dumps(marker), encoding="utf-8")
+    calls: list[str] = []
+    run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
+    run.stage("mcts", config, lambda: calls.append("rerun"))
+    run.stage("mcts-between", config, lambda: calls.append("rerun"))
+    assert calls == []
+    barrier = dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, resume_early=False))
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("mcts", barrier, lambda: calls.append("barrier"))
+    from prorag.stages.rl import RLConfig
+
+    rl = RLConfig(learning_rate=2e-4)
+    old_rl = _without_keys(dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows"})
+    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(old_rl, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
+    assert calls == []
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("rl-grpo-seed0", dataclasses.replace(rl, scoring_rows=16), lambda: calls.append("16"))
 
 
 def test_non_default_fields_round_trip() -> None:

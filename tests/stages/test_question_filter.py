@@ -217,3 +217,36 @@ def test_screening_key_follows_the_weights_not_the_path(tmp_path: Path, world: W
     assert screening_key(RLConfig(policy="policy", group_size=4)) != key
     save_checkpoint(make_tiny_model(world.tokenizer, seed=1), world.tokenizer, tmp_path / "policy")
     assert screening_key(RLConfig(policy="policy")) != key, "retrained in place: screened again"
+
+
+def test_screening_rows_keyed_before_the_rollouts_scheduling_settings_are_reused(
+    tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows an earlier version wrote (its key hashed the rollout settings without ``decode_graphs``
+    and ``resume_early``) are the rows these defaults sample: reused, not screened again; a
+    setting that changes what is sampled still gets a key no earlier row has."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from prorag.stages.rl import screening_key, screening_keys
+
+    config = RLConfig(policy=None, seed=3)
+    keys = screening_keys(config)
+    assert keys[0] == screening_key(config) and len(keys) == len(set(keys)) == 3
+    rollout = dataclasses.asdict(config.rollout)
+    old_rollout = {k: v for k, v in rollout.items() if k not in ("decode_graphs", "resume_early")}
+    what = {"policy": None, "seed": 3, "group_size": config.group_size, "rollout": old_rollout}
+    old_key = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+    assert keys[-1] == old_key, "the key a version before both settings wrote"
+    hotter = RLConfig(policy=None, seed=3, rollout=dataclasses.replace(config.rollout, temperature=0.7))
+    assert not set(screening_keys(hotter)) & set(keys)
+
+    monkeypatch.setattr(question_filter, "RolloutEngine", CountingEngine)
+    path = tmp_path / "screening.jsonl"
+    kept = screen(records, world, path=path, key=old_key)
+    CountingEngine.rows = 0
+    assert screen(records, world, path=path, key=keys[0], earlier_keys=keys[1:]) == kept
+    assert CountingEngine.rows == 0, "rows under an earlier key of the same settings are reused"
+    assert screen(records, world, path=path, key=keys[0]) == kept
+    assert CountingEngine.rows == 4 * len(records), "without the earlier keys every question is screened again"

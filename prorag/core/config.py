@@ -329,15 +329,16 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: existed still matches while the field keeps that value (any other value is a changed setting).
 #: The last three decide how work is launched, not what is computed: ``decode_graphs`` and
 #: ``resume_early`` (rollout) write the trajectories the engine wrote before them (per-row seeds;
-#: tests/agent/test_rollout.py, test_decode_graphs.py), and RL's ``scoring_rows`` gives the loss and
-#: gradients of one forward per micro-batch (tests/stages/test_rl.py), up to float rounding.
+#: tests/agent/test_rollout.py, test_decode_graphs.py), and RL's ``scoring_rows`` at ``None`` runs the
+#: one forward per micro-batch that came before it (any number of rows gives the same loss and
+#: gradients up to float rounding, tests/stages/test_rl.py, which RL then amplifies: a changed setting).
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
     "screening_strata": None,
     "decode_graphs": "auto",
     "resume_early": True,
-    "scoring_rows": 8,
+    "scoring_rows": None,
 }
 
 

@@ -193,10 +193,12 @@ class RLConfig(TrainingConfig):
     )
     prm_batch_size: int = setting(32, help="Trajectories per batch the PRM scores.")
     scoring_rows: int | None = setting(
-        8,
+        None,
         help="Rows per forward when the policy's log-probabilities are computed (loss, pi_old, pi_init): rows "
-        "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding; "
-        "None: TRL's micro-batches as they come.",
+        "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding "
+        "(about 2x faster scoring on CPU); None (default): TRL's micro-batches as they come, the path the "
+        "published tables were measured on. Equal per step up to float rounding, which RL amplifies: GRPO "
+        "runs whose numerics differ (8 here, or padding added) end several EM away (docs/LOG.md, 2026-11-25).",
     )
     cpsearch: CPSearchConfig = setting(
         factory=CPSearchConfig, help="The accumulators of `process_reward: cpsearch` (alpha, beta, initial gamma_plus/minus)."

@@ -51,6 +51,14 @@ def _rl_step_gpu(out: dict[str, Any]) -> None:
     assert _finite_positive(out["speedup"])
 
 
+def _rl_numerics(out: dict[str, Any]) -> None:
+    control, *variants = out["variants"]
+    assert control["max_abs_logp_diff"] == 0.0 and control["adam_sign_flips"] == 0, "the single forward is not repeatable"
+    assert len(variants) == 2 and out["scored_tokens"] > 0
+    for row in variants:  # the same function: rounding only
+        assert row["max_abs_logp_diff"] < 1e-4 and row["grad_rel_diff"] < 1e-4, row
+
+
 def _served(out: dict[str, Any]) -> None:
     assert _finite_positive(out["ratio"]) and out["max_in_flight"] >= 1
 
@@ -68,6 +76,7 @@ SCRIPTS: dict[str, tuple[list[str], Callable[[Any], None]]] = {
         ["--shape", "tiny", "--device", "cpu", "--prompts", "1", "--group", "2", "--new-tokens", "16", "--steps", "2"],
         _rl_step_gpu,
     ),
+    "rl_numerics.py": (["check", "--rows", "8", "--prompt", "20", "--completion", "40"], _rl_numerics),
     "served.py": (["--questions", "4", "--rounds", "1", "--latency", "0.01", "--concurrency", "2"], _served),
 }
 

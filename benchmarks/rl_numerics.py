@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import types
 from collections.abc import Callable
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from prorag.data.jsonl import write_json
 
 
 def left_padded(score: Callable[..., Any], columns: int) -> Callable[..., Any]:
@@ -80,15 +81,14 @@ def padded_batch(rows: int, prompt: int, completion: int, vocab: int, seed: int)
 
 
 def tiny_policy(seed: int) -> Any:
-    """A random two-layer Llama (the test's policy when no ``--policy`` is given)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The random built-in tiny model (:func:`~prorag.models.tiny.tiny_model_config`) over 300 token
+    ids: the test's policy when no ``--policy`` is given."""
+    from transformers import AutoModelForCausalLM
+
+    from prorag.models.tiny import tiny_model_config
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=512, pad_token_id=0, tie_word_embeddings=True,
-    )  # fmt: skip
-    return LlamaForCausalLM(config)
+    return AutoModelForCausalLM.from_config(tiny_model_config(300, "tiny"), dtype=torch.float32)
 
 
 def scored(
@@ -130,8 +130,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     batch = padded_batch(args.rows, args.prompt, args.completion, model.config.vocab_size, args.seed)
     base_logps, base_grad = scored(model, batch, None, 0)
     keep = batch["score"].bool()
-    variants = {"single forward, again": (None, 0), f"scoring_rows {args.scoring_rows}": (args.scoring_rows, 0)}
-    variants[f"{args.pad_columns} padding columns in front"] = (None, args.pad_columns)
+    variants = {
+        "single forward, again": (None, 0),
+        f"scoring_rows {args.scoring_rows}": (args.scoring_rows, 0),
+        f"{args.pad_columns} padding columns in front": (None, args.pad_columns),
+    }
     rows = []
     for name, (scoring_rows, pad) in variants.items():
         logps, grad = scored(model, batch, scoring_rows, pad)
@@ -192,9 +195,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     out = check(args)
     if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(json.dumps(out, indent=2), encoding="utf-8")
-        tmp.replace(args.out)
+        write_json(args.out, out)
 
 
 if __name__ == "__main__":

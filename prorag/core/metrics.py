@@ -11,8 +11,8 @@ An empty prediction or alias after normalisation scores 0, even against an empty
 scripts give EM 1 there): an empty answer is never correct, and containment would credit anything.
 :func:`yes_no_scores` (EM on yes/no questions beside a constant guess's),
 :func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
-:func:`mean_and_spread` and :func:`mean_and_ci` (over seeds) and :func:`ranking_auc` (a step scorer's valid-over-invalid
-ranking) complete the set.
+:func:`mean_and_spread` and :func:`mean_and_ci` (over seeds), :func:`permutation_test` (two sets of runs whose
+seeds are not paired) and :func:`ranking_auc` (a step scorer's valid-over-invalid ranking) complete the set.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 from scipy import stats
@@ -415,3 +416,51 @@ def mean_and_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, fl
     mean, spread = mean_and_spread(value_list)
     n = len(value_list)
     return mean, float(stats.t.ppf((1 + level) / 2, n - 1)) * spread / math.sqrt(n)
+
+
+@dataclass(frozen=True)
+class PermutationTest:
+    """Result of :func:`permutation_test`: ``mean_diff`` is ``mean(a) - mean(b)``, ``p_value`` the
+    two-sided p-value, ``exact`` whether every split was counted (else ``samples`` random ones)."""
+
+    mean_diff: float
+    p_value: float
+    n_a: int
+    n_b: int
+    exact: bool
+
+
+def permutation_test(
+    a: Sequence[float], b: Sequence[float], *, max_exact: int = 250_000, samples: int = 100_000, seed: int = 0
+) -> PermutationTest:
+    """Two-sided two-sample permutation test of the difference of means of ``a`` and ``b``.
+
+    For two sets of runs that are not paired: RL runs whose float paths part within a few steps share
+    a seed in name only, so their per-seed differences carry no pairing, and a handful of runs per set
+    is too few to trust a t distribution. Under the null hypothesis the labels are exchangeable, so the
+    p-value is the share of the ``C(n_a + n_b, n_a)`` relabellings whose ``|mean difference|`` is at
+    least the observed one (ties count, up to 1e-12 of the scale). All relabellings are counted when
+    there are at most ``max_exact`` of them; beyond that, ``samples`` random ones (seeded by ``seed``)
+    give ``(hits + 1) / (samples + 1)``, which is never 0. Needs at least one finite value per side.
+    """
+    a_arr = np.asarray(a, dtype=float)
+    b_arr = np.asarray(b, dtype=float)
+    if a_arr.ndim != 1 or b_arr.ndim != 1 or a_arr.size == 0 or b_arr.size == 0:
+        raise ValueError(f"permutation_test needs two non-empty flat sequences, got sizes {a_arr.size} and {b_arr.size}")
+    if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
+        raise ValueError("permutation_test needs finite values (found nan or inf)")
+    pooled = np.concatenate([a_arr, b_arr])
+    n_a, n = a_arr.size, pooled.size
+    total = float(pooled.sum())
+    observed = float(a_arr.mean() - b_arr.mean())
+    tolerance = 1e-12 * max(1.0, float(np.abs(pooled).max()))
+    exact = math.comb(n, n_a) <= max_exact
+    if exact:
+        sums = pooled[np.array(list(combinations(range(n), n_a)))].sum(axis=1)
+    else:
+        rng = np.random.default_rng(seed)
+        sums = np.array([pooled[rng.permutation(n)[:n_a]].sum() for _ in range(samples)])
+    diffs = sums / n_a - (total - sums) / (n - n_a)
+    hits = int(np.count_nonzero(np.abs(diffs) >= abs(observed) - tolerance))
+    p_value = hits / diffs.size if exact else (hits + 1) / (samples + 1)
+    return PermutationTest(mean_diff=observed, p_value=min(1.0, p_value), n_a=int(n_a), n_b=int(b_arr.size), exact=exact)

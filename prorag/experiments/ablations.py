@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import apply_overrides
-from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, yes_no_scores
+from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, permutation_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
 from prorag.experiments.pipeline import (
@@ -237,7 +237,10 @@ def process_statistics(
     its seed, which is the larger noise here (one seed that collapses moves every question), so
     each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
     have (the same seed gives both arms the same rollout streams), the test to read first, and
-    ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no.
+    ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no, and
+    ``vs_REFERENCE_runs``, an exact permutation test of the two arms' per-seed EM as unpaired sets
+    (:func:`permutation_test`; the same seed's runs part within a few RL steps, so the pairing may
+    buy nothing).
     ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI, as
     do the yes/no scores of the rows (:func:`yes_no_scores`): an arm can gain EM there by saying
     one word more often, which ``yes_no_constant_em`` puts in proportion."""
@@ -280,6 +283,11 @@ def process_statistics(
                 if len(both) >= 2:
                     values = [[p[s][metric] for s in both] for p in pair]
                     out[arm][f"vs_{reference}_{suffix}"] = asdict(paired_t_test(*values))
+            # The runs as two sets, unpaired: runs whose float paths part within a few steps share a
+            # seed in name only (docs/LOG.md, 2026-11-25), so this test does not lean on the pairing.
+            runs = [[v["em"] for v in out[a]["per_seed"].values()] for a in (arm, reference)]
+            if min(map(len, runs)) >= 2:
+                out[arm][f"vs_{reference}_runs"] = asdict(permutation_test(*runs))
     return out
 
 
@@ -292,6 +300,8 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
         by_seed = row.get(f"vs_{reference}_by_seed")
         versus = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else "(reference)"
         versus += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
+        runs = row.get(f"vs_{reference}_runs")
+        versus += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
         rest = row.get(f"vs_{reference}_non_yes_no_by_seed")
         versus += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
         lines.append(

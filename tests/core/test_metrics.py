@@ -24,6 +24,7 @@ from prorag.core.metrics import (
     mean_and_spread,
     normalize_answer,
     paired_t_test,
+    permutation_test,
     ranking_auc,
     retrieval_recall,
     substring_match,
@@ -568,6 +569,33 @@ def test_mean_and_ci_by_hand() -> None:
     assert mean_and_ci([0, 0, 0, 0, 5], level=0.9)[1] == pytest.approx(2.131847, abs=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         mean_and_ci([1.0])
+
+
+def test_permutation_test_by_hand() -> None:
+    # a = [3, 4], b = [1, 2]: the 6 splits of {1, 2, 3, 4} give mean differences -2, -1, 0, 0, 1, 2;
+    # |d| >= 2 in 2 of them -> p = 1/3.
+    result = permutation_test([3, 4], [1, 2])
+    assert result.mean_diff == pytest.approx(2.0) and result.p_value == pytest.approx(1 / 3) and result.exact
+    # [1, 2, 3] against [4, 5, 6]: only the two extreme splits of the 20 reach |d| = 3 -> p = 0.1.
+    assert permutation_test([1, 2, 3], [4, 5, 6]).p_value == pytest.approx(0.1)
+    # ties count: identical sets give p = 1; unequal sizes, [0] vs [1, 1, 1]: splits put the 0 on a's side
+    # (d = -1) or on b's side (d = 1/3), |d| >= 1 in 1 of 4.
+    assert permutation_test([2.0, 2.0], [2.0, 2.0]).p_value == 1.0
+    assert permutation_test([0], [1, 1, 1]).p_value == pytest.approx(0.25)
+
+
+def test_permutation_test_sampled_beyond_max_exact() -> None:
+    # C(10, 5) = 252 splits; with max_exact below that the p-value is estimated and never 0.
+    a, b = [5.0, 6, 7, 8, 9], [0.0, 1, 2, 3, 4]
+    exact = permutation_test(a, b)
+    assert exact.exact and exact.p_value == pytest.approx(2 / 252)
+    sampled = permutation_test(a, b, max_exact=100, samples=20_000, seed=1)
+    assert not sampled.exact and 0 < sampled.p_value < 0.02
+    assert sampled == permutation_test(a, b, max_exact=100, samples=20_000, seed=1)  # seeded
+    with pytest.raises(ValueError, match="non-empty"):
+        permutation_test([], [1.0])
+    with pytest.raises(ValueError, match="finite"):
+        permutation_test([math.nan], [1.0])
 
 
 # ----------------------------------------------------------------------------- ROUGE-1 F1 (P2S)

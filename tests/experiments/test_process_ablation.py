@@ -51,10 +51,24 @@ def test_statistics_by_hand() -> None:
     # over seeds: per-seed EM differences (0.5, 0.5), all equal -> t = +inf, p = 0 (the defined limit)
     assert prm["vs_grpo_by_seed"]["mean_diff"] == pytest.approx(0.5) and prm["vs_grpo_by_seed"]["n"] == 2
     assert prm["vs_grpo_by_seed"]["p_value"] == 0.0 and "vs_grpo_by_seed" not in grpo
+    # the runs unpaired: per-seed EM {0.75, 1} against {0.25, 0.5}; of the 6 splits of the four values
+    # 2 reach |difference| 0.5 -> exact permutation p = 1/3
+    runs = prm["vs_grpo_runs"]
+    assert (runs["mean_diff"], runs["p_value"], runs["exact"]) == (pytest.approx(0.5), pytest.approx(1 / 3), True)
+    assert "vs_grpo_runs" not in grpo
     table = ablations.process_table(stats)
-    assert "37.5 ± 158.8" in table and "dEM +50.0" in table
+    assert "37.5 ± 158.8" in table and "dEM +50.0" in table and "runs unpaired p=0.333" in table
     [main, hops] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
-    assert main[2][1] == ["prorag", "process_reward=prm", "2", "87.5 ± 158.8", "87.5 ± 158.8", "+50.0 (p=0.000)"]
+    assert main[1][-1] == "ΔEM vs GRPO, runs unpaired (permutation)"
+    assert main[2][1] == [
+        "prorag",
+        "process_reward=prm",
+        "2",
+        "87.5 ± 158.8",
+        "87.5 ± 158.8",
+        "+50.0 (p=0.000)",
+        "+50.0 (p=0.333)",
+    ]
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
@@ -116,8 +130,12 @@ def test_the_test_over_seeds_by_hand() -> None:
         "grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0]), 2: _rows([0, 0, 1, 0])},
         "prorag": {0: _rows([1, 1, 0, 0]), 1: _rows([1, 1, 0, 0]), 2: _rows([1, 1, 1, 0])},
     }
-    test = ablations.process_statistics(preds)["prorag"]["vs_grpo_by_seed"]
+    stats = ablations.process_statistics(preds)["prorag"]
+    test = stats["vs_grpo_by_seed"]
     assert (test["n"], test["mean_diff"]) == (3, pytest.approx(0.25))
+    # unpaired: {0.5, 0.5, 0.75} against {0.25, 0.5, 0.25}; of the 20 splits of the six values those with
+    # sum >= 1.75 or <= 1.0 reach |difference| 0.25: 3 (two 0.5s and the 0.75) + 3 (both 0.25s and a 0.5) -> p = 0.3
+    assert stats["vs_grpo_runs"]["p_value"] == pytest.approx(0.3)
     assert test["t"] == pytest.approx(1.732051, abs=1e-6) and test["p_value"] == pytest.approx(0.225403, abs=1e-6)
     assert "over seeds p=0.225" in ablations.process_table(ablations.process_statistics(preds))
 

@@ -189,15 +189,17 @@ def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
 
 def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
-    over seeds with the paired test against GRPO (and on the non-yes/no questions over seeds, where
-    measured), then the extra per-seed metrics measured
+    over seeds with the paired test against GRPO, the runs' unpaired permutation test (and the test on
+    the non-yes/no questions over seeds, where measured), then the extra per-seed metrics measured
     (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop count."""
     stats = ablation["stats"]
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())
+    unpaired = any("vs_grpo_runs" in row for row in stats.values())
     rows = []
     for arm, row in stats.items():
         test = row.get("vs_grpo")
         rest = row.get("vs_grpo_non_yes_no_by_seed")
+        runs = row.get("vs_grpo_runs")
         assignments = ablation["arms"].get(arm, "")
         rows.append(
             [
@@ -208,9 +210,11 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
                 _mean_ci(row, "f1", True),
                 f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else "reference",
             ]
+            + ([f"{100 * runs['mean_diff']:+.1f} (p={runs['p_value']:.3f})" if runs else "reference"] if unpaired else [])
             + ([f"{100 * rest['mean_diff']:+.1f} (p={rest['p_value']:.3f})" if rest else "reference"] if others else [])
         )
     header = ["Arm", "RL settings", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
+    header += ["ΔEM vs GRPO, runs unpaired (permutation)"] if unpaired else []
     header += ["ΔEM on non-yes/no vs GRPO (t over seeds)"] if others else []
     out = [("Test EM and F1 per arm", header, rows)]
     extras = [k for k in ARMS_EXTRAS if any(k in row for row in stats.values())]

@@ -463,4 +463,4 @@ def permutation_test(
     diffs = sums / n_a - (total - sums) / (n - n_a)
     hits = int(np.count_nonzero(np.abs(diffs) >= abs(observed) - tolerance))
     p_value = hits / diffs.size if exact else (hits + 1) / (samples + 1)
-    return PermutationTest(mean_diff=observed, p_value=min(1.0, p_value), n_a=int(n_a), n_b=int(b_arr.size), exact=exact)
+    return PermutationTest(mean_diff=observed, p_value=p_value, n_a=int(n_a), n_b=int(b_arr.size), exact=exact)

@@ -209,7 +209,12 @@ class RLConfig(TrainingConfig):
     epsilon_high: float | None = setting(
         None, help="Upper clip (DAPO's clip-higher); default `epsilon` (symmetric, as in Eq. 9)."
     )
-    beta_kl: float = setting(0.0, help="KL penalty to the initial policy; 0 as in the reference code (no reference model kept).")
+    beta_kl: float = setting(
+        0.0,
+        help="Weight of a KL penalty to the initial policy in the loss (TRL's k3 estimate on the policy's tokens; "
+        "the reference is a frozen copy of the policy, or the policy with its LoRA adapter off); 0 as in the "
+        "reference code (no reference model kept).",
+    )
     loss_aggregation: PPOAggregation = setting(
         "token_mean",
         help="How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
@@ -628,7 +633,8 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         copy_init = rl_config.log_kl_to_init and rl_config.beta_kl == 0 and kwargs.get("peft_config") is None
         if copy_init and isinstance(model, torch.nn.Module):
             self.init_policy = copy.deepcopy(model).eval().requires_grad_(False)
-        super().__init__(*args, **kwargs)
+        with reference_from_policy(model, rl_config.beta_kl > 0 and kwargs.get("peft_config") is None):
+            super().__init__(*args, **kwargs)
         if self.init_policy is not None:  # scored as TRL scores its reference model
             from trl.trainer.utils import add_fused_lm_head
 
@@ -868,6 +874,27 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         rollout = self.rollout_func
         if isinstance(rollout, EngineRollout):
             self._metrics[mode]["time/generation_seconds"].append(rollout.seconds)
+
+
+@contextlib.contextmanager
+def reference_from_policy(model: Any, active: bool) -> Iterator[None]:
+    """While TRL's trainer is built (``active``: a KL penalty on a fully fine-tuned model), its
+    reference model is a frozen copy of ``model`` as passed in, not a reload of the path its config
+    names: a policy built in memory (tests, a stage handing its model on) has no such path, and one
+    whose weights changed after loading would silently get another reference. TRL then treats the
+    copy as its own (dropout off, fused head, ``accelerator.prepare``)."""
+    if not active or not isinstance(model, torch.nn.Module):
+        yield
+        return
+    import trl.trainer.grpo_trainer as grpo_module
+
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    loader = grpo_module.create_model_from_path
+    grpo_module.create_model_from_path = lambda *args, **kwargs: reference
+    try:
+        yield
+    finally:
+        grpo_module.create_model_from_path = loader
 
 
 def k3_kl(logps: torch.Tensor, init_logps: torch.Tensor) -> torch.Tensor:

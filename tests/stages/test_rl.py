@@ -147,6 +147,38 @@ def test_trainer_loss_is_the_reference_ppo_clip_loss(
     assert trainer.compute_loss(trainer.model, own).item() != pytest.approx(got.item(), rel=1e-3)
 
 
+def test_kl_penalty_adds_beta_kl_times_the_k3_kl_on_policy_tokens_only(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # beta_kl > 0: TRL keeps the reference model (pi_init) and the trainer keeps no copy of its own;
+    # with token_mean the loss is Eq. 9's plus beta_kl times the k3 KL averaged over the policy's tokens.
+    cfg = fast_config(beta_kl=0.5, rollout=GOLD_ROLLOUT)
+    model = make_tiny_model(world_tokenizer)
+    trainer = make_rl_trainer(cfg, tmp_path, model, world_tokenizer, records[:2], tiny_retriever, FakePRM())
+    assert trainer.init_policy is None and trainer.ref_model is not None
+    model.train()
+    batch = trainer._generate_and_score_completions(two_groups(trainer))
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    with torch.no_grad():
+        logp = reference_logprobs(model, batch, cfg.rollout.temperature)
+    # The reference model is pi_init, a copy of the untrained model: its log-probs are the policy's.
+    ref = batch["ref_per_token_logps"]
+    assert torch.allclose(ref[mask == 1], logp[mask == 1], atol=1e-5)
+
+    noise = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))
+    batch["ref_per_token_logps"] = logp + 0.5 * noise
+    batch["old_per_token_logps"] = logp.clone()
+    kl = rl.k3_kl(logp, batch["ref_per_token_logps"])
+    expected = ppo_clip_loss(logp, logp, batch["advantages"], mask, cfg.epsilon) + 0.5 * (kl * mask).sum() / mask.sum()
+    trainer.current_gradient_accumulation_steps = 1
+    got = trainer.compute_loss(trainer.model, dict(batch))
+    assert (kl[mask == 1] > 0.01).any(), "the penalty is not negligible here"
+    assert got.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    # A reference far off on retrieved tokens changes nothing: the KL counts the policy's tokens only.
+    off = dict(batch, ref_per_token_logps=torch.where(mask == 0, logp - 5.0, batch["ref_per_token_logps"]))
+    assert trainer.compute_loss(trainer.model, off).item() == pytest.approx(got.item(), rel=1e-6, abs=1e-7)
+
+
 @pytest.mark.parametrize("scoring_rows", [1, None], ids=["rows-cut-to-their-span", "micro-batch-as-is"])
 def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
     tmp_path: Path,

@@ -627,13 +627,14 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
         """``(B, T)`` completion positions whose log-probabilities are read (the policy's tokens) while
         the loss or ``kl_to_init`` is computed; ``None``: every completion token."""
         model = kwargs.get("model")
-        self.init_policy: Any = None
-        """pi_init for ``kl_to_init``: a frozen copy (full fine-tuning); ``None`` with LoRA (adapter off)."""
-        # beta_kl > 0: TRL keeps its own reference model, whose log-probs _init_logps reuses.
-        copy_init = rl_config.log_kl_to_init and rl_config.beta_kl == 0 and kwargs.get("peft_config") is None
-        if copy_init and isinstance(model, torch.nn.Module):
-            self.init_policy = copy.deepcopy(model).eval().requires_grad_(False)
-        with reference_from_policy(model, rl_config.beta_kl > 0 and kwargs.get("peft_config") is None):
+        # pi_init as a frozen copy, under full fine-tuning only (with LoRA it is the adapter off): TRL's
+        # reference model when beta_kl > 0 (whose log-probs _init_logps reuses), else kept for kl_to_init.
+        full = kwargs.get("peft_config") is None and isinstance(model, torch.nn.Module)
+        wanted = rl_config.beta_kl > 0 or rl_config.log_kl_to_init
+        frozen = copy.deepcopy(model).eval().requires_grad_(False) if full and wanted else None
+        self.init_policy: Any = frozen if rl_config.beta_kl == 0 else None
+        """pi_init for ``kl_to_init`` without a KL penalty: a frozen copy (full fine-tuning); ``None`` with LoRA."""
+        with trl_reference(frozen if rl_config.beta_kl > 0 else None):
             super().__init__(*args, **kwargs)
         if self.init_policy is not None:  # scored as TRL scores its reference model
             from trl.trainer.utils import add_fused_lm_head
@@ -877,18 +878,17 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
 
 
 @contextlib.contextmanager
-def reference_from_policy(model: Any, active: bool) -> Iterator[None]:
-    """While TRL's trainer is built (``active``: a KL penalty on a fully fine-tuned model), its
-    reference model is a frozen copy of ``model`` as passed in, not a reload of the path its config
-    names: a policy built in memory (tests, a stage handing its model on) has no such path, and one
-    whose weights changed after loading would silently get another reference. TRL then treats the
-    copy as its own (dropout off, fused head, ``accelerator.prepare``)."""
-    if not active or not isinstance(model, torch.nn.Module):
+def trl_reference(reference: torch.nn.Module | None) -> Iterator[None]:
+    """While TRL's trainer is built, its reference model is ``reference`` (a frozen copy of the
+    policy as passed in), not a reload of the path the policy's config names: a policy built in
+    memory (tests, a stage handing its model on) has no such path, and one whose weights changed
+    after loading would silently get another reference. TRL then treats the copy as its own
+    (dropout off, fused head, ``accelerator.prepare``). ``None``: TRL's own behaviour."""
+    if reference is None:
         yield
         return
     import trl.trainer.grpo_trainer as grpo_module
 
-    reference = copy.deepcopy(model).eval().requires_grad_(False)
     loader = grpo_module.create_model_from_path
     grpo_module.create_model_from_path = lambda *args, **kwargs: reference
     try:

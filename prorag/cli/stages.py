@@ -448,7 +448,8 @@ def rl_cmd(
         str | None,
         typer.Option(
             help="Step-reward source (STEP_REWARD_SOURCES): prm (ProRAG), none (the outcome-only GRPO baseline), "
-            "oracle (the oracle judge's +1/-1 per step), shuffled (the PRM's scores permuted within each group) or "
+            "oracle (the oracle judge's +1/-1 per step), oracle-first-error (up to a trajectory's first wrong step), "
+            "shuffled (the PRM's scores permuted within each group), oracle-first-error-shuffled (the oracle's) or "
             "cpsearch (CP-Search's progressive reward from gold evidence; with --advantage cpgrpo)."
         ),
     ] = None,

@@ -158,7 +158,8 @@ class RLConfig(TrainingConfig):
         "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
         "+1/-1 verdict per step: needs gold decompositions), `oracle-first-error` (the oracle's verdicts up to a "
         "trajectory's first wrong step, none after), `shuffled` (the PRM's scores permuted within each "
-        "group: the control arm) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
+        "group: the control arm), `oracle-first-error-shuffled` (the oracle's, permuted the same way: the oracle's "
+        "control) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
         "pair with `advantage: cpgrpo`).",
     )
     advantage: str = setting(

@@ -1,7 +1,8 @@
 """The step-reward sources backed by the supervision layer: ``"prm"`` (the learned PRM),
 ``"oracle"`` (the oracle judge's verdict on every step), ``"oracle-first-error"`` (its verdicts up to
-a trajectory's first wrong step, none after) and ``"shuffled"`` (the PRM's scores permuted within
-each group: the control arm).
+a trajectory's first wrong step, none after), ``"shuffled"`` (the PRM's scores permuted within
+each group: the control arm) and ``"oracle-first-error-shuffled"`` (the oracle's, permuted the same
+way: the oracle's control).
 
 Imported by :data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES` on its first look-up, so
 that ``RLConfig.process_reward: prm`` (or ``oracle``, ``shuffled``) finds the factory below
@@ -118,6 +119,16 @@ def oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -
     return OracleSteps(first_error_only=True)
 
 
+@STEP_REWARD_SOURCES.register("oracle-first-error-shuffled")
+def shuffled_oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -> ShuffledSteps:
+    """The oracle arm's control: :func:`oracle_first_error_step_rewards`' scores (NaN after a first
+    error included) permuted within each group, seeded by ``config.seed``. Where the oracle's step
+    rewards change what RL does, this tells the verdicts' information apart from what any extra
+    bounded term of the same distribution would do to the advantage (damp the outcome term, add
+    variance); it needs no PRM."""
+    return ShuffledSteps(OracleSteps(first_error_only=True), seed=int(getattr(config, "seed", 0)))
+
+
 __all__ = [
     "ORACLE_INVALID",
     "ORACLE_UNDECIDED",
@@ -126,6 +137,7 @@ __all__ = [
     "oracle_first_error_step_rewards",
     "oracle_step_rewards",
     "prm_step_rewards",
+    "shuffled_oracle_first_error_step_rewards",
     "shuffled_step_rewards",
     "up_to_first_error",
 ]

@@ -96,9 +96,9 @@ def shuffle_within_groups(scores: Sequence[Sequence[float]], group_ids: Sequence
 
 
 class ShuffledSteps:
-    """The control arm: another source's scores (the learned PRM's) permuted within each group by
-    :func:`shuffle_within_groups`, from a stream seeded by ``seed`` and the call's index (each
-    batch its own permutation, the same run the same permutations). Needs ``group_ids``."""
+    """The control arm: another source's scores (the learned PRM's, the oracle's) permuted within
+    each group by :func:`shuffle_within_groups`, from a stream seeded by ``seed`` and the call's
+    index (each batch its own permutation, the same run the same permutations). Needs ``group_ids``."""
 
     def __init__(self, inner: StepRewardSource, seed: int = 0) -> None:
         self.inner = inner
@@ -107,7 +107,7 @@ class ShuffledSteps:
 
     def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         if group_ids is None:
-            raise ValueError("process_reward='shuffled' permutes scores within groups: the caller must pass group_ids")
+            raise ValueError("a shuffled step-reward source permutes scores within groups: the caller must pass group_ids")
         scores = self.inner(trajectories, records)
         rng = random.Random(f"prorag-shuffled-steps/{self.seed}/{self.calls}")
         self.calls += 1

@@ -4,6 +4,8 @@ a clear error."""
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -28,7 +30,9 @@ class Batched:
 
 
 def test_built_in_sources_and_errors() -> None:
-    assert {"none", "prm", "oracle", "oracle-first-error", "shuffled"} <= set(STEP_REWARD_SOURCES.names())
+    assert {"none", "prm", "oracle", "oracle-first-error", "shuffled", "oracle-first-error-shuffled"} <= set(
+        STEP_REWARD_SOURCES.names()
+    )
     assert STEP_REWARD_SOURCES.get("none")(SimpleNamespace()) is None
     with pytest.raises(ValueError, match="needs a PRM"):
         STEP_REWARD_SOURCES.get("prm")(SimpleNamespace(prm=None, prm_batch_size=4))
@@ -73,8 +77,6 @@ def test_oracle_source_gives_the_judges_verdict_on_every_step() -> None:
 
 
 def test_oracle_first_error_labels_up_to_the_first_wrong_step() -> None:
-    import math
-
     from prorag.supervision.step_rewards import up_to_first_error
     from tests.supervision.test_judge import CHAIN
 
@@ -112,3 +114,33 @@ def test_shuffled_source_permutes_scores_within_groups_only() -> None:
         source(["t"] * 5, None)
     with pytest.raises(ValueError, match="'shuffled' needs a PRM"):
         STEP_REWARD_SOURCES.get("shuffled")(SimpleNamespace(prm=None, prm_batch_size=4, seed=0))
+
+
+def _comparable(scores: Sequence[Sequence[float]]) -> list[list[object]]:
+    """``scores`` with NaN written as the string ``"nan"``, so that lists compare equal (NaN != NaN)."""
+    return [["nan" if math.isnan(x) else x for x in row] for row in scores]
+
+
+def test_shuffled_oracle_permutes_the_first_error_verdicts_within_groups() -> None:
+    """The oracle's control: the group's pooled verdicts (NaN after a first error counted as a
+    value) are dealt back to its steps at random; lengths and the multiset stay, the order goes."""
+    from prorag.method.rewards.sources import shuffle_within_groups
+    from tests.supervision.test_judge import CHAIN
+
+    trajectories = [_chain_trajectory(), _chain_trajectory(), _chain_trajectory(actions=4)]
+    records, groups = [CHAIN] * 3, [0, 0, 1]
+    plain = STEP_REWARD_SOURCES.get("oracle-first-error")(SimpleNamespace())(trajectories, records)
+    control = STEP_REWARD_SOURCES.get("oracle-first-error-shuffled")(SimpleNamespace(seed=5))
+
+    first = _comparable(control(trajectories, records, group_ids=groups))
+    assert [len(r) for r in first] == [5, 5, 4]
+    # group 0 pools +1 +1 -1 nan nan twice: four +1, two -1, four NaN, in some order
+    assert sorted(str(x) for r in first[:2] for x in r) == sorted(["1.0"] * 4 + ["-1.0"] * 2 + ["nan"] * 4)
+    assert first[:2] != _comparable(plain[:2]), "the order goes"
+    assert first[2] == [0.0] * 4  # an undecided trajectory alone in its group keeps its zeros
+    # the permutation is the seeded stream's, batch by batch
+    for call, scores in enumerate([first, _comparable(control(trajectories, records, group_ids=groups))]):
+        rng = random.Random(f"prorag-shuffled-steps/5/{call}")
+        assert scores == _comparable(shuffle_within_groups(plain, groups, rng))
+    with pytest.raises(ValueError, match="group_ids"):
+        control(trajectories, records)

@@ -74,7 +74,8 @@ def ablate_cmd(
         str,
         typer.Option(
             help="table2 (all systems over the config's seeds), beta (Table 3), topk (Figure 5), process (GRPO, "
-            "learned PRM, oracle, shuffled step rewards from the same pi_rft; mean ± 95% CI over seeds) or family "
+            "learned PRM, oracle, oracle up to the first error, and the shuffled controls of the PRM and of the "
+            "latter, from the same pi_rft; mean ± 95% CI over seeds, tests against GRPO and each arm's control) or family "
             "(GRPO, ProRAG, ProRAG-oracle, HiPRAG, CP-Search, ...: each method's rewards on the one trainer)."
         ),
     ],

@@ -8,9 +8,11 @@
   (Figure 5). The policy is trained with the config's ``top_k``; only the evaluation changes,
   which measures how the trained reader uses more or fewer documents.
 * ``process``: where the step rewards come from (:data:`PROCESS_ARMS`: outcome-only GRPO, the
-  learned PRM, the oracle, the oracle up to a trajectory's first error, shuffled step rewards), RL from the same pi_rft on the same questions
-  and budget, ``process_seeds`` seeds per arm (a seed gives the same rollout streams in every arm);
-  mean ± 95% CI over seeds, a paired t-test of seed-averaged per-question EM against GRPO, EM by
+  learned PRM, the oracle, the oracle up to a trajectory's first error, and the controls of the PRM
+  and of the latter, their step rewards shuffled within each group), RL from the same pi_rft on the
+  same questions and budget, ``process_seeds`` seeds per arm (a seed gives the same rollout streams
+  in every arm); mean ± 95% CI over seeds, paired tests against GRPO and against each arm's
+  control (:data:`CONTROLS`), EM by
   question type and hop count, held-out-EM learning curves (with ``rl.eval_every``). Written to
   ``ablations/process.json`` (and, asked, ``RESULTS/process_DATE.json``).
 * ``family``: the process-reward family on the one trainer (:data:`FAMILY_ARMS`: GRPO, ProRAG with
@@ -65,6 +67,16 @@ PROCESS_ARMS: dict[str, Arm] = {
     "prorag-oracle": ("process_reward=oracle",),
     "prorag-oracle-first-error": ("process_reward=oracle-first-error",),
     "prorag-shuffled": ("process_reward=shuffled",),
+    "prorag-oracle-first-error-shuffled": ("process_reward=oracle-first-error-shuffled",),
+}
+#: An arm -> its control: the same step rewards permuted within each group, which keeps their
+#: distribution and removes their information. Against GRPO an arm can gain from the bare extra
+#: term in its advantage (docs/LOG.md, 2026-11-26); against its control, only from what the
+#: rewards say about the steps. :func:`process_statistics` tests each arm against its control
+#: when both ran.
+CONTROLS: dict[str, str] = {
+    "prorag": "prorag-shuffled",
+    "prorag-oracle-first-error": "prorag-oracle-first-error-shuffled",
 }
 #: The arms of the family comparison (METHOD.md sections 2-5): each method's own rewards and
 #: advantage, everything else (start policy, questions, budget, seeds) the same.
@@ -222,10 +234,34 @@ def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[st
     return {k: {"n": len(v), "em": sum(v) / len(v)} for k, v in sorted(groups.items())}
 
 
+def _versus(
+    stats: Mapping[str, Any], averaged: Mapping[str, Mapping[str, float]], arm: str, other: str
+) -> dict[str, dict[str, Any]]:
+    """The tests of ``arm`` against ``other`` under ``vs_OTHER*`` keys (see :func:`process_statistics`)."""
+    out: dict[str, dict[str, Any]] = {}
+    shared = sorted(averaged[arm].keys() & averaged[other].keys())
+    out[f"vs_{other}"] = asdict(paired_t_test([averaged[arm][q] for q in shared], [averaged[other][q] for q in shared]))
+    # Over the seeds both have: EM, and EM on the questions whose answer has to be found
+    # (not yes/no), where a gain is not a gain in the answer's form.
+    for metric, suffix in (("em", "by_seed"), ("non_yes_no_em", "non_yes_no_by_seed")):
+        pair = [stats[a]["per_seed"] for a in (arm, other)]
+        both = sorted(s for s in pair[0].keys() & pair[1].keys() if all(metric in p[s] for p in pair))
+        if len(both) >= 2:
+            values = [[p[s][metric] for s in both] for p in pair]
+            out[f"vs_{other}_{suffix}"] = asdict(paired_t_test(*values))
+    # The runs as two sets, unpaired: runs whose float paths part within a few steps share a
+    # seed in name only (docs/LOG.md, 2026-11-25), so this test does not lean on the pairing.
+    runs = [[v["em"] for v in stats[a]["per_seed"].values()] for a in (arm, other)]
+    if min(map(len, runs)) >= 2:
+        out[f"vs_{other}_runs"] = asdict(permutation_test(*runs))
+    return out
+
+
 def process_statistics(
     predictions: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
     reference: str = "grpo",
     extras: Mapping[str, Mapping[int, Mapping[str, float | None]]] | None = None,
+    controls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """An arms ablation's numbers from each arm's per-seed prediction rows (``predictions.jsonl``).
 
@@ -243,7 +279,9 @@ def process_statistics(
     buy nothing).
     ``extras[arm][seed]`` adds per-seed scalars (``None``: not measured) with their mean and CI, as
     do the yes/no scores of the rows (:func:`yes_no_scores`): an arm can gain EM there by saying
-    one word more often, which ``yes_no_constant_em`` puts in proportion."""
+    one word more often, which ``yes_no_constant_em`` puts in proportion.
+    ``controls`` (arm -> its control arm, e.g. :data:`CONTROLS`) adds the same tests against the
+    arm's control, under ``vs_CONTROL*`` keys, and names it under ``control``, where both ran."""
     out: dict[str, Any] = {}
     averaged: dict[str, dict[str, float]] = {}
     for arm, by_seed in predictions.items():
@@ -272,42 +310,38 @@ def process_statistics(
         out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key]) for key in meta if meta[key]}
     for arm in out:
         if arm != reference and reference in averaged:
-            shared = sorted(averaged[arm].keys() & averaged[reference].keys())
-            test = paired_t_test([averaged[arm][q] for q in shared], [averaged[reference][q] for q in shared])
-            out[arm][f"vs_{reference}"] = asdict(test)
-            # Over the seeds both have: EM, and EM on the questions whose answer has to be found
-            # (not yes/no), where a gain is not a gain in the answer's form.
-            for metric, suffix in (("em", "by_seed"), ("non_yes_no_em", "non_yes_no_by_seed")):
-                pair = [out[a]["per_seed"] for a in (arm, reference)]
-                both = sorted(s for s in pair[0].keys() & pair[1].keys() if all(metric in p[s] for p in pair))
-                if len(both) >= 2:
-                    values = [[p[s][metric] for s in both] for p in pair]
-                    out[arm][f"vs_{reference}_{suffix}"] = asdict(paired_t_test(*values))
-            # The runs as two sets, unpaired: runs whose float paths part within a few steps share a
-            # seed in name only (docs/LOG.md, 2026-11-25), so this test does not lean on the pairing.
-            runs = [[v["em"] for v in out[a]["per_seed"].values()] for a in (arm, reference)]
-            if min(map(len, runs)) >= 2:
-                out[arm][f"vs_{reference}_runs"] = asdict(permutation_test(*runs))
+            out[arm] |= _versus(out, averaged, arm, reference)
+        control = (controls or {}).get(arm)
+        if control in out:
+            out[arm]["control"] = control
+            out[arm] |= _versus(out, averaged, arm, control)
     return out
+
+
+def _versus_text(row: Mapping[str, Any], other: str) -> str:
+    """One arm's tests against ``other`` as console text ("" where none ran)."""
+    test, by_seed = row.get(f"vs_{other}"), row.get(f"vs_{other}_by_seed")
+    runs, rest = row.get(f"vs_{other}_runs"), row.get(f"vs_{other}_non_yes_no_by_seed")
+    text = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else ""
+    text += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
+    text += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
+    text += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
+    return text
 
 
 def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
     """The console table of :func:`process_statistics`: EM and F1 (%) mean ± 95% CI, and the
-    paired test against ``reference``."""
+    paired test against ``reference``; then each arm against its control, where both ran."""
     lines = [f"{'arm':<16} {'seeds':>5}  {'EM (%)':>14}  {'F1 (%)':>14}  vs {reference} (seed-averaged per-question EM)"]
     for arm, row in stats.items():
-        test = row.get(f"vs_{reference}")
-        by_seed = row.get(f"vs_{reference}_by_seed")
-        versus = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else "(reference)"
-        versus += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
-        runs = row.get(f"vs_{reference}_runs")
-        versus += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
-        rest = row.get(f"vs_{reference}_non_yes_no_by_seed")
-        versus += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
         lines.append(
             f"{arm:<16} {len(row['per_seed']):>5}  {100 * row['em']:>6.1f} ± {100 * row['em_ci95']:<5.1f}"
-            f"  {100 * row['f1']:>6.1f} ± {100 * row['f1_ci95']:<5.1f}  {versus}"
+            f"  {100 * row['f1']:>6.1f} ± {100 * row['f1_ci95']:<5.1f}  {_versus_text(row, reference) or '(reference)'}"
         )
+    controlled = [(arm, row) for arm, row in stats.items() if "control" in row]
+    if controlled:
+        lines.append("against its control (the same step rewards shuffled within each group):")
+        lines += [f"  {arm} vs {row['control']}: {_versus_text(row, row['control'])}" for arm, row in controlled]
     return "\n".join(lines)
 
 
@@ -403,7 +437,7 @@ def arms_ablation(
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
-        "stats": process_statistics(predictions, extras=extras),
+        "stats": process_statistics(predictions, extras=extras, controls=CONTROLS),
         "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
     }
 
@@ -508,6 +542,7 @@ def run_ablation(
 __all__ = [
     "ABLATIONS",
     "BETAS",
+    "CONTROLS",
     "FAMILY_ARMS",
     "FAMILY_METRICS",
     "FAMILY_OFFLINE",

@@ -72,6 +72,45 @@ def test_statistics_by_hand() -> None:
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
+def test_each_arm_is_tested_against_its_control_by_hand() -> None:
+    # GRPO per-seed EM 1/4, 2/4, 1/4; the PRM arm 3/4, 3/4, 4/4; its control (the PRM's scores
+    # shuffled) 2/4, 2/4, 2/4. Against the control, per seed: +0.25, +0.25, +0.5 -> mean 1/3,
+    # s = 0.144338, t = (1/3) / (0.144338 / sqrt 3) = 4.0 on 2 df; p = 1 - t / sqrt(2 + t^2) = 0.057191.
+    preds = {
+        "grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0]), 2: _rows([0, 0, 1, 0])},
+        "prorag": {0: _rows([1, 1, 1, 0]), 1: _rows([1, 1, 0, 1]), 2: _rows([1, 1, 1, 1])},
+        "prorag-shuffled": {0: _rows([1, 1, 0, 0]), 1: _rows([0, 1, 1, 0]), 2: _rows([1, 0, 1, 0])},
+    }
+    stats = ablations.process_statistics(preds, controls=ablations.CONTROLS)
+    prm = stats["prorag"]
+    assert prm["control"] == "prorag-shuffled" and "control" not in stats["prorag-shuffled"]
+    test = prm["vs_prorag-shuffled_by_seed"]
+    assert (test["n"], test["mean_diff"]) == (3, pytest.approx(1 / 3))
+    assert test["t"] == pytest.approx(4.0) and test["p_value"] == pytest.approx(0.057191, abs=1e-6)
+    # seed-averaged per question: PRM (1, 1, 2/3, 2/3), control (2/3, 2/3, 2/3, 0): differences
+    # (1/3, 1/3, 0, 2/3) -> mean 1/3, s = 0.272166, t = 2.449490 on 3 df, p = 0.091721
+    per_question = prm["vs_prorag-shuffled"]
+    assert per_question["mean_diff"] == pytest.approx(1 / 3) and per_question["t"] == pytest.approx(2.449490, abs=1e-6)
+    assert per_question["p_value"] == pytest.approx(0.091721, abs=1e-6)
+    # unpaired: {0.75, 0.75, 1} against {0.5, 0.5, 0.5}: of the 20 splits only the two that part
+    # them reach |difference| 1/3 -> p = 0.1
+    assert prm["vs_prorag-shuffled_runs"]["p_value"] == pytest.approx(0.1)
+    # the tests against GRPO are there as before, and nothing is tested without a control map
+    assert prm["vs_grpo_by_seed"]["mean_diff"] == pytest.approx(0.5)
+    assert "control" not in ablations.process_statistics(preds)["prorag"]
+    table = ablations.process_table(stats)
+    assert "prorag vs prorag-shuffled: dEM +33.3  p=0.092  (over seeds p=0.057)  (runs unpaired p=0.100)" in table
+    [_, controls, *_] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
+    assert controls[0].startswith("Each arm against its control")
+    assert controls[2] == [["prorag", "prorag-shuffled", "+33.3 (p=0.092)", "+33.3 (p=0.057)", "+33.3 (p=0.100)", ""]]
+    # without a control arm in the ablation the table is not there
+    del preds["prorag-shuffled"]
+    tables = process_tables(
+        {"arms": ablations.PROCESS_ARMS, "stats": ablations.process_statistics(preds, controls=ablations.CONTROLS)}
+    )
+    assert not any(title.startswith("Each arm against its control") for title, *_ in tables)
+
+
 def test_statistics_carry_the_yes_no_scores_per_seed() -> None:
     # Two yes/no questions (gold "no", "yes") and one entity question. Seed 0 answers "no" to
     # both (EM 1/2 on them, no-rate 1), seed 1 answers "yes" and an entity (EM 0, no-rate 0).
@@ -155,7 +194,14 @@ def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_pa
                 name = f"{kind}-{arm}-seed{seed}"
                 assert run.recorded[name] == pipeline.recorded[name], name  # type: ignore[attr-defined]
         configs = {arm: ablations.arm_config(run, assignments, seed) for arm, assignments in ablations.PROCESS_ARMS.items()}
-        assert {c.process_reward for c in configs.values()} == {"none", "prm", "oracle", "oracle-first-error", "shuffled"}
+        assert {c.process_reward for c in configs.values()} == {
+            "none",
+            "prm",
+            "oracle",
+            "oracle-first-error",
+            "shuffled",
+            "oracle-first-error-shuffled",
+        }
         assert configs["grpo"].beta == 0.0 and configs["prorag-oracle"].beta == cfg.rl.beta
         base = {k: v for k, v in vars(configs["prorag"]).items() if k != "process_reward"}
         assert all({k: v for k, v in vars(c).items() if k != "process_reward"} == base for a, c in configs.items() if a != "grpo")
@@ -279,9 +325,11 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output[-3000:]
     assert "prorag-shuffled" in result.output and "(reference)" in result.output
+    assert "prorag-oracle-first-error vs prorag-oracle-first-error-shuffled: dEM" in result.output
     saved = read_json(run_dir / "ablations" / "process.json")
     assert saved["seeds"] == [0, 1] and set(saved["arms"]) == set(ablations.PROCESS_ARMS)
     assert all(set(row["per_seed"]) == {"0", "1"} for row in saved["stats"].values())
+    assert {a: row["control"] for a, row in saved["stats"].items() if "control" in row} == ablations.CONTROLS
     assert saved["config_fingerprint"] == fingerprint(resolve(load_config(config, PipelineConfig)))
     assert saved["command"].startswith("prorag ablate --config") and saved["command"].endswith(str(results))
     [copy] = results.glob("process_*.json")
@@ -291,4 +339,5 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     report = (run_dir / "report.md").read_text()
     assert "process ablation" in (run_dir / "report.html").read_text()
     assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
+    assert "Each arm against its control" in report
     assert "process_ablation" in read_json(run_dir / "results.json")

@@ -187,10 +187,28 @@ def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
     return f"{scale * row[key]:.{digits}f} ± {scale * row.get(f'{key}_ci95', 0.0):.{digits}f}"
 
 
+def _test_cell(test: Mapping[str, Any] | None) -> str:
+    return f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else ""
+
+
+def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str], list[list[str]]]:
+    """Each arm against its control (the same step rewards shuffled within each group): what the
+    rewards' information adds, with the bare extra term in both arms' advantages."""
+    header = ["Arm", "Control", "ΔEM (paired t, per question)", "ΔEM over seeds (paired t)"]
+    header += ["ΔEM, runs unpaired (permutation)", "ΔEM on non-yes/no (t over seeds)"]
+    suffixes = ("", "_by_seed", "_runs", "_non_yes_no_by_seed")
+    rows = []
+    for arm, row in controlled.items():
+        control = row["control"]
+        rows.append([arm, control, *(_test_cell(row.get(f"vs_{control}{suffix}")) for suffix in suffixes)])
+    return ("Each arm against its control (its step rewards shuffled within each group)", header, rows)
+
+
 def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
     over seeds with the paired test against GRPO, the runs' unpaired permutation test (and the test on
-    the non-yes/no questions over seeds, where measured), then the extra per-seed metrics measured
+    the non-yes/no questions over seeds, where measured), each arm against its control where both
+    ran (:data:`prorag.experiments.ablations.CONTROLS`), then the extra per-seed metrics measured
     (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop count."""
     stats = ablation["stats"]
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())
@@ -208,15 +226,18 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
                 str(len(row["per_seed"])),
                 _mean_ci(row, "em", True),
                 _mean_ci(row, "f1", True),
-                f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else "reference",
+                _test_cell(test) or "reference",
             ]
-            + ([f"{100 * runs['mean_diff']:+.1f} (p={runs['p_value']:.3f})" if runs else "reference"] if unpaired else [])
-            + ([f"{100 * rest['mean_diff']:+.1f} (p={rest['p_value']:.3f})" if rest else "reference"] if others else [])
+            + ([_test_cell(runs) or "reference"] if unpaired else [])
+            + ([_test_cell(rest) or "reference"] if others else [])
         )
     header = ["Arm", "RL settings", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
     header += ["ΔEM vs GRPO, runs unpaired (permutation)"] if unpaired else []
     header += ["ΔEM on non-yes/no vs GRPO (t over seeds)"] if others else []
     out = [("Test EM and F1 per arm", header, rows)]
+    controlled = {arm: row for arm, row in stats.items() if "control" in row}
+    if controlled:
+        out.append(_controls_table(controlled))
     extras = [k for k in ARMS_EXTRAS if any(k in row for row in stats.values())]
     if extras:
         cells = [[arm, *(_mean_ci(row, k, ARMS_EXTRAS[k][1]) if k in row else "" for k in extras)] for arm, row in stats.items()]

@@ -350,6 +350,8 @@ TRAINING_SIGNALS: dict[str, str] = {
     "step_time": "seconds_per_rl_step",
     "groups_em_agree": "groups_em_agree",
     "groups_reward_agree": "groups_reward_agree",
+    "advantage_process_share": "advantage_process_share",
+    "advantage_silent_share": "advantage_silent_share",
 }
 
 
@@ -359,7 +361,10 @@ def training_signals(metrics_file: Path) -> dict[str, float | None]:
     groups whose samples all agree on EM, or all get one outcome reward. The last two are how
     much outcome signal an arm had: a group whose outcome rewards all agree has zero outcome
     advantage, so only a step reward can teach on it, and the gap between the two counts the
-    groups that agree on the answer but whose outcome rewards still differ (its format terms)."""
+    groups that agree on the answer but whose outcome rewards still differ (its format terms).
+    Then what the arm's advantages were made of (:func:`~prorag.method.advantages.advantage_composition`):
+    the share of their size the step rewards add to outcome GRPO's, and the share that falls on
+    the groups GRPO is silent on (both 0 for GRPO)."""
     rows = list(read_jsonl(metrics_file)) if metrics_file.exists() else []
     out: dict[str, float | None] = {}
     for key, name in TRAINING_SIGNALS.items():

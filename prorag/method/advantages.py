@@ -11,6 +11,7 @@ against an answer at another depth.
 
 Pieces, each usable alone (the trainer gathers groups across processes between them):
 :func:`group_normalize`, :func:`agreeing_group_share`, :func:`grpo_advantages`, :func:`process_advantages`,
+:func:`advantage_composition` (what a batch's advantages are made of: logged by the trainer),
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
 :func:`dual_granularity_advantages` (composed), :func:`cpgrpo_advantages` (docs/METHOD.md §5), and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
@@ -124,6 +125,58 @@ def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool 
     """Plain GRPO: each trajectory's outcome reward standardised within its group, ``(B,)``
     (the same value then goes to every generated token of the trajectory)."""
     return group_normalize(outcome, group_ids, scale=scale, eps=eps)
+
+
+def advantage_composition(
+    advantages: torch.Tensor,
+    outcome: torch.Tensor,
+    group_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    scale: bool = True,
+    eps: float = DEFAULT_EPS,
+) -> dict[str, float]:
+    """What a batch's token advantages are made of, against outcome-only GRPO on the same outcomes.
+
+    ``advantages`` and ``loss_mask`` are ``(B, T)`` (only tokens with mask 1 count), ``outcome``
+    and ``group_ids`` ``(B,)``. ``A_out`` is :func:`grpo_advantages` of the outcomes, broadcast to
+    each row's tokens; ``D = A - A_out`` is what the estimator adds to it (``beta * A_proc`` for
+    ``dual``). Returns, over the policy's tokens:
+
+    - ``advantage_abs_mean``: the mean ``|A|``, the size of the push;
+    - ``advantage_process_share``: ``sum |D| / (sum |A_out| + sum |D|)``, how much of the push
+      the step rewards contribute (0 for GRPO; 1 where outcomes give nothing);
+    - ``advantage_silent_share``: the share of ``sum |A|`` on rows of groups whose outcome rewards
+      all agree, the questions GRPO is silent on (exactly 0 for GRPO). A step-reward arm that
+      helps only through these shares -- not through which steps it rewards -- is what a shuffled
+      control (same distribution, no information) is there to expose.
+
+    All three are 0.0 for a batch without policy tokens.
+    """
+    if advantages.shape != loss_mask.shape or advantages.dim() != 2:
+        raise ValueError(f"advantages {tuple(advantages.shape)} and loss_mask {tuple(loss_mask.shape)} must be equal (B, T)")
+    if outcome.shape != (advantages.shape[0],) or group_ids.shape != outcome.shape:
+        raise ValueError(
+            f"outcome {tuple(outcome.shape)} and group_ids {tuple(group_ids.shape)} must be ({advantages.shape[0]},)"
+        )
+    mask = loss_mask.to(device=advantages.device, dtype=torch.float32) != 0
+    a = torch.where(mask, advantages.to(torch.float32), torch.zeros(()))
+    a_out = grpo_advantages(outcome.to(a.device), group_ids.to(a.device), scale=scale, eps=eps)[:, None].expand_as(a)
+    a_out = torch.where(mask, a_out, torch.zeros(()))
+    tokens = int(mask.sum())
+    total = float(a.abs().sum())
+    if tokens == 0:
+        return {"advantage_abs_mean": 0.0, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}
+    extra = float((a - a_out).abs().sum())
+    _, index = torch.unique(group_ids.to(a.device), return_inverse=True)
+    silent_rows = _agreeing(outcome.to(a.device, torch.float32), index, int(index.max()) + 1)[index]
+    silent = float(a[silent_rows].abs().sum())
+    pushed = float(a_out.abs().sum()) + extra
+    return {
+        "advantage_abs_mean": total / tokens,
+        "advantage_process_share": extra / pushed if pushed > 0 else 0.0,
+        "advantage_silent_share": silent / total if total > 0 else 0.0,
+    }
 
 
 def kind_groups(groups: torch.Tensor, step_kinds: Sequence[Sequence[str | None]]) -> torch.Tensor:
@@ -371,6 +424,7 @@ __all__ = [
     "AdvantageInputs",
     "PROCESS_NORMS",
     "ProcessNorm",
+    "advantage_composition",
     "broadcast_to_tokens",
     "cpgrpo_advantages",
     "cpgrpo_estimator",

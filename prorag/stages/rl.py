@@ -23,7 +23,10 @@ them; one no-grad forward of the initial policy per generation batch: a frozen c
 in memory for full fine-tuning, the adapter switched off with LoRA), and per generation batch
 ``groups_em_agree`` and ``groups_reward_agree`` (:func:`~prorag.method.advantages.agreeing_group_share`:
 the share of questions whose G samples were all right or all wrong, and whose outcome rewards
-were all equal, i.e. gave GRPO nothing to learn from).
+were all equal, i.e. gave GRPO nothing to learn from), and what the batch's advantages are made of
+(:func:`~prorag.method.advantages.advantage_composition`: ``advantage_abs_mean``, the share the
+step rewards add to outcome GRPO's, ``advantage_process_share``, and the share on groups GRPO is
+silent on, ``advantage_silent_share``; every process logs the same gathered values).
 
 Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
 policy's, through TRL's fused LM head in its compact form on CPU too
@@ -63,6 +66,7 @@ from prorag.method.advantages import (
     PROCESS_NORMS,
     AdvantageInputs,
     ProcessNorm,
+    advantage_composition,
     agreeing_group_share,
 )
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
@@ -838,7 +842,14 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             step_kinds=kinds_all,
         )
         mine = local_rows(self.accelerator.process_index, local)
-        return self.estimator(inputs)[mine, :width].to(loss_mask.device)
+        advantages = self.estimator(inputs)
+        mode = "train" if self.model.training else "eval"
+        composition = advantage_composition(
+            advantages, inputs.outcome, inputs.group_ids, inputs.loss_mask, scale=cfg.scale_advantages
+        )
+        for name, value in composition.items():
+            self._metrics[mode][name].append(value)
+        return advantages[mine, :width].to(loss_mask.device)
 
     def _log_rollout_metrics(self, scored: ScoredBatch, groups: torch.Tensor) -> None:
         """Per-step means over every process's rows (averaged again over logging steps by TRL), and
@@ -1044,6 +1055,9 @@ CURVE_COLUMNS: tuple[str, ...] = (
     "kl_to_init",
     "groups_em_agree",
     "groups_reward_agree",
+    "advantage_abs_mean",
+    "advantage_process_share",
+    "advantage_silent_share",
 )
 
 

@@ -251,16 +251,20 @@ def test_training_signals_by_hand(tmp_path: Path) -> None:
     log = tmp_path / "metrics.jsonl"
     rows = [
         {"step": 0, "eval_em": 0.25},
-        {"step": 1, "step_time": 3.0, "groups_em_agree": 0.25, "groups_reward_agree": 0.0},
+        {"step": 1, "step_time": 3.0, "groups_em_agree": 0.25, "groups_reward_agree": 0.0, "advantage_process_share": 0.2},
         {"step": 2, "step_time": 1.0},
-        {"step": 3, "step_time": 5.0, "groups_em_agree": 0.5, "groups_reward_agree": 0.125},
+        {"step": 3, "step_time": 5.0, "groups_em_agree": 0.5, "groups_reward_agree": 0.125, "advantage_process_share": 0.3},
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert ablations.training_signals(log) == {
-        "seconds_per_rl_step": 3.0,
-        "groups_em_agree": 0.375,
-        "groups_reward_agree": 0.0625,
-    }
+    assert ablations.training_signals(log) == pytest.approx(
+        {
+            "seconds_per_rl_step": 3.0,
+            "groups_em_agree": 0.375,
+            "groups_reward_agree": 0.0625,
+            "advantage_process_share": 0.25,
+            "advantage_silent_share": None,
+        }
+    )
     assert ablations.training_signals(tmp_path / "missing.jsonl") == dict.fromkeys(ablations.TRAINING_SIGNALS.values())
     stats = ablations.process_statistics(
         {"grpo": {0: _rows([1, 0, 0, 0]), 1: _rows([0, 1, 1, 0])}},

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from prorag.method.advantages import (
+    advantage_composition,
     agreeing_group_share,
     broadcast_to_tokens,
     cpgrpo_advantages,
@@ -208,3 +209,34 @@ def test_disagreeing_groups_are_the_groups_with_an_outcome_signal() -> None:
     assert disagreeing_groups(torch.tensor([]), torch.tensor([], dtype=torch.long)) == []
     with pytest.raises(ValueError, match="must be equal 1-D shapes"):
         disagreeing_groups(values, groups[:3])
+
+
+def test_advantage_composition_by_hand() -> None:
+    # Group 0 (rows 0, 1): outcomes 1 and 0 -> A_out = +-0.5 / std 0.707107 = +-a, a = 0.707107.
+    # Group 1 (rows 2, 3): outcomes 1 and 1 -> A_out = 0, a group GRPO is silent on.
+    a = 1 / math.sqrt(2)
+    advantages = torch.tensor(
+        [
+            [a, a + 0.3, 9.0],  # a step reward adds 0.3 to one token; 9.0 sits on a masked token
+            [-a, -a, -a],
+            [0.3, -0.3, 0.0],  # only the step rewards push on the silent group
+            [0.0, 0.0, 0.0],
+        ]
+    )
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0]])
+    out = advantage_composition(advantages, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), mask)
+    # 8 policy tokens; sum |A| = (2a + 0.3) + 3a + 0.6 = 5a + 0.9 = 4.435534; sum |A_out| = 5a = 3.535534;
+    # sum |A - A_out| = 0.3 + 0.6 = 0.9; on the silent group |A| = 0.6.
+    assert out["advantage_abs_mean"] == pytest.approx(4.435534 / 8, abs=1e-6)
+    assert out["advantage_process_share"] == pytest.approx(0.9 / 4.435534, abs=1e-5)  # A_out divides by std + eps
+    assert out["advantage_silent_share"] == pytest.approx(0.6 / 4.435534, abs=1e-5)
+    # Outcome-only GRPO's own advantages: no step-reward share and nothing on the silent group.
+    grpo = grpo_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]))[:, None] * mask
+    plain = advantage_composition(grpo, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), mask)
+    assert plain == pytest.approx(
+        {"advantage_abs_mean": 5 * a / 8, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}, abs=1e-5
+    )
+    empty = advantage_composition(torch.zeros(2, 3), torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.zeros(2, 3))
+    assert empty == {"advantage_abs_mean": 0.0, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}
+    with pytest.raises(ValueError, match="must be equal"):
+        advantage_composition(advantages, torch.ones(4), torch.zeros(4), mask[:, :2])

@@ -554,6 +554,10 @@ def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_ev
     # the agreeing-group shares: logged with each rollout batch, shares of whole groups
     assert ["groups_em_agree" in rows[s] for s in (1, 2, 3, 4)] == [True, False, True, False]
     assert all(0 <= rows[s][k] <= 1 for s in (1, 3) for k in ("groups_em_agree", "groups_reward_agree"))
+    # what the advantages were made of: logged with each rollout batch; FakePRM's step rewards add to A_out
+    shares = ("advantage_process_share", "advantage_silent_share")
+    assert all(rows[s]["advantage_abs_mean"] > 0 and 0 <= rows[s]["advantage_silent_share"] <= 1 for s in (1, 3))
+    assert all(0 < rows[s]["advantage_process_share"] <= 1 for s in (1, 3)) and all(k not in rows[2] for k in shares)
     evals = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval_em" in r]
     assert [r["step"] for r in evals] == [0, 2, 4]
     assert all(0 <= r["eval_em"] <= 1 and 0 <= r["eval_f1"] <= 1 for r in evals)

@@ -163,6 +163,10 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     # How much outcome signal training had: groups whose samples all agree on EM, or on the outcome reward.
     "groups_em_agree": ("Groups agreeing on EM (%)", True),
     "groups_reward_agree": ("Groups with one outcome reward (%)", True),
+    # What the advantages were made of: the step rewards' share of their size, and the share on
+    # groups outcome GRPO is silent on (0 for GRPO; the shuffled control tells if that share is what helps).
+    "advantage_process_share": ("Step rewards' share of |A| (%)", True),
+    "advantage_silent_share": ("|A| on silent groups (%)", True),
     # The yes/no questions: EM there beside the constant guess's, and how the arm answers them;
     # and EM on the others, where the answer has to be found.
     "non_yes_no_em": ("Non-yes/no EM (%)", True),

@@ -164,9 +164,9 @@ def advantage_composition(
     a_out = grpo_advantages(outcome.to(a.device), group_ids.to(a.device), scale=scale, eps=eps)[:, None].expand_as(a)
     a_out = torch.where(mask, a_out, torch.zeros(()))
     tokens = int(mask.sum())
-    total = float(a.abs().sum())
     if tokens == 0:
         return {"advantage_abs_mean": 0.0, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}
+    total = float(a.abs().sum())
     extra = float((a - a_out).abs().sum())
     _, index = torch.unique(group_ids.to(a.device), return_inverse=True)
     silent_rows = _agreeing(outcome.to(a.device, torch.float32), index, int(index.max()) + 1)[index]

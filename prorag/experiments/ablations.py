@@ -22,7 +22,9 @@
   Written to ``ablations/family.json`` (and ``RESULTS/family_DATE.json``).
 
 An arm is a list of ``rl.*`` assignments (``--set`` syntax) on top of outcome-only GRPO from pi_rft,
-so a new method joins a comparison with one line and its arm reads as the command that runs it.
+so a new method joins a comparison with one line and its arm reads as the command that runs it. A
+config adds arms without code (``extra_arms``, and ``arm_controls`` for what each is tested against
+beside GRPO; :func:`ablation_arms`), e.g. GRPO with a KL to pi_rft and a step reward on top of it.
 
 Each variant is one more stage of the same run folder (``stages/NAME.json`` markers), so an
 ablation reuses SFT, the PRM and RFT, resumes after a kill, and its results are merged into
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -340,7 +342,7 @@ def process_table(stats: Mapping[str, Any], reference: str = "grpo") -> str:
         )
     controlled = [(arm, row) for arm, row in stats.items() if "control" in row]
     if controlled:
-        lines.append("against its control (the same step rewards shuffled within each group):")
+        lines.append("against its control (built in: the same step rewards shuffled within each group):")
         lines += [f"  {arm} vs {row['control']}: {_versus_text(row, row['control'])}" for arm, row in controlled]
     return "\n".join(lines)
 
@@ -377,6 +379,52 @@ def training_signals(metrics_file: Path) -> dict[str, float | None]:
 FAMILY_OFFLINE: dict[str, Callable[[Run, int], str]] = {"dpo": dpo_policy}
 
 
+@dataclass(frozen=True)
+class ArmSet:
+    """The arms of one ablation: RL arms (name -> assignments), offline arms (name -> ``fn(run,
+    seed)`` -> policy folder) and the pairs tested beside GRPO (arm -> its control)."""
+
+    rl: dict[str, Arm]
+    offline: dict[str, Callable[[Run, int], str]]
+    controls: dict[str, str]
+
+
+def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
+    """The arms of ``what`` (``process`` or ``family``): the registry's (:data:`PROCESS_ARMS`, or
+    :data:`FAMILY_ARMS` and :data:`FAMILY_OFFLINE`), then the config's ``extra_arms`` in their
+    order, with :data:`CONTROLS` and the config's ``arm_controls``.
+
+    Everything is checked here, before an ablation runs for hours: an extra arm may not reuse a
+    built-in name (its runs would be taken for the built-in arm's), its assignments must set
+    ``rl.*`` fields to values the RL config accepts, and a control pair must name two arms."""
+    if what not in ("process", "family"):
+        raise ValueError(f"arms belong to --what process or family, not {what!r}")
+    rl: dict[str, Arm] = dict(PROCESS_ARMS if what == "process" else FAMILY_ARMS)
+    offline = {} if what == "process" else dict(FAMILY_OFFLINE)
+    for name, assignments in config.extra_arms.items():
+        if name in rl or name in offline:
+            raise ValueError(
+                f"extra_arms.{name}: the {what} ablation already has an arm {name!r} "
+                f"({' '.join(rl.get(name, ('offline',))) or 'outcome-only GRPO'}); give yours another name"
+            )
+        if not name or any(c in name for c in "/ ,"):
+            raise ValueError(
+                f"extra_arms: arm name {name!r} must be non-empty, without '/', ',' or spaces (it names run folders)"
+            )
+        arm = tuple(assignments)
+        apply_overrides(config.rl, arm, where=f"extra_arms.{name}:")
+        rl[name] = arm
+    controls = dict(CONTROLS)
+    known = [*rl, *offline]
+    for arm, control in config.arm_controls.items():
+        unknown = [a for a in (arm, control) if a not in known]
+        if unknown or arm == control:
+            why = f"unknown arm(s) {', '.join(unknown)}" if unknown else "an arm cannot be its own control"
+            raise ValueError(f"arm_controls.{arm}: {control}: {why}; arms of the {what} ablation: {', '.join(known)}")
+        controls[arm] = control
+    return ArmSet(rl, offline, controls)
+
+
 def select_arms(
     arms: Mapping[str, Arm],
     names: Sequence[str],
@@ -407,13 +455,15 @@ def arms_ablation(
     over_search: bool = False,
     offline: Mapping[str, Callable[[Run, int], str]] | None = None,
     only: Sequence[str] | None = None,
+    controls: Mapping[str, str] = CONTROLS,
 ) -> dict[str, Any]:
     """Train and evaluate every arm (those named in ``only``, when given) for each seed
     (``process_seeds`` unless given), then :func:`process_statistics` with the evaluation's
     ``metrics`` and the training log's :func:`training_signals` as extras; ``curves`` names each
     arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
-    ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike."""
+    ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike;
+    ``controls`` (arm -> control) are tested where both ran."""
     cfg = run.config
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
     if len(seeds) < 2:
@@ -442,7 +492,7 @@ def arms_ablation(
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
-        "stats": process_statistics(predictions, extras=extras, controls=CONTROLS),
+        "stats": process_statistics(predictions, extras=extras, controls=controls),
         "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
     }
 
@@ -450,24 +500,29 @@ def arms_ablation(
 def process_ablation(
     run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from)."""
-    return arms_ablation(run, PROCESS_ARMS, progress, seeds, label="process ablation", only=only)
+    """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from) and the
+    config's extra arms (:func:`ablation_arms`)."""
+    arms = ablation_arms(run.config, "process")
+    return arms_ablation(run, arms.rl, progress, seeds, label="process ablation", only=only, controls=arms.controls)
 
 
 def family_ablation(
     run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """:func:`arms_ablation` over :data:`FAMILY_ARMS` with :data:`FAMILY_METRICS` (the methods compared)."""
+    """:func:`arms_ablation` over :data:`FAMILY_ARMS` and the config's extra arms
+    (:func:`ablation_arms`) with :data:`FAMILY_METRICS` (the methods compared)."""
+    arms = ablation_arms(run.config, "family")
     return arms_ablation(
         run,
-        FAMILY_ARMS,
+        arms.rl,
         progress,
         seeds,
         FAMILY_METRICS,
         label="family comparison",
         over_search=True,
-        offline=FAMILY_OFFLINE,
+        offline=arms.offline,
         only=only,
+        controls=arms.controls,
     )
 
 
@@ -504,11 +559,13 @@ def run_ablation(
     numbers into ``results.json``; returns a table for the terminal. ``seeds``, ``results_dir``,
     ``command`` and ``arms`` (a subset, :func:`select_arms`) are the arms ablations'
     (:func:`process_ablation`, :func:`family_ablation`, :func:`write_arms_results`)."""
-    if arms is not None:  # checked before the pipeline runs, not after hours of it
-        if what not in ("process", "family"):
-            raise ValueError(f"--arms applies to --what process or family, not {what!r}")
-        registry, offline = (PROCESS_ARMS, None) if what == "process" else (FAMILY_ARMS, FAMILY_OFFLINE)
-        select_arms(registry, arms, f"{what} ablation", offline)
+    # The arms are checked before the pipeline runs, not after hours of it.
+    if arms is not None and what not in ("process", "family"):
+        raise ValueError(f"--arms applies to --what process or family, not {what!r}")
+    if what in ("process", "family"):
+        known = ablation_arms(config, what)
+        if arms is not None:
+            select_arms(known.rl, arms, f"{what} ablation", known.offline)
     results = run_pipeline(config, run_dir, progress=progress)
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]
@@ -546,6 +603,7 @@ def run_ablation(
 
 __all__ = [
     "ABLATIONS",
+    "ArmSet",
     "BETAS",
     "CONTROLS",
     "FAMILY_ARMS",
@@ -553,6 +611,7 @@ __all__ = [
     "FAMILY_OFFLINE",
     "PROCESS_ARMS",
     "TOP_KS",
+    "ablation_arms",
     "arm_config",
     "arms_ablation",
     "beta_sweep",

@@ -182,6 +182,17 @@ class PipelineConfig:
         factory=lambda: [0, 1, 2, 3, 4],
         help="Seeds of every arm of `prorag ablate --what process` (same seed, same rollout streams in every arm).",
     )
+    extra_arms: dict[str, list[str]] = setting(
+        factory=dict,
+        help="Arms of `prorag ablate --what process|family` beside the built-in ones: name -> `rl.*` assignments "
+        "(`--set` syntax without `rl.`), e.g. `grpo-kl: [beta_kl=0.1]`. A `process_reward` other than `none` "
+        "turns on the config's beta and the PRM, as for the built-in arms.",
+    )
+    arm_controls: dict[str, str] = setting(
+        factory=dict,
+        help="Arm -> the arm it is tested against beside GRPO (its control: the same run less one thing), added to "
+        "the built-in pairs (each PRM arm -> its shuffled control), e.g. `oracle-first-error-kl: grpo-kl`.",
+    )
     seed: int = setting(0, help="Seed of the question splits and of every stage but the RL seeds.")
     device: str | None = setting(
         None,

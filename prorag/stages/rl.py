@@ -289,6 +289,8 @@ class RLConfig(TrainingConfig):
             raise ValueError(f"RLConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}")
         if self.beta < 0:
             raise ValueError(f"RLConfig.beta must be >= 0, got {self.beta}")
+        if self.beta_kl < 0:
+            raise ValueError(f"RLConfig.beta_kl must be >= 0 (a negative KL weight rewards drifting away), got {self.beta_kl}")
         if not 0 < self.epsilon < 1:
             raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
         if self.eval_every < 0:

@@ -199,6 +199,9 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     questions_per_batch = rl.per_device_batch_size // rl.group_size
     assert rl.max_steps // rl.num_iterations * questions_per_batch == rl.limit  # one pass, no repeat
     assert rl.eval_every > 0 and rl.outcome_reward.nu2 == pytest.approx(0.2) and arms.systems == ["sft", "rft"]
+    # the KL arms: GRPO with a KL to pi_rft, and a step reward on top of it tested against it
+    assert arms.extra_arms["grpo-kl"] == ["beta_kl=0.1"]
+    assert arms.arm_controls == {"prorag-oracle-first-error-kl": "grpo-kl"}
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

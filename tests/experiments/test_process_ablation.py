@@ -233,6 +233,68 @@ def test_a_subset_of_arms_runs_only_those_in_the_registry_order(tmp_path: Path) 
     assert list(rl_arms) == ["hiprag"] and list(offline) == ["dpo"]
 
 
+KL_ARMS = {"grpo-kl": ["beta_kl=0.1"], "ofe-kl": ["process_reward=oracle-first-error", "beta_kl=0.1"]}
+
+
+def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
+    cfg = replace(demo_config(), seeds=[0, 1], process_seeds=[0, 1], extra_arms=KL_ARMS, arm_controls={"ofe-kl": "grpo-kl"})
+    arms = ablations.ablation_arms(cfg, "process")
+    assert list(arms.rl) == [*ablations.PROCESS_ARMS, "grpo-kl", "ofe-kl"] and arms.offline == {}
+    assert arms.controls == {**ablations.CONTROLS, "ofe-kl": "grpo-kl"}
+    assert ablations.PROCESS_ARMS.keys().isdisjoint(KL_ARMS)  # the registry itself is left alone
+    family = ablations.ablation_arms(cfg, "family")
+    assert list(family.rl)[-2:] == ["grpo-kl", "ofe-kl"] and list(family.offline) == ["dpo"]
+    run = RecordingRun(tmp_path, cfg, progress=lambda _: None)
+    run.recorded = {}  # type: ignore[attr-defined]
+    out = ablations.process_ablation(run, progress=lambda _: None, only=["grpo", "grpo-kl", "ofe-kl"])
+    assert list(out["stats"]) == ["grpo", "grpo-kl", "ofe-kl"] and out["arms"]["ofe-kl"] == KL_ARMS["ofe-kl"]
+    trained = {name for name in run.recorded if name.startswith("rl-")}  # type: ignore[attr-defined]
+    assert trained == {f"rl-{a}-seed{s}" for a in ("grpo", "grpo-kl", "ofe-kl") for s in (0, 1)}
+    # an extra arm is built like a built-in one: a step-reward source turns on the config's beta
+    kl, ofe = (ablations.arm_config(run, tuple(KL_ARMS[a]), 0) for a in ("grpo-kl", "ofe-kl"))
+    assert (kl.process_reward, kl.beta, kl.beta_kl) == ("none", 0.0, 0.1)
+    assert (ofe.process_reward, ofe.beta, ofe.beta_kl) == ("oracle-first-error", cfg.rl.beta, 0.1)
+    assert out["stats"]["ofe-kl"]["control"] == "grpo-kl" and "vs_grpo-kl_by_seed" in out["stats"]["ofe-kl"]
+    assert "vs_grpo_by_seed" in out["stats"]["grpo-kl"] and "control" not in out["stats"]["grpo-kl"]
+    assert "ofe-kl vs grpo-kl: dEM" in ablations.process_table(out["stats"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "controls", "message"),
+    [
+        ({"grpo": ["beta_kl=0.1"]}, {}, r"extra_arms.grpo: the process ablation already has an arm 'grpo'"),
+        ({"kl": ["btea_kl=0.1"]}, {}, r"extra_arms.kl: btea_kl=0.1.*beta_kl"),
+        ({"kl": ["beta_kl=-1"]}, {}, r"extra_arms.kl: beta_kl=-1"),
+        ({"a/b": []}, {}, r"arm name 'a/b'"),
+        (KL_ARMS, {"ofe-kl": "grpo-lk"}, r"arm_controls.ofe-kl: grpo-lk: unknown arm\(s\) grpo-lk; arms of the process"),
+        (KL_ARMS, {"ofe-kl": "ofe-kl"}, r"cannot be its own control"),
+    ],
+)
+def test_a_bad_extra_arm_is_refused_before_the_pipeline_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: dict[str, list[str]], controls: dict[str, str], message: str
+) -> None:
+    def no_pipeline(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the pipeline ran before the arms were checked")
+
+    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    cfg = replace(demo_config(), extra_arms=extra, arm_controls=controls)
+    with pytest.raises(ValueError, match=message):
+        ablations.run_ablation(cfg, tmp_path, "process")
+
+
+def test_extra_arms_come_from_yaml_and_the_command_line(tmp_path: Path) -> None:
+    config = tmp_path / "arms.yaml"
+    config.write_text(yaml.safe_dump({"extra_arms": KL_ARMS, "arm_controls": {"ofe-kl": "grpo-kl"}}), encoding="utf-8")
+    loaded = load_config(config, PipelineConfig)
+    assert loaded.extra_arms == KL_ARMS and loaded.arm_controls == {"ofe-kl": "grpo-kl"}
+    result = CliRunner().invoke(
+        app,
+        ["ablate", "--run-dir", str(tmp_path), "--what", "process", "--set", "extra_arms={kl: [beta_kl=0.1]}", "--arms", "kl,k1"],
+    )
+    assert result.exit_code != 0 and "unknown arm(s) k1; expected some of grpo," in result.output
+    assert "kl" in result.output.split("expected some of")[1]
+
+
 def test_arms_are_checked_before_the_pipeline_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pipeline(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pipeline ran before --arms was checked")

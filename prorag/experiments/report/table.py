@@ -205,14 +205,14 @@ def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, l
     for arm, row in controlled.items():
         control = row["control"]
         rows.append([arm, control, *(_test_cell(row.get(f"vs_{control}{suffix}")) for suffix in suffixes)])
-    return ("Each arm against its control (its step rewards shuffled within each group)", header, rows)
+    return ("Each arm against its control (built in: its step rewards shuffled within each group)", header, rows)
 
 
 def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
     over seeds with the paired test against GRPO, the runs' unpaired permutation test (and the test on
     the non-yes/no questions over seeds, where measured), each arm against its control where both
-    ran (:data:`prorag.experiments.ablations.CONTROLS`), then the extra per-seed metrics measured
+    ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), then the extra per-seed metrics measured
     (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop count."""
     stats = ablation["stats"]
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())

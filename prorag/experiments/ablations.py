@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from prorag.core.config import apply_overrides
+from prorag.core.config import apply_overrides, parse_assignment
 from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, permutation_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
@@ -379,6 +379,11 @@ def training_signals(metrics_file: Path) -> dict[str, float | None]:
 FAMILY_OFFLINE: dict[str, Callable[[Run, int], str]] = {"dpo": dpo_policy}
 
 
+#: RL fields an arm may not set: what the comparison holds the same in every arm (the start
+#: policy, the questions, the index, the seed that fixes the rollout streams).
+HELD_FIXED: tuple[str, ...] = ("policy", "train_file", "index", "seed")
+
+
 @dataclass(frozen=True)
 class ArmSet:
     """The arms of one ablation: RL arms (name -> assignments), offline arms (name -> ``fn(run,
@@ -413,6 +418,12 @@ def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
             )
         arm = tuple(assignments)
         apply_overrides(config.rl, arm, where=f"extra_arms.{name}:")
+        fixed = [a for a in arm if parse_assignment(a)[0].split(".")[0] in HELD_FIXED]
+        if fixed:
+            raise ValueError(
+                f"extra_arms.{name}: {', '.join(fixed)}: every arm starts from the same pi_rft with the same RL "
+                f"questions, index and seeds, so {', '.join(HELD_FIXED)} cannot be set per arm"
+            )
         rl[name] = arm
     controls = dict(CONTROLS)
     known = [*rl, *offline]
@@ -609,6 +620,7 @@ __all__ = [
     "FAMILY_ARMS",
     "FAMILY_METRICS",
     "FAMILY_OFFLINE",
+    "HELD_FIXED",
     "PROCESS_ARMS",
     "TOP_KS",
     "ablation_arms",

@@ -266,6 +266,7 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
         ({"kl": ["btea_kl=0.1"]}, {}, r"extra_arms.kl: btea_kl=0.1.*beta_kl"),
         ({"kl": ["beta_kl=-1"]}, {}, r"extra_arms.kl: beta_kl=-1"),
         ({"a/b": []}, {}, r"arm name 'a/b'"),
+        ({"s": ["beta_kl=0.1", "seed=3"]}, {}, r"extra_arms.s: seed=3: every arm starts from the same pi_rft"),
         (KL_ARMS, {"ofe-kl": "grpo-lk"}, r"arm_controls.ofe-kl: grpo-lk: unknown arm\(s\) grpo-lk; arms of the process"),
         (KL_ARMS, {"ofe-kl": "ofe-kl"}, r"cannot be its own control"),
     ],

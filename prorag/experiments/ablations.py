@@ -417,13 +417,13 @@ def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
                 f"extra_arms: arm name {name!r} must be non-empty, without '/', ',' or spaces (it names run folders)"
             )
         arm = tuple(assignments)
-        apply_overrides(config.rl, arm, where=f"extra_arms.{name}:")
         fixed = [a for a in arm if parse_assignment(a)[0].split(".")[0] in HELD_FIXED]
         if fixed:
             raise ValueError(
                 f"extra_arms.{name}: {', '.join(fixed)}: every arm starts from the same pi_rft with the same RL "
                 f"questions, index and seeds, so {', '.join(HELD_FIXED)} cannot be set per arm"
             )
+        apply_overrides(config.rl, arm, where=f"extra_arms.{name}:")
         rl[name] = arm
     controls = dict(CONTROLS)
     known = [*rl, *offline]
@@ -571,12 +571,12 @@ def run_ablation(
     ``command`` and ``arms`` (a subset, :func:`select_arms`) are the arms ablations'
     (:func:`process_ablation`, :func:`family_ablation`, :func:`write_arms_results`)."""
     # The arms are checked before the pipeline runs, not after hours of it.
-    if arms is not None and what not in ("process", "family"):
-        raise ValueError(f"--arms applies to --what process or family, not {what!r}")
     if what in ("process", "family"):
         known = ablation_arms(config, what)
         if arms is not None:
             select_arms(known.rl, arms, f"{what} ablation", known.offline)
+    elif arms is not None:
+        raise ValueError(f"--arms applies to --what process or family, not {what!r}")
     results = run_pipeline(config, run_dir, progress=progress)
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]

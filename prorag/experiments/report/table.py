@@ -212,8 +212,9 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
     over seeds with the paired test against GRPO, the runs' unpaired permutation test (and the test on
     the non-yes/no questions over seeds, where measured), each arm against its control where both
-    ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), then the extra per-seed metrics measured
-    (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop count."""
+    ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), then the
+    extra per-seed metrics measured (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop
+    count."""
     stats = ablation["stats"]
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())
     unpaired = any("vs_grpo_runs" in row for row in stats.values())

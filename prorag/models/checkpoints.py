@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -215,3 +216,49 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_
     weights as safetensors, config, generation config and tokenizer files, atomically
     (:func:`save_checkpoint`). Returns ``out_dir`` as a ``Path``."""
     return save_checkpoint(model, tokenizer, out_dir)
+
+
+def save_trainable_state(model: torch.nn.Module, path: PathLike) -> Path:
+    """Write the parameters of ``model`` that train (all of them in full fine-tuning, the adapter's
+    with LoRA) to one safetensors file, atomically, on the CPU. Cheaper than a checkpoint folder
+    (no optimiser, no tokenizer) and enough to put the weights of one moment back into the same
+    model later (:func:`load_trainable_state`), e.g. the dev-best step of an RL run."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
+    if not state:
+        raise ValueError("the model has no trainable parameter to save")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_trainable_state(model: torch.nn.Module, path: PathLike) -> int:
+    """Copy the tensors of a :func:`save_trainable_state` file into ``model``'s parameters of the
+    same names, in place (safetensors: nothing is unpickled); return how many were copied. A name
+    the model lacks, a shape that differs, or a trainable parameter the file lacks is an error
+    naming the file: the file was written by another model."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    params = dict(model.named_parameters())
+    missing = sorted(n for n in state if n not in params)
+    if missing:
+        raise DataError(str(path), f"holds parameters this model lacks: {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    unsaved = sorted(n for n, p in params.items() if p.requires_grad and n not in state)
+    if unsaved:
+        raise DataError(str(path), f"lacks trainable parameters of this model: {unsaved[:3]}{' ...' if len(unsaved) > 3 else ''}")
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if params[name].shape != tensor.shape:
+                raise DataError(str(path), f"{name} has shape {tuple(tensor.shape)}, the model's is {tuple(params[name].shape)}")
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+    return len(state)

@@ -13,7 +13,10 @@ because a group may span them; ``</answer>`` counts as EOS. Rows sample from str
 (seed, step, global row), so N processes train as one (``test_one_and_two_processes_train_alike``).
 Keep RL questions disjoint from SFT's (``exclude_ids_from``): an all-correct group has no signal.
 Writes ``rl_config.json``, ``checkpoints/``, ``metrics.jsonl``, ``learning_curve.csv``, ``policy/``
-(and ``dev_eval/step-N/`` with ``eval_every``, ``screening.jsonl`` with ``question_filter``).
+(and ``dev_eval/step-N/`` with ``eval_every``, ``screening.jsonl`` with ``question_filter``). With
+``select_policy="best_dev"``, ``policy/`` holds the weights of the dev evaluation with the highest EM
+(:func:`dev_best`; early stopping chosen on dev), kept in ``dev_eval/best.safetensors`` and
+``dev_eval/best.json`` while training runs.
 
 Diagnostics logged per step: ``clip_fraction`` (share of policy tokens whose ratio left the clip
 region in the direction the advantage pushes; TRL's ``clip_ratio/region_mean``, 0 whenever
@@ -58,7 +61,7 @@ from trl.models import unwrap_model_for_generation
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import earlier_forms, setting
 from prorag.core.metrics import exact_match, f1_score
-from prorag.data.jsonl import atomic_writer, read_jsonl, write_json
+from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json
 from prorag.data.records import Record, read_records
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import (
@@ -81,6 +84,7 @@ from prorag.method.rewards.outcome import (
 )
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
+from prorag.models.checkpoints import load_trainable_state, save_trainable_state
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
@@ -89,6 +93,9 @@ log = logging.getLogger(__name__)
 
 #: TRL's ``loss_type`` computing each :func:`~prorag.method.losses.ppo_clip_loss` aggregation.
 TRL_LOSS_TYPES: dict[str, str] = {"token_mean": "dapo", "sequence_mean": "grpo", "sum": "dr_grpo"}
+
+#: What ``policy/`` holds (:attr:`RLConfig.select_policy`).
+POLICY_SELECTIONS: tuple[str, ...] = ("last", "best_dev")
 
 
 @dataclass
@@ -248,6 +255,12 @@ class RLConfig(TrainingConfig):
     )
     eval_file: str | None = setting(None, help="Record file of the fixed dev set of `eval_every` (never the test set).")
     eval_questions: int | None = setting(None, help="Only the first N questions of `eval_file`.")
+    select_policy: str = setting(
+        "last",
+        help="Which weights `policy/` holds: 'last' (after the last step) or 'best_dev' (those of the `eval_every` "
+        "evaluation with the highest dev EM, the initial policy's at step 0 included, ties to the earlier step: "
+        "early stopping chosen on dev; the last step's stay in `checkpoints/`).",
+    )
 
     # --- optimisation (the shared fields are TrainingConfig's; these defaults differ)
     per_device_batch_size: int = setting(
@@ -274,6 +287,7 @@ class RLConfig(TrainingConfig):
             "prm_scope": PRM_SCOPES,
             "loss_aggregation": PPO_AGGREGATIONS,
             "question_filter": QUESTION_FILTERS,
+            "select_policy": POLICY_SELECTIONS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -295,6 +309,9 @@ class RLConfig(TrainingConfig):
             raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
         if self.eval_every < 0:
             raise ValueError(f"RLConfig.eval_every must be >= 0, got {self.eval_every}")
+        if self.select_policy == "best_dev" and not self.eval_every:
+            # eval_file is checked when the trainer is built: the pipeline fills in its dev split
+            raise ValueError("RLConfig.select_policy='best_dev' needs dev evaluations: set `eval_every` (> 0) and `eval_file`")
 
     @property
     def uses_prm(self) -> bool:
@@ -919,11 +936,28 @@ def k3_kl(logps: torch.Tensor, init_logps: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - 1 - log_ratio
 
 
+def dev_best(evaluations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The evaluation to keep among ``evaluations`` (``{"step", "eval_em", ...}`` each): the highest
+    dev EM, ties to the earlier step.
+
+    EM is the metric the tables report, so it is the one early stopping optimises; the tie goes to
+    the step nearer the initial policy, the smaller change that did as well. Step 0 (the initial
+    policy) competes like any other: RL that never beats it on dev gives it back."""
+    if not evaluations:
+        raise ValueError("no dev evaluation to select from")
+    return max(sorted(evaluations, key=lambda e: e["step"]), key=lambda e: e["eval_em"])
+
+
 class DevEvaluation(TrainerCallback):
     """Greedy evaluation of the policy on a fixed dev set (:func:`~prorag.evaluation.harness.evaluate`)
     before the first step, every ``every`` optimiser steps and at the last; ``eval_em`` and
     ``eval_f1`` go into that step's log row (so ``metrics.jsonl`` and the learning curve) and each
-    evaluation's files into ``out_dir/step-N/`` (a resumed run reuses a finished one)."""
+    evaluation's files into ``out_dir/step-N/`` (a resumed run reuses a finished one).
+
+    With ``keep_best`` it also keeps the weights of the :func:`dev_best` evaluation so far in
+    ``out_dir/best.safetensors`` (the trainable parameters only) and its step and scores, with every
+    evaluation's, in ``out_dir/best.json``; a resumed run reads them back. :meth:`restore_best` puts
+    those weights into the model once training is over."""
 
     def __init__(
         self,
@@ -933,9 +967,29 @@ class DevEvaluation(TrainerCallback):
         config: EvalConfig,
         every: int,
         out_dir: Path,
+        *,
+        keep_best: bool = False,
     ) -> None:
         self.trainer, self.records, self.retriever = trainer, list(records), retriever
-        self.config, self.every, self.out_dir = config, every, out_dir
+        self.config, self.every, self.out_dir, self.keep_best = config, every, out_dir, keep_best
+        self.evaluations: list[dict[str, Any]] = []
+        if keep_best and (out_dir / "best.json").is_file() and (out_dir / "best.safetensors").is_file():
+            self.evaluations = list(read_json(out_dir / "best.json")["evaluations"])
+
+    def record(self, step: int, metrics: dict[str, float]) -> None:
+        """Add the evaluation of ``step``; when it is the new :func:`dev_best`, save the current
+        weights (a resumed run evaluating a step again replaces its earlier entry)."""
+        self.evaluations = [e for e in self.evaluations if e["step"] != step] + [{"step": step, **metrics}]
+        best = dev_best(self.evaluations)
+        if best["step"] == step:
+            save_trainable_state(self.trainer.accelerator.unwrap_model(self.trainer.model), self.out_dir / "best.safetensors")
+        write_json(self.out_dir / "best.json", {"best": best, "evaluations": sorted(self.evaluations, key=lambda e: e["step"])})
+
+    def restore_best(self) -> dict[str, Any]:
+        """Load the dev-best weights into the trainer's model (main process); return that evaluation."""
+        best = dev_best(self.evaluations)
+        load_trainable_state(self.trainer.accelerator.unwrap_model(self.trainer.model), self.out_dir / "best.safetensors")
+        return best
 
     def run(self, step: int) -> dict[str, float]:
         """Evaluate the current policy on the main process (the others wait: one set of files, and
@@ -959,8 +1013,11 @@ class DevEvaluation(TrainerCallback):
                 progress=False,
             )
         trainer.model.train(was_training)
+        scores = {"eval_em": metrics["em"], "eval_f1": metrics["f1"]}
+        if self.keep_best:
+            self.record(step, scores)
         trainer.accelerator.wait_for_everyone()
-        return {"eval_em": metrics["em"], "eval_f1": metrics["f1"]}
+        return scores
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step == 0:
@@ -1038,7 +1095,15 @@ def make_rl_trainer(
         )
     if dev is not None:
         trainer.add_callback(
-            DevEvaluation(trainer, dev, retriever, config.dev_eval_config(), config.eval_every, run / "dev_eval")
+            DevEvaluation(
+                trainer,
+                dev,
+                retriever,
+                config.dev_eval_config(),
+                config.eval_every,
+                run / "dev_eval",
+                keep_best=config.select_policy == "best_dev",
+            )
         )
     return trainer
 
@@ -1161,6 +1226,16 @@ def train_rl(
             raise ValueError(f"question_filter={config.question_filter!r} kept no RL question (see {screened})")
     trainer = make_rl_trainer(config, run, model, tokenizer, records, retriever, scorer)
     resume_training(trainer, run, "RL")
+    if config.select_policy == "best_dev" and trainer.is_world_process_zero():
+        dev_eval = next(c for c in trainer.callback_handler.callbacks if isinstance(c, DevEvaluation))
+        best = dev_eval.restore_best()
+        log.info(
+            "policy/ holds the weights of step %d (dev EM %.4f, the best of the evaluations at steps %s); "
+            "the last step's stay in checkpoints/",
+            best["step"],
+            best["eval_em"],
+            [e["step"] for e in dev_eval.evaluations],
+        )
     out = run / "policy"
     if save_trained_policy(trainer, tokenizer, out, merge_lora=config.lora.enabled) is not None:
         write_learning_curve(trainer.state.log_history, run / "learning_curve.csv")
@@ -1169,6 +1244,7 @@ def train_rl(
 
 __all__ = [
     "CURVE_COLUMNS",
+    "POLICY_SELECTIONS",
     "TRL_LOSS_TYPES",
     "DevEvaluation",
     "EngineRollout",
@@ -1190,6 +1266,7 @@ __all__ = [
     "screening_key",
     "screening_keys",
     "screening_strata",
+    "dev_best",
     "train_rl",
     "write_learning_curve",
 ]

@@ -226,13 +226,23 @@ def truncate_metrics(path: Path, step: int) -> int:
 def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
     """Train, continuing from the newest complete checkpoint in ``run_dir/checkpoints`` if there is
     one (global step, optimiser, scheduler and data order continue); ``metrics.jsonl`` loses the
-    rows after that step, which training logs again."""
+    rows after that step, which training logs again. A checkpoint at ``max_steps`` already is
+    loaded (weights and state) without training."""
     found = last_complete_checkpoint(run_dir / "checkpoints")
     last, step = (str(found[0]), found[1]) if found else (None, 0)
     if trainer.is_world_process_zero():
         dropped = truncate_metrics(run_dir / "metrics.jsonl", step)
         if dropped:
             log.info("dropped %d metrics rows logged after step %d", dropped, step)
+    if last and 0 < trainer.args.max_steps <= step:
+        # A run resumed at its last step in the middle of an epoch would train one step more: the
+        # Trainer checks max_steps only after a step. Load the finished state instead.
+        from transformers import TrainerState
+
+        trainer._load_from_checkpoint(last)
+        trainer.state = TrainerState.load_from_json(str(Path(last) / "trainer_state.json"))
+        log.info("%s already finished at step %d (%s): nothing to train", what, step, last)
+        return
     if last:
         log.info("resuming %s from %s", what, last)
     trainer.train(resume_from_checkpoint=last)

@@ -14,7 +14,8 @@ from prorag.agent.schema import (
     STEP_OPEN,
     SUBQUERY_OPEN,
 )
-from prorag.models.checkpoints import load_policy, save_policy
+from prorag.core.errors import DataError
+from prorag.models.checkpoints import load_policy, load_trainable_state, save_policy, save_trainable_state
 from prorag.models.tags import tag_token_ids
 from prorag.models.tiny import make_tiny_model, tiny_model_config
 from prorag.models.world_tokenizer import PAD_TOKEN
@@ -48,6 +49,42 @@ def test_save_load_round_trip(world_tok, tmp_path: Path, caplog: pytest.LogCaptu
     assert folder_files(tmp_path) == {"ckpt"}
     again, _ = load_policy(str(out), dtype="bfloat16")
     assert again.dtype == torch.bfloat16
+
+
+def test_trainable_state_round_trip_puts_one_moment_back(world_tok, tmp_path: Path) -> None:
+    model = make_tiny_model(world_tok, seed=1)
+    ids = torch.tensor([world_tok.encode("<step> Kothir was born in 1960. </step>")])
+    with torch.no_grad():
+        before = model(ids).logits
+    path = save_trainable_state(model, tmp_path / "best.safetensors")
+    assert folder_files(tmp_path) == {"best.safetensors"}  # no temporary file left behind
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+        assert not torch.allclose(model(ids).logits, before)
+    assert load_trainable_state(model, path) == len([p for p in model.parameters() if p.requires_grad])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, before)
+
+
+def test_trainable_state_saves_only_what_trains_and_refuses_another_model(world_tok, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    model = make_tiny_model(world_tok, seed=1)
+    frozen = [n for n, p in model.named_parameters()][:2]
+    for n, p in model.named_parameters():
+        p.requires_grad_(n not in frozen)
+    path = save_trainable_state(model, tmp_path / "part.safetensors")
+    saved = load_file(str(path))
+    assert set(saved) == {n for n, p in model.named_parameters() if p.requires_grad} and not set(frozen) & set(saved)
+
+    other = make_tiny_model(world_tok, seed=2)  # every parameter trains: the file lacks two
+    with pytest.raises(DataError, match="lacks trainable parameters"):
+        load_trainable_state(other, path)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameter"):
+        save_trainable_state(model, tmp_path / "none.safetensors")
 
 
 def test_load_policy_registers_tags(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -569,6 +569,88 @@ def test_several_iterations_per_rollout_batch_clip_and_log_kl_entropy_and_dev_ev
     assert curve[1]["groups_em_agree"] != "" and curve[2]["groups_em_agree"] == ""
 
 
+def test_dev_best_takes_the_highest_em_and_ties_to_the_earlier_step() -> None:
+    evals = [
+        {"step": 24, "eval_em": 0.26},
+        {"step": 0, "eval_em": 0.225},
+        {"step": 12, "eval_em": 0.26},
+        {"step": 36, "eval_em": 0.2},
+    ]
+    assert rl.dev_best(evals)["step"] == 12
+    # RL that never beats the initial policy on dev gives it back
+    assert rl.dev_best([{"step": 0, "eval_em": 0.3}, {"step": 12, "eval_em": 0.3}, {"step": 24, "eval_em": 0.1}])["step"] == 0
+    with pytest.raises(ValueError, match="no dev evaluation"):
+        rl.dev_best([])
+
+
+def test_select_policy_best_dev_needs_dev_evaluations() -> None:
+    with pytest.raises(ValueError, match="select_policy='best_dev' needs dev evaluations"):
+        RLConfig(select_policy="best_dev")
+    with pytest.raises(ValueError, match="select_policy must be one of"):
+        RLConfig(select_policy="best")
+    assert RLConfig(select_policy="best_dev", eval_every=4).select_policy == "best_dev"
+
+
+def test_best_dev_policy_holds_the_weights_of_the_dev_best_step_and_survives_a_resume(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    replayed: None,
+    world_tokenizer: Any,
+    tiny_world: Path,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+) -> None:
+    from safetensors.torch import load_file
+
+    # Scripted dev scores: step 1 is best, step 2 ties it (the earlier wins), the last is worse.
+    scores = {0: 0.25, 1: 0.5, 2: 0.5, 3: 0.0}
+
+    def scripted(model: Any, tokenizer: Any, records: Any, retriever: Any, out: Path, config: Any, progress: bool) -> dict:
+        em = scores[int(out.name.removeprefix("step-"))]
+        return {"em": em, "f1": em}
+
+    monkeypatch.setattr(rl, "evaluate", scripted)
+    dev = tmp_path / "dev.jsonl"
+    write_jsonl(dev, [r.to_dict() for r in read_records(tiny_world / "dev.jsonl")[:2]])
+    cfg = fast_config(
+        max_steps=3,
+        save_steps=1,
+        save_total_limit=None,
+        eval_every=1,
+        eval_file=str(dev),
+        select_policy="best_dev",
+        rollout=GOLD_ROLLOUT,
+    )
+    run = tmp_path / "run"
+    model = make_tiny_model(world_tokenizer)
+    train_rl(cfg, run, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=FakePRM())
+    chosen = json.loads((run / "dev_eval" / "best.json").read_text())
+    assert chosen["best"] == {"step": 1, "eval_em": 0.5, "eval_f1": 0.5}
+    assert [e["step"] for e in chosen["evaluations"]] == [0, 1, 2, 3]
+    policy = load_file(str(run / "policy" / "model.safetensors"))
+    step1 = load_file(str(run / "checkpoints" / "checkpoint-1" / "model.safetensors"))
+    last = load_file(str(run / "checkpoints" / "checkpoint-3" / "model.safetensors"))
+    assert set(policy) == set(step1)
+    assert all(torch.equal(policy[k], step1[k]) for k in policy)
+    assert any(not torch.equal(policy[k], last[k]) for k in policy), "the last step moved the weights"
+
+    # Rerunning the finished run trains nothing and still writes the step-1 weights.
+    (run / "policy").rename(run / "policy_first")
+    train_rl(
+        cfg,
+        run,
+        model=make_tiny_model(world_tokenizer),
+        tokenizer=world_tokenizer,
+        records=records,
+        retriever=tiny_retriever,
+        scorer=FakePRM(),
+    )
+    again = load_file(str(run / "policy" / "model.safetensors"))
+    assert all(torch.equal(again[k], step1[k]) for k in again)
+    assert max(r["step"] for r in read_jsonl(run / "metrics.jsonl")) == 3, "a finished run trains no step more"
+    assert [int(c["step"]) for c in csv.DictReader((run / "learning_curve.csv").open())] == [0, 1, 2, 3]
+
+
 def test_k3_kl_hand_computed() -> None:
     # r = pi_init / pi = 0.5: 0.5 - 1 - log 0.5 = 0.19315; equal log-probs: 0.
     kl = rl.k3_kl(torch.log(torch.tensor([0.4, 0.3])), torch.log(torch.tensor([0.2, 0.3])))

@@ -269,19 +269,38 @@ def replace_field(config: C, key: str, value: Any, where: str) -> C:
     try:
         return dataclasses.replace(config, **{head: new})  # type: ignore[type-var]
     except (TypeError, ValueError) as e:
-        raise DataError(where, str(e)) from None
+        raise CheckFailed(where, str(e)) from None
+
+
+class CheckFailed(DataError):
+    """A value of the right type that the config's own checks (``__post_init__``) reject."""
 
 
 def apply_overrides(config: C, assignments: Sequence[str], where: str = "--set") -> C:
-    """A new ``config`` with the dotted ``key.sub=value`` assignments applied in order (later wins).
+    """A new ``config`` with the dotted ``key.sub=value`` assignments applied (later wins).
 
     Errors are :class:`~prorag.core.errors.DataError` naming the assignment (``--set rl.btea=1``):
     an unknown key with the closest field suggested, a value of the wrong type, a value the
-    config's own checks reject.
+    config's own checks reject. A check that relates two fields (``select_policy=best_dev`` needs
+    ``eval_every``) does not depend on the order: an assignment its config rejects is tried again
+    once the others are in, and only one still rejected then is an error.
     """
-    for text in assignments:
-        key, value = parse_assignment(text, where)
-        config = replace_field(config, key, value, f"{where} {text}")
+    parsed = [(text, *parse_assignment(text, where)) for text in assignments]
+    last = {key: i for i, (_, key, _) in enumerate(parsed)}
+    pending = [p for i, p in enumerate(parsed) if last[p[1]] == i]  # an overwritten value is never set
+    while pending:
+        rejected: list[tuple[str, str, Any]] = []
+        first: CheckFailed | None = None
+        for text, key, value in pending:
+            try:
+                config = replace_field(config, key, value, f"{where} {text}")
+            except CheckFailed as e:
+                rejected.append((text, key, value))
+                first = first or e
+        if len(rejected) == len(pending):
+            assert first is not None
+            raise first
+        pending = rejected
     return config
 
 
@@ -364,6 +383,7 @@ def earlier_forms(value: Any) -> list[Any]:
 
 __all__ = [
     "LATER_FIELDS",
+    "CheckFailed",
     "apply_overrides",
     "config_from_dict",
     "earlier_forms",

@@ -50,6 +50,7 @@ from prorag.experiments.pipeline import (
     resolve,
     results_table,
     rl_config,
+    rl_dev_file,
     rl_run_name,
     run_pipeline,
     system_eval_config,
@@ -224,7 +225,9 @@ def arm_config(run: Run, arm: Arm, seed: int) -> Any:
     ``prorag`` arms have exactly those systems' fingerprints and reuse their runs."""
     source = next((a.split("=", 1)[1] for a in arm if a.startswith("process_reward=")), "none")
     cfg = rl_config(run, "rft", process=source != "none", beta=run.config.rl.beta, seed=seed)
-    return apply_overrides(cfg, arm, where=f"arm {' '.join(arm) or '(grpo)'}")
+    cfg = apply_overrides(cfg, arm, where=f"arm {' '.join(arm) or '(grpo)'}")
+    # An arm that turns the dev curve on (e.g. for select_policy=best_dev) reads the dev split too.
+    return replace(cfg, eval_file=rl_dev_file(run, cfg))
 
 
 def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[str, dict[str, float]]:

@@ -682,9 +682,14 @@ def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> 
         screening_file=str(run.path("rl", f"screening-{init}-seed{seed}.jsonl"))
         if run.config.rl.question_filter != "none"
         else run.config.rl.screening_file,
-        # The held-out curve (eval_every) reads the dev split unless the config names a dev file.
-        eval_file=run.config.rl.eval_file or (str(run.path("splits", "dev.jsonl")) if run.config.rl.eval_every else None),
+        eval_file=rl_dev_file(run, run.config.rl),
     )
+
+
+def rl_dev_file(run: Run, rl: RLConfig) -> str | None:
+    """The dev file of ``rl``'s held-out curve (``eval_every``): the config's, else the run's dev
+    split; none without the curve."""
+    return rl.eval_file or (str(run.path("splits", "dev.jsonl")) if rl.eval_every else None)
 
 
 def stage_rl(run: Run) -> None:
@@ -986,6 +991,7 @@ __all__ = [
     "demo_config",
     "fingerprint",
     "rl_config",
+    "rl_dev_file",
     "system_eval_config",
     "non_default_fields",
     "resolve",

@@ -141,6 +141,24 @@ def test_apply_overrides_reads_yaml_values_and_checks_them() -> None:
         apply_overrides(RLConfig(), ["beta"])
 
 
+def test_a_check_across_two_fields_does_not_depend_on_the_assignments_order() -> None:
+    from prorag.experiments.pipeline import PipelineConfig
+    from prorag.stages.rl import RLConfig
+
+    # select_policy=best_dev needs eval_every > 0: either order works, nested or not
+    for order in (["select_policy=best_dev", "eval_every=12"], ["eval_every=12", "select_policy=best_dev"]):
+        cfg = apply_overrides(RLConfig(), order)
+        assert (cfg.select_policy, cfg.eval_every) == ("best_dev", 12)
+    cfg = apply_overrides(PipelineConfig(), ["rl.select_policy=best_dev", "rl.eval_every=4"])
+    assert (cfg.rl.select_policy, cfg.rl.eval_every) == ("best_dev", 4)
+    # a value still rejected once the others are in is the error, named; later still wins
+    with pytest.raises(DataError, match=r"^--set select_policy=best_dev: RLConfig.select_policy='best_dev' needs"):
+        apply_overrides(RLConfig(), ["select_policy=best_dev", "beta=0.5"])
+    with pytest.raises(DataError, match=r"--set select_policy=best_dev: .*needs dev evaluations"):
+        apply_overrides(RLConfig(), ["eval_every=12", "select_policy=best_dev", "eval_every=0"])
+    assert apply_overrides(RLConfig(), ["beta=-1", "beta=0.2"]).beta == 0.2, "an overwritten value is never set"
+
+
 def stage_configs() -> list[type]:
     from prorag.agent.rollout import RolloutConfig
     from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig

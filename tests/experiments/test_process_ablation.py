@@ -257,6 +257,10 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
     assert out["stats"]["ofe-kl"]["control"] == "grpo-kl" and "vs_grpo-kl_by_seed" in out["stats"]["ofe-kl"]
     assert "vs_grpo_by_seed" in out["stats"]["grpo-kl"] and "control" not in out["stats"]["grpo-kl"]
     assert "ofe-kl vs grpo-kl: dEM" in ablations.process_table(out["stats"])
+    # an arm may turn the dev curve on for itself (early stopping on dev): it reads the run's dev split
+    assert cfg.rl.eval_every == 0 and kl.eval_file is None
+    early = ablations.arm_config(run, ("select_policy=best_dev", "eval_every=12"), 0)
+    assert early.select_policy == "best_dev" and early.eval_file == str(run.path("splits", "dev.jsonl"))
 
 
 @pytest.mark.parametrize(
@@ -269,6 +273,7 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
         ({"s": ["beta_kl=0.1", "seed=3"]}, {}, r"extra_arms.s: seed=3: every arm starts from the same pi_rft"),
         (KL_ARMS, {"ofe-kl": "grpo-lk"}, r"arm_controls.ofe-kl: grpo-lk: unknown arm\(s\) grpo-lk; arms of the process"),
         (KL_ARMS, {"ofe-kl": "ofe-kl"}, r"cannot be its own control"),
+        ({"early": ["select_policy=best_dev"]}, {}, r"extra_arms.early: .*select_policy='best_dev' needs dev evaluations"),
     ],
 )
 def test_a_bad_extra_arm_is_refused_before_the_pipeline_runs(

@@ -55,6 +55,7 @@ from prorag.experiments.pipeline import (
     run_pipeline,
     system_eval_config,
 )
+from prorag.stages.rl import dev_selection
 
 BETAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 TOP_KS: tuple[int, ...] = (1, 3, 5)
@@ -502,6 +503,9 @@ def arms_ablation(
             # None where not measured: no over-search without re-asking, no RL step for an offline arm.
             extras[arm][seed] = {m: measured.get(m) for m in metrics}
             extras[arm][seed] |= training_signals(run.path("rl", name, "metrics.jsonl"))
+            # The step whose weights were evaluated, for an arm that stops early on dev (select_policy).
+            chosen = dev_selection(run.path("rl", name))
+            extras[arm][seed]["selected_step"] = chosen["step"] if chosen else None
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},

@@ -948,6 +948,13 @@ def dev_best(evaluations: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return max(sorted(evaluations, key=lambda e: e["step"]), key=lambda e: e["eval_em"])
 
 
+def dev_selection(run_dir: str | Path) -> dict[str, Any] | None:
+    """The evaluation whose weights a ``select_policy="best_dev"`` run's ``policy/`` holds
+    (``{"step", "eval_em", "eval_f1"}``, from ``dev_eval/best.json``); ``None`` for another run."""
+    path = Path(run_dir) / "dev_eval" / "best.json"
+    return read_json(path)["best"] if path.is_file() else None
+
+
 class DevEvaluation(TrainerCallback):
     """Greedy evaluation of the policy on a fixed dev set (:func:`~prorag.evaluation.harness.evaluate`)
     before the first step, every ``every`` optimiser steps and at the last; ``eval_em`` and
@@ -1267,6 +1274,7 @@ __all__ = [
     "screening_keys",
     "screening_strata",
     "dev_best",
+    "dev_selection",
     "train_rl",
     "write_learning_curve",
 ]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import prorag.experiments.ablations as ablations
 from prorag.cli import app
 from prorag.core.config import load_config
-from prorag.data.jsonl import read_json
+from prorag.data.jsonl import read_json, write_json
 from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, resolve, stage_eval, stage_rl
 from prorag.experiments.report.table import process_tables
 from tests.experiments.test_ablations import RecordingRun
@@ -246,8 +246,12 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
     assert list(family.rl)[-2:] == ["grpo-kl", "ofe-kl"] and list(family.offline) == ["dpo"]
     run = RecordingRun(tmp_path, cfg, progress=lambda _: None)
     run.recorded = {}  # type: ignore[attr-defined]
+    for seed, step in ((0, 12), (1, 0)):  # as if grpo-kl had stopped early on dev (select_policy=best_dev)
+        write_json(run.path("rl", f"grpo-kl-seed{seed}", "dev_eval", "best.json"), {"best": {"step": step, "eval_em": 0.3}})
     out = ablations.process_ablation(run, progress=lambda _: None, only=["grpo", "grpo-kl", "ofe-kl"])
     assert list(out["stats"]) == ["grpo", "grpo-kl", "ofe-kl"] and out["arms"]["ofe-kl"] == KL_ARMS["ofe-kl"]
+    assert [out["stats"]["grpo-kl"]["per_seed"][s]["selected_step"] for s in ("0", "1")] == [12, 0]
+    assert out["stats"]["grpo-kl"]["selected_step"] == 6 and "selected_step" not in out["stats"]["grpo"]
     trained = {name for name in run.recorded if name.startswith("rl-")}  # type: ignore[attr-defined]
     assert trained == {f"rl-{a}-seed{s}" for a in ("grpo", "grpo-kl", "ofe-kl") for s in (0, 1)}
     # an extra arm is built like a built-in one: a step-reward source turns on the config's beta

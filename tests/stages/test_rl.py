@@ -625,7 +625,8 @@ def test_best_dev_policy_holds_the_weights_of_the_dev_best_step_and_survives_a_r
     model = make_tiny_model(world_tokenizer)
     train_rl(cfg, run, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=FakePRM())
     chosen = json.loads((run / "dev_eval" / "best.json").read_text())
-    assert chosen["best"] == {"step": 1, "eval_em": 0.5, "eval_f1": 0.5}
+    assert chosen["best"] == {"step": 1, "eval_em": 0.5, "eval_f1": 0.5} == rl.dev_selection(run)
+    assert rl.dev_selection(tmp_path) is None
     assert [e["step"] for e in chosen["evaluations"]] == [0, 1, 2, 3]
     policy = load_file(str(run / "policy" / "model.safetensors"))
     step1 = load_file(str(run / "checkpoints" / "checkpoint-1" / "model.safetensors"))

@@ -234,9 +234,11 @@ def resume_training(trainer: Any, run_dir: Path, what: str) -> None:
         dropped = truncate_metrics(run_dir / "metrics.jsonl", step)
         if dropped:
             log.info("dropped %d metrics rows logged after step %d", dropped, step)
-    if last and 0 < trainer.args.max_steps <= step:
+    sharded = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+    if last and 0 < trainer.args.max_steps <= step and not sharded:
         # A run resumed at its last step in the middle of an epoch would train one step more: the
-        # Trainer checks max_steps only after a step. Load the finished state instead.
+        # Trainer checks max_steps only after a step. Load the finished state instead (sharded
+        # weights are the Trainer's own business to load: there it still trains that step).
         from transformers import TrainerState
 
         trainer._load_from_checkpoint(last)

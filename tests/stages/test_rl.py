@@ -623,7 +623,8 @@ def test_best_dev_policy_holds_the_weights_of_the_dev_best_step_and_survives_a_r
     )
     run = tmp_path / "run"
     model = make_tiny_model(world_tokenizer)
-    train_rl(cfg, run, model=model, tokenizer=world_tokenizer, records=records, retriever=tiny_retriever, scorer=FakePRM())
+    kw = dict(tokenizer=world_tokenizer, records=records, retriever=tiny_retriever)
+    train_rl(cfg, run, model=model, scorer=FakePRM(), **kw)
     chosen = json.loads((run / "dev_eval" / "best.json").read_text())
     assert chosen["best"] == {"step": 1, "eval_em": 0.5, "eval_f1": 0.5} == rl.dev_selection(run)
     assert rl.dev_selection(tmp_path) is None
@@ -637,15 +638,7 @@ def test_best_dev_policy_holds_the_weights_of_the_dev_best_step_and_survives_a_r
 
     # Rerunning the finished run trains nothing and still writes the step-1 weights.
     (run / "policy").rename(run / "policy_first")
-    train_rl(
-        cfg,
-        run,
-        model=make_tiny_model(world_tokenizer),
-        tokenizer=world_tokenizer,
-        records=records,
-        retriever=tiny_retriever,
-        scorer=FakePRM(),
-    )
+    train_rl(cfg, run, model=make_tiny_model(world_tokenizer), scorer=FakePRM(), **kw)
     again = load_file(str(run / "policy" / "model.safetensors"))
     assert all(torch.equal(again[k], step1[k]) for k in again)
     assert max(r["step"] for r in read_jsonl(run / "metrics.jsonl")) == 3, "a finished run trains no step more"

@@ -201,7 +201,13 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     assert rl.eval_every > 0 and rl.outcome_reward.nu2 == pytest.approx(0.2) and arms.systems == ["sft", "rft"]
     # the KL arms: GRPO with a KL to pi_rft, and a step reward on top of it tested against it
     assert arms.extra_arms["grpo-kl"] == ["beta_kl=0.1"]
-    assert arms.arm_controls == {"prorag-oracle-first-error-kl": "grpo-kl"}
+    assert arms.arm_controls["prorag-oracle-first-error-kl"] == "grpo-kl"
+    # the early-stopping arms: policy/ is the dev-best evaluation's, on the run's dev split
+    from prorag.experiments.ablations import ablation_arms
+
+    early = ablation_arms(arms, "process")
+    assert early.rl["grpo-early"] == ("select_policy=best_dev",)
+    assert early.controls["prorag-oracle-first-error-early"] == "grpo-early"
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

@@ -252,6 +252,10 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
     assert list(out["stats"]) == ["grpo", "grpo-kl", "ofe-kl"] and out["arms"]["ofe-kl"] == KL_ARMS["ofe-kl"]
     assert [out["stats"]["grpo-kl"]["per_seed"][s]["selected_step"] for s in ("0", "1")] == [12, 0]
     assert out["stats"]["grpo-kl"]["selected_step"] == 6 and "selected_step" not in out["stats"]["grpo"]
+    [behaviour] = [t for t in process_tables(out) if t[0].startswith("Behaviour")]
+    column = behaviour[1].index("Dev-chosen RL step")
+    # mean 6, s = 8.485281, half-width 12.706205 * 8.485281 / sqrt(2) = 76.24
+    assert [row[column] for row in behaviour[2]] == ["", "6.00 ± 76.24", ""]
     trained = {name for name in run.recorded if name.startswith("rl-")}  # type: ignore[attr-defined]
     assert trained == {f"rl-{a}-seed{s}" for a in ("grpo", "grpo-kl", "ofe-kl") for s in (0, 1)}
     # an extra arm is built like a built-in one: a step-reward source turns on the config's beta

@@ -160,6 +160,8 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
+    # The step whose weights were tested, for an arm that stops early on dev (rl.select_policy best_dev).
+    "selected_step": ("Dev-chosen RL step", False),
     # How much outcome signal training had: groups whose samples all agree on EM, or on the outcome reward.
     "groups_em_agree": ("Groups agreeing on EM (%)", True),
     "groups_reward_agree": ("Groups with one outcome reward (%)", True),

@@ -77,6 +77,10 @@ def world(
         str, typer.Option(help="tiny (tests), demo (CPU demo), wide (the demo with 60 training worlds), large.")
     ] = "demo",
     passages: Annotated[str, typer.Option(help="page (one passage per page) or fact (one per sentence, the demo's).")] = "page",
+    rl_worlds: Annotated[
+        int, typer.Option(help="Extra worlds after the test worlds whose questions go to rl.jsonl, for RL alone.")
+    ] = 0,
+    rl_questions_per_world: Annotated[int, typer.Option(help="Questions drawn from each of the --rl-worlds.")] = 1,
 ) -> None:
     """Generate the built-in fictional world: corpus.jsonl and train/dev/test record files.
 
@@ -91,7 +95,8 @@ def world(
 
     if passages not in ("page", "fact"):
         raise ValueError(f"--passages must be page or fact, got {passages!r}")
-    summary = build_world(out, seed=seed, size=replace(world_size(size), passages=passages))
+    cfg = replace(world_size(size), passages=passages, rl_worlds=rl_worlds, rl_questions_per_world=rl_questions_per_world)
+    summary = build_world(out, seed=seed, size=cfg)
     typer.echo(summary.describe())
 
 

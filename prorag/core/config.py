@@ -346,7 +346,7 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: Settings added after run folders existed, in the order they were added, each with the value
 #: that does what the runs before it did: a stage marker or a screening row written before the field
 #: existed still matches while the field keeps that value (any other value is a changed setting).
-#: The last three decide how work is launched, not what is computed: ``decode_graphs`` and
+#: Three decide how work is launched, not what is computed: ``decode_graphs`` and
 #: ``resume_early`` (rollout) write the trajectories the engine wrote before them (per-row seeds;
 #: tests/agent/test_rollout.py, test_decode_graphs.py), and RL's ``scoring_rows`` at ``None`` runs the
 #: one forward per micro-batch that came before it (any number of rows gives the same loss and
@@ -358,6 +358,8 @@ LATER_FIELDS: dict[str, Any] = {
     "decode_graphs": "auto",
     "resume_early": True,
     "scoring_rows": None,
+    "rl_worlds": 0,
+    "rl_questions_per_world": 1,
 }
 
 

@@ -122,6 +122,15 @@ class DataConfig:
     mcts_questions: int = setting(64, help="MCTS-split questions searched with MCTS (the paper: 728).")
     rft_questions: int | None = setting(None, help="RFT-split questions sampled for RFT (None: all of them).")
     rl_questions: int | None = setting(None, help="RL-split questions of the RL stage (None: all of them).")
+    rl_worlds: int = setting(
+        0,
+        help="Built-in world: RL's questions come from this many extra worlds built for RL alone "
+        "(`rl_questions_per_world` each) instead of the RL share of the training worlds, which is then left unused "
+        "(so SFT, MCTS and RFT see the same worlds, and pi_rft is the same, as without it). A world's facts recur "
+        "across its questions, so RL on a few worlds can learn their facts instead of reading (docs/LOG.md); "
+        "0: the RL share of the training worlds.",
+    )
+    rl_questions_per_world: int = setting(1, help="Questions drawn from each of the `rl_worlds`.")
     dev_questions: int = setting(200, help="Dev questions of SFT's held-out rollouts.")
     test_questions: int | None = setting(None, help="Test questions evaluated (None: all).")
 
@@ -136,12 +145,18 @@ class DataConfig:
                 f"got {self.sft_share} and {self.mcts_share}"
             )
 
+        if self.rl_worlds < 0 or self.rl_questions_per_world < 1:
+            raise ValueError(
+                f"data.rl_worlds must be >= 0 and data.rl_questions_per_world >= 1, got {self.rl_worlds} and "
+                f"{self.rl_questions_per_world}"
+            )
+        if self.rl_worlds and (self.world is None or self.split_mode != "worlds"):
+            raise ValueError("data.rl_worlds needs a built-in world (data.world) split by worlds (data.split: worlds)")
+
     @property
     def split_mode(self) -> SplitMode:
         """:attr:`split`, with None resolved: ``worlds`` for a built-in world, else ``questions``."""
         return self.split or ("worlds" if self.world is not None else "questions")
-        if self.world is None and not (self.train_file and self.test_file and self.corpus_file):
-            raise ValueError("data: without a built-in world, set train_file, test_file and corpus_file")
 
 
 @dataclass
@@ -375,7 +390,12 @@ class Splits:
 
 
 def plan_splits(
-    train: Sequence[Record], dev: Sequence[Record] | None, test: Sequence[Record], data: DataConfig, seed: int
+    train: Sequence[Record],
+    dev: Sequence[Record] | None,
+    test: Sequence[Record],
+    data: DataConfig,
+    seed: int,
+    rl: Sequence[Record] | None = None,
 ) -> Splits:
     """Cut the training questions into the stages' splits (``data.split_mode``).
 
@@ -389,8 +409,15 @@ def plan_splits(
     question are dropped. ``dev=None`` (real data without a dev file) carves ``dev_questions``
     from the training questions first. ``pool``: the old layout (MCTS, RFT and RL questions are
     prefixes of one pool), to reproduce earlier runs.
+
+    ``rl`` (the built-in world's ``rl.jsonl``, ``data.rl_worlds``): RL's questions come from these
+    worlds, built for RL alone, instead of the RL share of the training worlds. That share is
+    still dealt, and left unused, so that every other split is the one it would be without them;
+    RL questions whose text another split holds are dropped.
     """
     mode = data.split_mode
+    if rl is not None and mode != "worlds":
+        raise ValueError(f"RL worlds (data.rl_worlds) need data.split: worlds, got {mode!r}")
     if mode == "pool":
         sft, pool = split_questions(train, data.sft_fraction, seed)
         records = {
@@ -422,9 +449,21 @@ def plan_splits(
             "sft": sft,
             "rft": rft[: data.rft_questions] if data.rft_questions else rft,
             "mcts": pools["mcts"][: data.mcts_questions],
-            "rl": pools["rl"][: data.rl_questions] if data.rl_questions else pools["rl"],
+            "rl": pools["rl"],
             "dev": list(dev)[: data.dev_questions],
         }
+        if rl is not None:
+            taken = held | {question_key(r.question) for r in [*sft, *rft, *pools["mcts"]]}
+            kept = [r for r in rl if question_key(r.question) not in taken]
+            manifest["rl_worlds"] = {
+                "questions": len(rl),
+                "dropped_as_other_split": len(rl) - len(kept),
+                "unused_train_worlds": sorted(groups["rl"]),
+            }
+            records["rl"] = _shuffled(kept, seed, "rl")
+            groups["rl"] = sorted({r.partition or "" for r in kept})
+        if data.rl_questions:
+            records["rl"] = records["rl"][: data.rl_questions]
         if mode == "worlds":
             manifest["worlds"] = {name: sorted(groups[name]) for name in ("sft", "mcts", "rl")} | {"rft": sorted(groups["sft"])}
     records["test"] = list(test)[: data.test_questions] if data.test_questions else list(test)
@@ -499,7 +538,11 @@ def _data_files(run: Run) -> dict[str, Path]:
     d = run.config.data
     if d.world is not None:
         w = run.path("world")
-        return {"train": w / "train.jsonl", "dev": w / "dev.jsonl", "test": w / "test.jsonl", "corpus": w / "corpus.jsonl"}
+        files = {name: w / f"{name}.jsonl" for name in ("train", "dev", "test", "corpus")}
+        return files | ({"rl": w / "rl.jsonl"} if d.rl_worlds else {})
+    missing = [name for name in ("train_file", "test_file", "corpus_file") if not getattr(d, name)]
+    if missing:
+        raise ValueError(f"data: without a built-in world (data.world: null), set {', '.join('data.' + m for m in missing)}")
     files = {"train": Path(d.train_file), "test": Path(d.test_file), "corpus": Path(d.corpus_file)}  # type: ignore[arg-type]
     files["dev"] = Path(d.dev_file) if d.dev_file else files["test"]
     return files
@@ -514,10 +557,16 @@ def stage_world(run: Run) -> None:
         return
     if d.world not in SIZES:
         raise ValueError(f"data.world: unknown size {d.world!r}; expected one of {sorted(SIZES)} or null")
-    size = replace(SIZES[d.world], passages=d.passages)
+    size = replace(SIZES[d.world], passages=d.passages, rl_worlds=d.rl_worlds, rl_questions_per_world=d.rl_questions_per_world)
     run.stage(
         "world",
-        {"size": d.world, "seed": d.world_seed, "passages": d.passages},
+        {
+            "size": d.world,
+            "seed": d.world_seed,
+            "passages": d.passages,
+            "rl_worlds": d.rl_worlds,
+            "rl_questions_per_world": d.rl_questions_per_world,
+        },
         lambda: build_world(run.path("world"), d.world_seed, size),
     )
 
@@ -547,7 +596,12 @@ def stage_splits(run: Run, files: dict[str, Path]) -> None:
         has_dev = files["dev"] != files["test"]
         test = read_records(files["test"])
         splits = plan_splits(
-            read_records(files["train"]), read_records(files["dev"]) if has_dev else None, test, cfg.data, cfg.seed
+            read_records(files["train"]),
+            read_records(files["dev"]) if has_dev else None,
+            test,
+            cfg.data,
+            cfg.seed,
+            rl=read_records(files["rl"]) if "rl" in files else None,
         )
         out = run.path("splits")
         for name, records in splits.records.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -204,3 +205,32 @@ def test_world_cli(tmp_path: Path) -> None:
         assert (tmp_path / "w" / name).stat().st_size > 0
     bad = CliRunner().invoke(app, ["world", "--out", str(tmp_path / "x"), "--size", "huge"])
     assert bad.exit_code != 0
+
+
+def test_rl_worlds_come_after_the_test_worlds_and_change_no_other_file(tmp_path: Path, tiny: Path) -> None:
+    """`rl_worlds` adds worlds for RL alone: a few questions each in `rl.jsonl`, their pages at the end of
+    the corpus, and every other split's file byte for byte the world without them."""
+    from dataclasses import replace
+
+    out = tmp_path / "rl"
+    summary = build_world(out, seed=0, size=replace(SIZES["tiny"], rl_worlds=6, rl_questions_per_world=2))
+    for name in ("train.jsonl", "dev.jsonl", "test.jsonl"):
+        assert (out / name).read_bytes() == (tiny / name).read_bytes(), name
+    base = (tiny / "corpus.jsonl").read_bytes()
+    assert (out / "corpus.jsonl").read_bytes().startswith(base) and len((out / "corpus.jsonl").read_bytes()) > len(base)
+    rl = read_records(str(out / "rl.jsonl"))
+    # tiny: 3 training worlds (w000-w002), dev w003, test w004; the RL worlds are w005-w010.
+    per_world = Counter(r.partition for r in rl)
+    assert set(per_world) <= {f"w{i:03d}" for i in range(5, 11)} and max(per_world.values()) <= 2
+    assert len(per_world) >= 5 and summary.counts["rl_questions"] == len(rl)
+    others = {r.question for s in ("train", "dev", "test") for r in read_records(str(out / f"{s}.jsonl"))}
+    assert not {r.question for r in rl} & others
+    passages = {p.id: p for p in read_passages(str(out / "corpus.jsonl"))}
+    for r in rl:  # each RL question's evidence is in its own world's pages
+        assert r.metadata["split"] == "rl" and r.metadata["gold_doc_ids"]
+        assert all(passages[d].partition == r.partition for d in r.metadata["gold_doc_ids"])
+    meta = json.loads((out / "world.json").read_text())
+    assert meta["partitions"]["rl"] == [f"w{i:03d}" for i in range(5, 11)]
+    assert not (tiny / "rl.jsonl").exists() and "rl" not in json.loads((tiny / "world.json").read_text())["partitions"]
+    with pytest.raises(ValueError, match="rl_questions_per_world"):
+        replace(SIZES["tiny"], rl_worlds=2, rl_questions_per_world=0)

@@ -518,3 +518,79 @@ def test_stages_that_place_their_models_get_the_configured_device(tmp_path: Path
     pipeline.stage_rft(run)
     pipeline.stage_eval(run)
     assert seen == dict.fromkeys(("mcts", "prm", "audit", "rft", "eval"), "cpu:0")
+
+
+def test_rl_worlds_replace_the_rl_share_and_leave_every_other_split_as_it_was() -> None:
+    train = _world_records(10, 20)
+    dev, test = _world_records(1, 5, "dev"), _world_records(1, 5, "test")
+    rl = _world_records(30, 1, "fresh")
+    rl.append(Record("fresh-dup", "who is w3 person 2?", ["b"], {"partition": "fresh99"}))  # an SFT or MCTS text
+    data = DataConfig(world="tiny", sft_share=0.6, mcts_share=0.2, sft_fraction=0.5, mcts_questions=30, dev_questions=4)
+    without = plan_splits(train, dev, test, data, seed=0)
+    with_rl = plan_splits(train, dev, test, replace(data, rl_worlds=31), seed=0, rl=rl)
+    for name in ("sft", "rft", "mcts", "dev", "test"):
+        assert [r.id for r in with_rl.records[name]] == [r.id for r in without.records[name]], name
+    fresh = with_rl.records["rl"]
+    kept_dup = "fresh-dup" in {r.id for r in fresh}
+    assert len(fresh) == 30 + kept_dup and {r.partition for r in fresh} <= {f"fresh{i}" for i in [*range(30), 99]}
+    # The duplicate is dropped only when its text is an SFT, RFT or MCTS question (it is w3's).
+    in_other = question_key("who is w3 person 2?") in {
+        question_key(r.question) for s in ("sft", "rft", "mcts") for r in without.records[s]
+    }
+    assert kept_dup != in_other
+    assert with_rl.manifest["rl_worlds"] == {
+        "questions": 31,
+        "dropped_as_other_split": int(in_other),
+        "unused_train_worlds": without.manifest["worlds"]["rl"],
+    }
+    assert with_rl.manifest["worlds"]["rl"] == sorted({r.partition for r in fresh})
+    _assert_disjoint(with_rl.records)
+    assert [r.id for r in plan_splits(train, dev, test, replace(data, rl_worlds=31), seed=0, rl=rl).records["rl"]] == [
+        r.id for r in fresh
+    ]
+    assert len(plan_splits(train, dev, test, replace(data, rl_worlds=31, rl_questions=7), seed=0, rl=rl).records["rl"]) == 7
+    with pytest.raises(ValueError, match="split: worlds"):
+        plan_splits(train, dev, test, replace(data, split="questions"), seed=0, rl=rl)
+    with pytest.raises(ValueError, match="rl_worlds needs a built-in world"):
+        DataConfig(world=None, train_file="t", test_file="t", corpus_file="c", rl_worlds=3)
+    with pytest.raises(ValueError, match="rl_questions_per_world"):
+        DataConfig(world="tiny", rl_worlds=3, rl_questions_per_world=0)
+
+
+def test_markers_written_before_rl_worlds_existed_still_match() -> None:
+    """A run folder's splits marker hashed `data` without the two fields; at their defaults it matches."""
+    from prorag.core.config import earlier_forms
+
+    data = dataclasses.asdict(DataConfig(world="wide"))
+    old = {k: v for k, v in data.items() if k not in ("rl_worlds", "rl_questions_per_world")}
+    assert fingerprint(old) in {fingerprint(form) for form in earlier_forms(data)}
+    changed = dataclasses.asdict(DataConfig(world="wide", rl_worlds=5))
+    assert fingerprint(old) not in {fingerprint(form) for form in earlier_forms(changed)} | {fingerprint(changed)}
+
+
+def test_the_pipeline_deals_rl_questions_from_the_rl_worlds(tmp_path: Path) -> None:
+    """World, index and splits stages with `data.rl_worlds`: RL's split is the RL worlds' questions,
+    the index searches their pages, and SFT's split is the one of a run without them."""
+    from prorag.experiments.pipeline import Run, _data_files, stage_index, stage_splits, stage_world
+    from prorag.retrieval.index import load_index
+
+    def splits_of(run_dir: Path, **data: Any) -> dict[str, list[Record]]:
+        cfg = replace(PipelineConfig(), data=replace(DataConfig(world="tiny"), **data))
+        run = Run(run_dir, cfg, progress=lambda _: None)
+        files = _data_files(run)
+        stage_world(run)
+        stage_index(run, files)
+        stage_splits(run, files)
+        return {s: list(read_jsonl(run.path("splits", f"{s}.jsonl"))) for s in ("sft", "rl")}
+
+    plain = splits_of(tmp_path / "plain")
+    fresh = splits_of(tmp_path / "fresh", rl_worlds=8)
+    assert fresh["sft"] == plain["sft"]
+    rl_worlds = {r["metadata"]["partition"] for r in fresh["rl"]}
+    assert rl_worlds and rl_worlds <= {f"w{i:03d}" for i in range(5, 13)}
+    record = fresh["rl"][0]
+    world = record["metadata"]["partition"]
+    hits = load_index(tmp_path / "fresh" / "index").search([record["question"]], k=3, partitions=[world])
+    assert hits[0] and all(h.id.startswith(f"{world}/") for h in hits[0])
+    manifest = read_json(tmp_path / "fresh" / "splits" / "manifest.json")
+    assert manifest["worlds"]["rl"] == sorted(rl_worlds) and manifest["rl_worlds"]["unused_train_worlds"]

@@ -1,7 +1,8 @@
 """Build the built-in world: configs by size, splits by world, files on disk.
 
 Train questions come from ``train_worlds`` worlds, dev and test questions from worlds never
-seen in training. All worlds share the name pool (:mod:`prorag.data.world.names`) but draw
+seen in training; ``rl_worlds`` more worlds (after the test worlds, none by default) give a few
+questions each to RL alone. All worlds share the name pool (:mod:`prorag.data.world.names`) but draw
 their facts independently, so the answer to a test question is never a training target and
 can only be read from the test world's pages. Each world is its own retrieval partition: a
 question only ever searches the pages of its own world.
@@ -55,6 +56,20 @@ class WorldConfig:
     passages: Granularity = "page"
     """``"page"``: one passage per page (an entity's intro and facts); ``"fact"``: one passage per
     sentence, titled with its page (see :func:`~prorag.data.world.documents.render_documents`)."""
+    rl_worlds: int = 0
+    """Extra worlds, after the test worlds, whose questions go to ``rl.jsonl`` for RL alone. Why:
+    a world's facts recur across its questions, so outcome RL on a dozen worlds can raise its reward
+    by learning those worlds' facts, which contradict every other world's and unlearn reading
+    (docs/LOG.md, 2026-11-24); with one question per world a fact pays once and only reading recurs.
+    Adding them changes no other world (each world's draws are seeded by its own index)."""
+    rl_questions_per_world: int = 1
+    """Questions drawn from each of the ``rl_worlds``."""
+
+    def __post_init__(self) -> None:
+        if self.rl_worlds < 0 or self.rl_questions_per_world < 1:
+            raise ValueError(
+                f"rl_worlds must be >= 0 and rl_questions_per_world >= 1, got {self.rl_worlds} and {self.rl_questions_per_world}"
+            )
 
 
 SIZES: dict[str, WorldConfig] = {
@@ -99,7 +114,7 @@ class WorldSummary:
 
 
 def world_id(index: int) -> str:
-    """Partition name of the world at ``index`` (train worlds first, then dev, then test)."""
+    """Partition name of the world at ``index`` (train worlds first, then dev, test and RL)."""
     return f"w{index:03d}"
 
 
@@ -139,7 +154,8 @@ def world_size(name: str) -> WorldConfig:
 
 
 def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "demo") -> WorldSummary:
-    """Generate the world and write ``corpus.jsonl``, ``train/dev/test.jsonl`` and ``world.json``."""
+    """Generate the world and write ``corpus.jsonl``, ``train/dev/test.jsonl`` (and ``rl.jsonl``
+    with ``rl_worlds``) and ``world.json``."""
     t0 = time.perf_counter()
     if isinstance(size, str):
         cfg = world_size(size)
@@ -153,26 +169,29 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
         [("train", i) for i in range(cfg.train_worlds)]
         + [("dev", cfg.train_worlds + i) for i in range(cfg.dev_worlds)]
         + [("test", cfg.train_worlds + cfg.dev_worlds + i) for i in range(cfg.test_worlds)]
+        + [("rl", cfg.train_worlds + cfg.dev_worlds + cfg.test_worlds + i) for i in range(cfg.rl_worlds)]
     )
+    per_world = {"train": cfg.train_questions_per_world, "rl": cfg.rl_questions_per_world}
     passages = []
-    splits: dict[str, list[tuple[Question, World]]] = {"train": [], "dev": [], "test": []}
+    splits: dict[str, list[tuple[Question, World]]] = {"train": [], "dev": [], "test": []} | ({"rl": []} if cfg.rl_worlds else {})
     worlds: dict[str, World] = {}
     for split, idx in plan:
         world = sample_world(
             world_id(idx), _world_rng(seed, idx, "facts"), cfg.entities, clusters, cfg.near_duplicate_rate, YEARS
         )
         docs = render_documents(world, _world_rng(seed, idx, "docs"), cfg.passages)
-        n = cfg.train_questions_per_world if split == "train" else cfg.eval_questions_per_world
+        n = per_world.get(split, cfg.eval_questions_per_world)
         questions = generate_questions(world, docs, _world_rng(seed, idx, "questions"), n, cfg.mix, cfg.prefix_rate)
         passages.extend(docs.passages)
         splits[split].extend((q, world) for q in questions)
         worlds[world.id] = world
 
-    # No question text is shared between splits: test wins over dev, dev over train.
-    taken = {q.text for q, _ in splits["test"]}
-    splits["dev"] = [(q, w) for q, w in splits["dev"] if q.text not in taken]
-    taken |= {q.text for q, _ in splits["dev"]}
-    splits["train"] = [(q, w) for q, w in splits["train"] if q.text not in taken]
+    # No question text is shared between splits: test wins over dev, dev over train, train over RL.
+    taken: set[str] = set()
+    for split in ("test", "dev", "train", "rl"):
+        if split in splits:
+            splits[split] = [(q, w) for q, w in splits[split] if q.text not in taken]
+            taken |= {q.text for q, _ in splits[split]}
 
     records: dict[str, list[Record]] = {}
     for split, items in splits.items():
@@ -200,7 +219,7 @@ def build_world(out_dir: str | Path, seed: int = 0, size: str | WorldConfig = "d
             "seed": seed,
             "size": size if isinstance(size, str) else "custom",
             "config": dataclasses.asdict(cfg),
-            "partitions": {name: [world_id(i) for s, i in plan if s == name] for name in ("train", "dev", "test")},
+            "partitions": {name: [world_id(i) for s, i in plan if s == name] for name in splits},
             "counts": counts,
             "by_kind": by_kind,
             "memorisation_audit": audit,

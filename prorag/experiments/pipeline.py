@@ -38,6 +38,7 @@ from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.data.world.documents import Granularity
+from prorag.data.world.generator import check_rl_worlds
 from prorag.evaluation.harness import EvalConfig, compare_predictions
 from prorag.stages.dpo import DPOConfig
 from prorag.stages.mcts import MCTSConfig
@@ -145,11 +146,7 @@ class DataConfig:
                 f"got {self.sft_share} and {self.mcts_share}"
             )
 
-        if self.rl_worlds < 0 or self.rl_questions_per_world < 1:
-            raise ValueError(
-                f"data.rl_worlds must be >= 0 and data.rl_questions_per_world >= 1, got {self.rl_worlds} and "
-                f"{self.rl_questions_per_world}"
-            )
+        check_rl_worlds(self.rl_worlds, self.rl_questions_per_world, prefix="data.")
         if self.rl_worlds and (self.world is None or self.split_mode != "worlds"):
             raise ValueError("data.rl_worlds needs a built-in world (data.world) split by worlds (data.split: worlds)")
 
@@ -452,6 +449,7 @@ def plan_splits(
             "rl": pools["rl"],
             "dev": list(dev)[: data.dev_questions],
         }
+        rl_units = groups["rl"]  # RL's worlds: the RL share's, or with `rl` those its questions come from
         if rl is not None:
             taken = held | {question_key(r.question) for r in [*sft, *rft, *pools["mcts"]]}
             kept = [r for r in rl if question_key(r.question) not in taken]
@@ -461,11 +459,14 @@ def plan_splits(
                 "unused_train_worlds": sorted(groups["rl"]),
             }
             records["rl"] = _shuffled(kept, seed, "rl")
-            groups["rl"] = sorted({r.partition or "" for r in kept})
+            rl_units = sorted({r.partition or "" for r in kept})
         if data.rl_questions:
             records["rl"] = records["rl"][: data.rl_questions]
         if mode == "worlds":
-            manifest["worlds"] = {name: sorted(groups[name]) for name in ("sft", "mcts", "rl")} | {"rft": sorted(groups["sft"])}
+            manifest["worlds"] = {name: sorted(groups[name]) for name in ("sft", "mcts")} | {
+                "rl": sorted(rl_units),
+                "rft": sorted(groups["sft"]),
+            }
     records["test"] = list(test)[: data.test_questions] if data.test_questions else list(test)
     if mode == "worlds":
         manifest.setdefault("worlds", {}).update({s: sorted({r.partition or "" for r in records[s]}) for s in ("dev", "test")})

@@ -66,10 +66,16 @@ class WorldConfig:
     """Questions drawn from each of the ``rl_worlds``."""
 
     def __post_init__(self) -> None:
-        if self.rl_worlds < 0 or self.rl_questions_per_world < 1:
-            raise ValueError(
-                f"rl_worlds must be >= 0 and rl_questions_per_world >= 1, got {self.rl_worlds} and {self.rl_questions_per_world}"
-            )
+        check_rl_worlds(self.rl_worlds, self.rl_questions_per_world)
+
+
+def check_rl_worlds(rl_worlds: int, per_world: int, prefix: str = "") -> None:
+    """``rl_worlds`` >= 0 and ``rl_questions_per_world`` >= 1, else a ``ValueError`` naming both
+    (``prefix``: where the fields live, e.g. ``data.`` in a pipeline config)."""
+    if rl_worlds < 0 or per_world < 1:
+        raise ValueError(
+            f"{prefix}rl_worlds must be >= 0 and {prefix}rl_questions_per_world >= 1, got {rl_worlds} and {per_world}"
+        )
 
 
 SIZES: dict[str, WorldConfig] = {

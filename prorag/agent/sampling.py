@@ -11,9 +11,31 @@ returned is that of the temperature-scaled distribution before top-p filtering.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
+
+#: Where a stage's sampled rows draw their randomness: ``row``, each from its own stream named by
+#: what the row is (:func:`stream_seed`); ``batch``, one generator per engine call, whose draws a
+#: row takes in the order the batch consumes them (so its samples change with batch size,
+#: chunking, ``RolloutConfig.resume_early`` and CUDA graphs: the same distribution, other draws).
+SampleStreams = Literal["row", "batch"]
+SAMPLE_STREAMS: tuple[str, ...] = ("row", "batch")
+
+
+def stream_seed(namespace: str, *parts: object) -> int:
+    """The seed of one row's random stream, named by what the row is: ``namespace`` (the stage)
+    and ``parts`` (e.g. the run's seed, a question id, a sample index), joined with ``/`` and
+    hashed to 63 bits.
+
+    Why a hash of names and not ``seed + i``: the stream then depends on which sample the row is,
+    not on where it sits in a batch, a chunk or a process, so batch size, chunking, early resumes,
+    CUDA graphs and the number of processes all leave the samples as they are; and no two names
+    share a stream by arithmetic accident (``seed 1, row 0`` against ``seed 0, row 1``)."""
+    text = "/".join([namespace, *(str(p) for p in parts)])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
 def sample_next(

@@ -346,11 +346,16 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: Settings added after run folders existed, in the order they were added, each with the value
 #: that does what the runs before it did: a stage marker or a screening row written before the field
 #: existed still matches while the field keeps that value (any other value is a changed setting).
-#: Three decide how work is launched, not what is computed: ``decode_graphs`` and
-#: ``resume_early`` (rollout) write the trajectories the engine wrote before them (per-row seeds;
-#: tests/agent/test_rollout.py, test_decode_graphs.py), and RL's ``scoring_rows`` at ``None`` runs the
-#: one forward per micro-batch that came before it (any number of rows gives the same loss and
-#: gradients up to float rounding, tests/stages/test_rl.py, which RL then amplifies: a changed setting).
+#: Three decide how work is launched: ``decode_graphs`` and ``resume_early`` (rollout) write the
+#: trajectories the engine wrote before them where every row has its own stream (RL, its screening,
+#: and RFT and MCTS with ``sample_streams: row``; tests/agent/test_rollout.py, test_decode_graphs.py).
+#: Where one generator serves a batch (``sample_streams: batch``, the PRM audit's samples, P2S's
+#: hints) they change the order in which rows take its draws: the same distribution, other samples
+#: (RFT's 2026-11-26 rebuild drew 563 correct of 2,820 where the run before ``resume_early`` drew 573;
+#: docs/LOG.md, 2026-11-26, late night). RL's ``scoring_rows`` at ``None`` runs the one forward per micro-batch
+#: that came before it (any number of rows gives the same loss and gradients up to float rounding,
+#: tests/stages/test_rl.py, which RL then amplifies: a changed setting). ``sample_streams`` (RFT,
+#: MCTS) at ``batch`` is how those stages sampled before it.
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -360,6 +365,7 @@ LATER_FIELDS: dict[str, Any] = {
     "scoring_rows": None,
     "rl_worlds": 0,
     "rl_questions_per_world": 1,
+    "sample_streams": "batch",
 }
 
 

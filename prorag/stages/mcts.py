@@ -26,6 +26,7 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams, stream_seed
 from prorag.agent.schema import parse_token_actions
 from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
@@ -81,6 +82,13 @@ class MCTSConfig:
         "`seed` and `greedy` are not used: `seed` and `simulation` are.",
     )
     seed: int = setting(0, help="Seeds the expansions and the simulations.")
+    sample_streams: SampleStreams = setting(
+        "row",
+        help="`row`: each sampled row draws from its own stream, seeded by (seed, question id, round, candidate), so "
+        "a tree depends on its question, the policy and the seed only, not on `trees_per_batch`, "
+        "`rollout.resume_early`, CUDA graphs or the device; `batch`: one generator per engine call, seeded by "
+        "(seed, batch, round), as runs made before this setting (their trees change with those).",
+    )
 
     def __post_init__(self) -> None:
         for name in ("simulations", "num_candidates", "max_depth", "trees_per_batch"):
@@ -92,6 +100,8 @@ class MCTSConfig:
             raise ValueError(f"MCTSConfig.c_puct must be >= 0, got {self.c_puct}")
         if not 0 < self.rollout.top_p <= 1 or self.rollout.temperature <= 0:
             raise ValueError("MCTSConfig.rollout.temperature must be > 0 and top_p in (0, 1]")
+        if self.sample_streams not in SAMPLE_STREAMS:
+            raise ValueError(f"MCTSConfig.sample_streams must be one of {SAMPLE_STREAMS}, got {self.sample_streams!r}")
         if self.max_depth > self.rollout.max_actions:
             raise ValueError(
                 f"MCTSConfig.max_depth ({self.max_depth}) cannot exceed rollout.max_actions ({self.rollout.max_actions})"
@@ -164,7 +174,7 @@ class TreeSearch:
                 batch = list(records[start : start + cfg.trees_per_batch])
                 trees = [self.new_tree(r) for r in batch]
                 for rnd in range(cfg.simulations):
-                    # One seed per (batch, round): the same config and seed give the same trees.
+                    # One seed per (batch, round), used by `sample_streams: batch` (row streams name their rows).
                     self.simulate(trees, batch, seed=cfg.seed + 1_000_003 * start + 2 * rnd)
                     bar.update(len(trees))
                 for tree in trees:
@@ -192,11 +202,21 @@ class TreeSearch:
         if not expand:
             return
         rows = [(t, path) for t, path in expand for _ in range(cfg.num_candidates)]
+        # With row streams candidate j of a tree's round r is named (question, r, j): a tree's search
+        # then does not depend on the trees beside it.
+        row_seeds = None
+        if cfg.sample_streams == "row":
+            row_seeds = [
+                stream_seed("prorag-mcts", cfg.seed, records[t].id, trees[t].simulations, j)
+                for t, _ in expand
+                for j in range(cfg.num_candidates)
+            ]
         samples = self.expander.rollout(
             [records[t] for t, _ in rows],
             prompt_ids=[state_ids(trees[t].prompt_ids, path)[0] for t, path in rows],
             close_turn=True,
             seed=seed,
+            row_seeds=row_seeds,
         )
         fresh: list[tuple[int, list[Node], Node]] = []
         for j, (t, path) in enumerate(expand):
@@ -259,11 +279,19 @@ class TreeSearch:
         if not items:
             return
         cfg = self.config
+        row_seeds = None
+        if cfg.sample_streams == "row":
+            # A sampled simulation (simulation: sample) of the i-th child expanded in a tree's round.
+            row_seeds = [
+                stream_seed("prorag-mcts-sim", cfg.seed, records[t].id, trees[t].simulations, _child_index(path[-1], child))
+                for t, path, child in items
+            ]
         sims = self.simulator.rollout(
             [records[t] for t, _, _ in items],
             prompt_ids=[state_ids(trees[t].prompt_ids, [*path, child])[0] for t, path, child in items],
             max_actions=[max(1, cfg.rollout.max_actions - child.depth) for _, _, child in items],
             seed=seed,
+            row_seeds=row_seeds,
         )
         for (t, _, child), sim in zip(items, sims, strict=True):
             child.value = terminal_value(sim.answer, records[t].golden_answers, cfg.terminal_value)
@@ -343,6 +371,11 @@ def _check_run_config(run_dir: Path, wanted: dict[str, Any]) -> None:
             raise ValueError(f"{path} was written by another search ({', '.join(diff)} differ); use a new --run-dir")
         return
     write_json(path, wanted)
+
+
+def _child_index(parent: Node, child: Node) -> int:
+    """Where ``child`` (the object, not an equal one) sits among ``parent``'s children."""
+    return next(i for i, c in enumerate(parent.children) if c is child)
 
 
 def _count_nodes(node: Node) -> int:

@@ -7,8 +7,9 @@ steps); ``prm_scope="reasoning"`` leaves the answer to the outcome filter.
 
 Fine-tuning is stage 1's trainer over whole trajectories whose loss mask (:func:`rft_loss_mask`)
 is 1 only on kept actions: rejected ones stay in the context, never as targets, which equals the
-separate (context, action) pairs and is cheaper. Sampling goes in fixed chunks seeded by
-``(seed, chunk)``, so samples do not depend on where a run stopped, and it resumes chunk by chunk.
+separate (context, action) pairs and is cheaper. Sample ``k`` of a question draws from its own
+stream, seeded by ``(seed, question id, k)``, so the samples depend neither on where a run stopped
+nor on how the rows were batched; sampling goes in fixed chunks and resumes chunk by chunk.
 Writes ``rft_config.json``, ``samples.jsonl``, ``kept.jsonl``, ``rft_counts.json``,
 ``checkpoints/``, ``metrics.jsonl`` and ``policy/``.
 """
@@ -26,7 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
-from prorag.core.config import setting
+from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams, stream_seed
+from prorag.core.config import LATER_FIELDS, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -83,7 +85,13 @@ class RFTConfig:
         "as pi_rft (fine-tuning on nothing is a no-op), so a pipeline with small budgets goes on.",
     )
     limit: int | None = setting(None, help="Use only the first `limit` questions of the record file.")
-    seed: int = setting(0, help="Seeds the sampling (per chunk) and the fine-tuning (replaces `train.seed`).")
+    seed: int = setting(0, help="Seeds the sampling and the fine-tuning (replaces `train.seed`).")
+    sample_streams: SampleStreams = setting(
+        "row",
+        help="`row`: sample k of a question draws from its own stream, seeded by (seed, question id, k), so the samples "
+        "do not depend on the batch size, the chunking, `rollout.resume_early`, CUDA graphs or the device; `batch`: one "
+        "generator per chunk, seeded by (seed, chunk), as runs made before this setting (their samples change with those).",
+    )
     train: SFTTrainingConfig = setting(
         factory=SFTTrainingConfig,
         help="The fine-tuning: stage 1's trainer settings (one epoch, lr 2e-5, reference loss weights by default);"
@@ -101,6 +109,8 @@ class RFTConfig:
             raise ValueError(f"RFTConfig.f1_threshold must be in (0, 1], got {self.f1_threshold}")
         if self.prm_scope not in PRM_SCOPES:
             raise ValueError(f"RFTConfig.prm_scope must be one of {PRM_SCOPES}, got {self.prm_scope!r}")
+        if self.sample_streams not in SAMPLE_STREAMS:
+            raise ValueError(f"RFTConfig.sample_streams must be one of {SAMPLE_STREAMS}, got {self.sample_streams!r}")
 
     def sampling_settings(self) -> dict[str, Any]:
         """What decides the samples and their verdicts; a resumed run must not change it."""
@@ -113,6 +123,7 @@ class RFTConfig:
             "drop_malformed_actions",
             "prm_scope",
             "seed",
+            "sample_streams",
         )
         return {k: v for k, v in asdict(self).items() if k in keys}
 
@@ -293,9 +304,16 @@ def count_samples(rows: Sequence[Mapping[str, Any]]) -> RFTCounts:
 
 
 def chunk_seed(seed: int, chunk: int) -> int:
-    """The rollout seed of one chunk: a fixed function of the run's seed and the chunk index,
-    so a chunk samples the same trajectories whether or not the run was interrupted."""
+    """The rollout seed of one chunk (``sample_streams: batch``): a fixed function of the run's
+    seed and the chunk index, so a chunk samples the same trajectories whether or not the run was
+    interrupted."""
     return random.Random(f"rft:{seed}:{chunk}").getrandbits(62)
+
+
+def sample_seed(seed: int, question_id: str, sample: int) -> int:
+    """The stream of sample ``sample`` of question ``question_id`` (``sample_streams: row``):
+    named by the question, not by its place, so it is drawn alike in any chunk or batch."""
+    return stream_seed("prorag-rft", int(seed), question_id, int(sample))
 
 
 def question_chunks(records: Sequence[Record], samples_per_question: int, batch_size: int) -> list[list[Record]]:
@@ -344,7 +362,10 @@ def collect_rft_samples(
     with JsonlAppender(path) as out:
         for c, chunk in tqdm(todo, desc="rft sampling", unit="chunk", disable=not progress):
             expanded = [r for r in chunk for _ in range(n)]
-            trajs = engine.rollout(expanded, seed=chunk_seed(config.seed, c))
+            if config.sample_streams == "row":
+                trajs = engine.rollout(expanded, row_seeds=[sample_seed(config.seed, r.id, k) for r in chunk for k in range(n)])
+            else:
+                trajs = engine.rollout(expanded, seed=chunk_seed(config.seed, c))
             for j, traj in enumerate(trajs):
                 traj.metadata.update(sample=j % n, chunk=c)
             for row in judge_samples(trajs, expanded, scorer, engine.tokenizer, config):
@@ -401,9 +422,10 @@ def _check_resumable(run: Path, config: RFTConfig, prm_digest: str | None = None
         return
     before = read_json(path)
     now = config.sampling_settings()
-    # A setting added after the run was made counts as its default there.
+    # A setting added after the run was made counts as what the runs before it did: its
+    # LATER_FIELDS value (e.g. `sample_streams: batch`), else its default.
     defaults = RFTConfig().sampling_settings()
-    changed = sorted(k for k in now if before.get(k, defaults[k]) != now[k])
+    changed = sorted(k for k in now if before.get(k, LATER_FIELDS.get(k, defaults[k])) != now[k])
     if prm_digest is not None and before.get("prm_digest") not in (None, prm_digest):
         changed.append("the PRM (its weights differ)")
     if changed:
@@ -497,4 +519,5 @@ __all__ = [
     "rft_loss_mask",
     "run_rft",
     "run_rft_files",
+    "sample_seed",
 ]

@@ -59,6 +59,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.sampling import stream_seed
 from prorag.core.config import earlier_forms, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json
@@ -424,8 +425,7 @@ def row_seed(seed: int, step: int, row: int) -> int:
 
     Keyed by the global row (:func:`local_rows`), not by process, so that the same row is
     sampled alike whatever the number of processes; the G rows of a group differ by row."""
-    digest = hashlib.blake2b(f"prorag-rl/{int(seed)}/{int(step)}/{int(row)}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    return stream_seed("prorag-rl", int(seed), int(step), int(row))
 
 
 def generation_row_seeds(seed: int, step: int, process_index: int, num_local: int) -> list[int]:

@@ -59,3 +59,20 @@ def test_top_p_filter_by_hand_with_ties_and_equal_to_a_full_sort() -> None:
     probs = torch.softmax(torch.randn(40, 500, generator=g) * scale, dim=-1)
     for top_p in (0.5, 0.9, 0.95, 1.0):
         assert torch.equal(top_p_filter(probs, top_p), full_sort_nucleus(probs, top_p)), top_p
+
+
+def test_stream_seed_names_the_row_and_keeps_rl_streams() -> None:
+    """A stream's seed is the 63-bit blake2b of its name: the hand-computed digest, distinct for
+    names whose numbers add up alike, and the RL stage's row seeds unchanged by the move here."""
+    import hashlib
+
+    from prorag.agent.sampling import stream_seed
+    from prorag.stages.rl import row_seed
+
+    by_hand = int.from_bytes(hashlib.blake2b(b"prorag-rft/0/w001-q0002/3", digest_size=8).digest(), "little") >> 1
+    assert stream_seed("prorag-rft", 0, "w001-q0002", 3) == by_hand
+    assert 0 <= by_hand < 2**63
+    assert stream_seed("prorag-mcts", 1, "q", 0) != stream_seed("prorag-mcts", 0, "q", 1)
+    assert stream_seed("prorag-rft", 0, "q", 0) != stream_seed("prorag-mcts", 0, "q", 0)
+    rl = int.from_bytes(hashlib.blake2b(b"prorag-rl/3/7/11", digest_size=8).digest(), "little") >> 1
+    assert row_seed(3, 7, 11) == rl

@@ -59,6 +59,12 @@ def _rl_numerics(out: dict[str, Any]) -> None:
         assert row["max_abs_logp_diff"] < 1e-4 and row["grad_rel_diff"] < 1e-4, row
 
 
+def _sample_streams(out: dict[str, Any]) -> None:
+    row, batch = out["rows"]
+    assert row["streams"] == "row" and batch["streams"] == "batch" and _finite_positive(out["time_ratio"])
+    assert row["same_with_barrier"] == 1.0 and row["same_at_twice_the_batch"] == 1.0, "row streams sampled other tokens"
+
+
 def _served(out: dict[str, Any]) -> None:
     assert _finite_positive(out["ratio"]) and out["max_in_flight"] >= 1
 
@@ -77,6 +83,10 @@ SCRIPTS: dict[str, tuple[list[str], Callable[[Any], None]]] = {
         _rl_step_gpu,
     ),
     "rl_numerics.py": (["check", "--rows", "8", "--prompt", "20", "--completion", "40"], _rl_numerics),
+    "sample_streams.py": (
+        ["--questions", "4", "--samples", "2", "--batch", "4", "--repeats", "1", "--max-action-tokens", "16"],
+        _sample_streams,
+    ),
     "served.py": (["--questions", "4", "--rounds", "1", "--latency", "0.01", "--concurrency", "2"], _served),
 }
 

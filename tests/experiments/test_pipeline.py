@@ -317,22 +317,24 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
 
 def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) -> None:
     """Stages fingerprinted before ``decode_graphs``, ``resume_early`` (rollouts) and ``scoring_rows``
-    (RL) existed are skipped with these at their defaults (which compute what was computed before
-    them): a run folder made by the version before them resumes instead of redoing MCTS or RL."""
+    (RL) existed are skipped with these at their defaults: a run folder made by the version before
+    them resumes instead of redoing MCTS or RL. An MCTS stage made before ``sample_streams`` matches
+    only with ``sample_streams: batch`` (how it sampled): today's default, row streams, draws other
+    trees, so the finished stage counts as made with other settings."""
     from prorag.core.config import LATER_FIELDS
     from prorag.experiments.pipeline import Run, fingerprint
     from prorag.stages.mcts import MCTSConfig
 
-    assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"]
-    config = MCTSConfig()
+    assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"] and LATER_FIELDS["sample_streams"] == "batch"
+    config = MCTSConfig(sample_streams="batch")
     settings = dataclasses.asdict(config)
-    before = _without_keys(settings, {"decode_graphs", "resume_early"})
+    before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams"})
     assert before != settings
     (tmp_path / "stages").mkdir()
     marker = {"stage": "mcts", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
     (tmp_path / "stages" / "mcts.json").write_text(json.dumps(marker), encoding="utf-8")
     # A marker written after `decode_graphs` and before `resume_early`.
-    between = _without_keys(settings, {"resume_early"})
+    between = _without_keys(settings, {"resume_early", "sample_streams"})
     marker = {"stage": "mcts-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
     (tmp_path / "stages" / "mcts-between.json").write_text(json.dumps(marker), encoding="utf-8")
     calls: list[str] = []
@@ -343,6 +345,8 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     barrier = dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, resume_early=False))
     with pytest.raises(ValueError, match="finished with other settings"):
         run.stage("mcts", barrier, lambda: calls.append("barrier"))
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("mcts", MCTSConfig(), lambda: calls.append("row streams"))
     from prorag.stages.rl import RLConfig
 
     rl = RLConfig(learning_rate=2e-4)

@@ -108,8 +108,10 @@ def test_search_on_scripted_policy_has_hand_checkable_values(
     world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
     model = _fork_model(world_tokenizer, tiny_retriever, records)
+    # Eight candidates: each draws the empty action with probability 0.475, so a root without one
+    # of the two kinds has probability 0.008 whatever the streams (four gave 0.125).
     cfg = MCTSConfig(
-        simulations=3, num_candidates=4, gamma=0.9, trees_per_batch=4, rollout=engine(max_action_tokens=64, batch_size=16)
+        simulations=3, num_candidates=8, gamma=0.9, trees_per_batch=4, rollout=engine(max_action_tokens=64, batch_size=32)
     )
     trees = TreeSearch(model, world_tokenizer, tiny_retriever, cfg).run(records[:3])
     for tree, record in zip(trees, records[:3], strict=True):
@@ -142,6 +144,33 @@ def test_search_on_scripted_policy_has_hand_checkable_values(
 
 def _shape(node: Node) -> Any:
     return [node.action_text, node.visits, round(node.q, 9), [_shape(c) for c in node.children]]
+
+
+def test_a_tree_with_row_streams_does_not_depend_on_the_trees_beside_it(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """With ``sample_streams: row`` (the default) a tree searched alone is the tree searched in a
+    batch of three, sampled simulations included; with one generator per engine call (``batch``)
+    the trees beside it change its draws."""
+    model = _tiny_llama(world_tokenizer)
+
+    def shapes(streams: str, trees_per_batch: int) -> list[str]:
+        cfg = MCTSConfig(
+            simulations=2,
+            num_candidates=3,
+            simulation="sample",
+            max_depth=4,
+            trees_per_batch=trees_per_batch,
+            sample_streams=streams,
+            rollout=engine(max_action_tokens=24, max_actions=4, batch_size=16),
+        )
+        trees = TreeSearch(model, world_tokenizer, tiny_retriever, cfg).run(records[:3])
+        return [json.dumps(_shape(t.root)) for t in trees]
+
+    together = shapes("row", 3)
+    assert len(set(together)) == 3 and all(json.loads(t)[3] for t in together), "three expanded trees"
+    assert shapes("row", 1) == together
+    assert shapes("batch", 1) != shapes("batch", 3)
 
 
 def test_one_value_per_round_on_a_single_branch(

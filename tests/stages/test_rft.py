@@ -4,6 +4,7 @@ fine-tuning a tiny model on the kept pairs moves its weights with a finite loss.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -232,6 +233,50 @@ def test_sampling_resumes_to_the_same_samples(tmp_path: Path, replay_engine: Rol
     assert len(scorer.seen) == 4  # only the two unfinished chunks were sampled again (2 correct questions x 2)
     assert (part / "kept.jsonl").read_text() == (full / "kept.jsonl").read_text()
     assert (part / "rft_counts.json").read_text() == (full / "rft_counts.json").read_text()
+
+
+def test_row_streams_sample_alike_in_any_batching(
+    tmp_path: Path, world_tokenizer: Any, tiny_retriever: BM25Retriever, world_records: list[Record]
+) -> None:
+    """With ``sample_streams: row`` (the default) sample k of a question is the same trajectory
+    whatever the rollout batch (and so the chunking) and whether rows resume early; with one
+    generator per chunk (``batch``) the batch size changes which draws a row takes."""
+    from tests.agent.test_rollout import _tiny_llama
+
+    model = _tiny_llama(world_tokenizer)
+
+    def samples(name: str, streams: str, batch_size: int, resume_early: bool) -> dict[str, list[int]]:
+        cfg = rft_config(samples_per_question=2, sample_streams=streams)
+        engine = RolloutEngine(
+            model,
+            world_tokenizer,
+            tiny_retriever,
+            RolloutConfig(batch_size=batch_size, max_action_tokens=24, max_actions=4, resume_early=resume_early),
+        )
+        collect_rft_samples(cfg, tmp_path / name, engine, world_records, AlternatingScorer(), progress=False)
+        return {row["id"]: row["trajectory"]["completion_ids"] for row in read_jsonl(tmp_path / name / "samples.jsonl")}
+
+    row = samples("row", "row", 4, True)
+    assert len(row) == 12 and len({tuple(v) for v in row.values()}) > 6, "the samples differ from each other"
+    assert samples("row-wide", "row", 12, False) == row
+    assert samples("batch", "batch", 4, True) != samples("batch-wide", "batch", 12, True)
+
+
+def test_a_run_sampled_before_row_streams_resumes_only_with_batch_streams(
+    tmp_path: Path, replay_engine: RolloutEngine, records: list[Record]
+) -> None:
+    """``rft_config.json`` written before ``sample_streams`` existed was sampled with one generator
+    per chunk: resuming it with row streams would mix two kinds of samples, so it is refused."""
+    from prorag.stages.rft import _check_resumable
+
+    collect_rft_samples(rft_config(limit=2), tmp_path, replay_engine, records, AlternatingScorer(), progress=False)
+    stored = {k: v for k, v in dataclasses.asdict(rft_config()).items() if k != "sample_streams"}
+    (tmp_path / "rft_config.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="sample_streams"):
+        _check_resumable(tmp_path, rft_config())
+    _check_resumable(tmp_path, rft_config(sample_streams="batch"))
+    with pytest.raises(ValueError, match="sample_streams must be one of"):
+        rft_config(sample_streams="rows")
 
 
 # ----------------------------------------------------------------------------- fine-tuning

@@ -349,8 +349,8 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: Three decide how work is launched: ``decode_graphs`` and ``resume_early`` (rollout) write the
 #: trajectories the engine wrote before them where every row has its own stream (RL, its screening,
 #: and RFT and MCTS with ``sample_streams: row``; tests/agent/test_rollout.py, test_decode_graphs.py).
-#: Where one generator serves a batch (``sample_streams: batch``, the PRM audit's samples, P2S's
-#: hints) they change the order in which rows take its draws: the same distribution, other samples
+#: Where one generator serves a batch (``sample_streams: batch``, P2S's hints) they change the
+#: order in which rows take its draws: the same distribution, other samples
 #: (RFT's 2026-11-26 rebuild drew 563 correct of 2,820 where the run before ``resume_early`` drew 573;
 #: docs/LOG.md, 2026-11-26, late night). RL's ``scoring_rows`` at ``None`` runs the one forward per micro-batch
 #: that came before it (any number of rows gives the same loss and gradients up to float rounding,

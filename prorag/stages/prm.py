@@ -673,12 +673,15 @@ def fresh_sample_audit(
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``)."""
     from prorag.agent.rollout import RolloutConfig, RolloutEngine
+    from prorag.agent.sampling import stream_seed
     from prorag.models.checkpoints import load_policy
 
     model, tokenizer = load_policy(str(policy), device=device)
     engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
     repeated = [r for r in records for _ in range(samples)]
-    trajectories = engine.rollout(repeated, seed=seed, progress=True)
+    # Sample k of a question draws from its own stream: the audit does not change with the batching.
+    streams = [stream_seed("prorag-prm-audit", seed, r.id, k) for r in records for k in range(samples)]
+    trajectories = engine.rollout(repeated, row_seeds=streams, progress=True)
     del engine, model
     audit = step_ranking_audit(scorer, trajectories, repeated)
     audit["policy_likelihood_auc"] = step_ranking_audit(SampledLikelihood(), trajectories, repeated)["auc"]

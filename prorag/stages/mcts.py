@@ -85,8 +85,8 @@ class MCTSConfig:
     sample_streams: SampleStreams = setting(
         "row",
         help="`row`: each sampled row draws from its own stream, seeded by (seed, question id, round, candidate), so "
-        "a tree depends on its question, the policy and the seed only, not on `trees_per_batch`, "
-        "`rollout.resume_early`, CUDA graphs or the device; `batch`: one generator per engine call, seeded by "
+        "a tree depends on its question, the policy, the seed and the kind of device only, not on `trees_per_batch`, "
+        "`rollout.resume_early`, CUDA graphs or the process count; `batch`: one generator per engine call, seeded by "
         "(seed, batch, round), as runs made before this setting (their trees change with those).",
     )
 

@@ -89,7 +89,8 @@ class RFTConfig:
     sample_streams: SampleStreams = setting(
         "row",
         help="`row`: sample k of a question draws from its own stream, seeded by (seed, question id, k), so the samples "
-        "do not depend on the batch size, the chunking, `rollout.resume_early`, CUDA graphs or the device; `batch`: one "
+        "do not depend on the batch size, the chunking, `rollout.resume_early`, CUDA graphs or the process count (a "
+        "CUDA generator draws other numbers than a CPU one); `batch`: one "
         "generator per chunk, seeded by (seed, chunk), as runs made before this setting (their samples change with those).",
     )
     train: SFTTrainingConfig = setting(

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.sampling import SampleStreams
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import load_policy
@@ -39,21 +40,18 @@ from prorag.models.tiny import make_tiny_model
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import open_retriever
-from prorag.stages.rft import chunk_seed, question_chunks, sample_seed
+from prorag.stages.rft import question_chunks, sample_chunk
+
+SIDES: tuple[SampleStreams, ...] = ("row", "batch")
 
 
-def sample(engine: RolloutEngine, records: list[Record], n: int, streams: str) -> tuple[float, int, list[list[int]]]:
+def sample(engine: RolloutEngine, records: list[Record], n: int, streams: SampleStreams) -> tuple[float, int, list[list[int]]]:
     """Every question's ``n`` samples, chunked as RFT chunks them: (seconds, policy tokens, completions)."""
     out: list[list[int]] = []
     tokens = 0
     start = time.perf_counter()
     for c, chunk in enumerate(question_chunks(records, n, engine.config.batch_size)):
-        rows = [r for r in chunk for _ in range(n)]
-        if streams == "row":
-            trajs = engine.rollout(rows, row_seeds=[sample_seed(0, r.id, k) for r in chunk for k in range(n)])
-        else:
-            trajs = engine.rollout(rows, seed=chunk_seed(0, c))
-        for t in trajs:
+        for t in sample_chunk(engine, chunk, n, 0, c, streams):
             out.append(list(t.completion_ids))
             tokens += sum(t.env_mask)
     return time.perf_counter() - start, tokens, out
@@ -102,7 +100,7 @@ def main() -> None:
     toks: dict[str, int] = {}
     first: dict[str, list[list[int]]] = {}
     for _ in range(args.repeats):
-        for side in ("row", "batch"):
+        for side in SIDES:
             seconds, tokens, out = sample(base, records, args.samples, side)
             best[side] = min(best.get(side, float("inf")), seconds)
             toks[side], first[side] = tokens, out
@@ -113,7 +111,7 @@ def main() -> None:
         f"best of {args.repeats}"
     )
     rows = []
-    for side in ("row", "batch"):
+    for side in SIDES:
         rows.append(
             {
                 "streams": side,

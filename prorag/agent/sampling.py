@@ -25,6 +25,13 @@ SampleStreams = Literal["row", "batch"]
 SAMPLE_STREAMS: tuple[str, ...] = ("row", "batch")
 
 
+def check_sample_streams(value: str, owner: str) -> None:
+    """Refuse a ``sample_streams`` that is neither ``row`` nor ``batch`` (``owner``: the config
+    class, named in the error)."""
+    if value not in SAMPLE_STREAMS:
+        raise ValueError(f"{owner}.sample_streams must be one of {SAMPLE_STREAMS}, got {value!r}")
+
+
 def stream_seed(namespace: str, *parts: object) -> int:
     """The seed of one row's random stream, named by what the row is: ``namespace`` (the stage)
     and ``parts`` (e.g. the run's seed, a question id, a sample index), joined with ``/`` and

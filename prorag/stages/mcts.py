@@ -26,7 +26,7 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams, stream_seed
+from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.schema import parse_token_actions
 from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
@@ -100,8 +100,7 @@ class MCTSConfig:
             raise ValueError(f"MCTSConfig.c_puct must be >= 0, got {self.c_puct}")
         if not 0 < self.rollout.top_p <= 1 or self.rollout.temperature <= 0:
             raise ValueError("MCTSConfig.rollout.temperature must be > 0 and top_p in (0, 1]")
-        if self.sample_streams not in SAMPLE_STREAMS:
-            raise ValueError(f"MCTSConfig.sample_streams must be one of {SAMPLE_STREAMS}, got {self.sample_streams!r}")
+        check_sample_streams(self.sample_streams, "MCTSConfig")
         if self.max_depth > self.rollout.max_actions:
             raise ValueError(
                 f"MCTSConfig.max_depth ({self.max_depth}) cannot exceed rollout.max_actions ({self.rollout.max_actions})"

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
-from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams, stream_seed
+from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.core.config import LATER_FIELDS, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
@@ -110,8 +110,7 @@ class RFTConfig:
             raise ValueError(f"RFTConfig.f1_threshold must be in (0, 1], got {self.f1_threshold}")
         if self.prm_scope not in PRM_SCOPES:
             raise ValueError(f"RFTConfig.prm_scope must be one of {PRM_SCOPES}, got {self.prm_scope!r}")
-        if self.sample_streams not in SAMPLE_STREAMS:
-            raise ValueError(f"RFTConfig.sample_streams must be one of {SAMPLE_STREAMS}, got {self.sample_streams!r}")
+        check_sample_streams(self.sample_streams, "RFTConfig")
 
     def sampling_settings(self) -> dict[str, Any]:
         """What decides the samples and their verdicts; a resumed run must not change it."""
@@ -317,6 +316,17 @@ def sample_seed(seed: int, question_id: str, sample: int) -> int:
     return stream_seed("prorag-rft", int(seed), question_id, int(sample))
 
 
+def sample_chunk(
+    engine: RolloutEngine, chunk: Sequence[Record], n: int, seed: int, index: int, streams: SampleStreams = "row"
+) -> list[Trajectory]:
+    """``n`` samples of each question of chunk ``index`` (question by question), from row streams
+    (:func:`sample_seed`) or from one generator seeded by :func:`chunk_seed`."""
+    expanded = [r for r in chunk for _ in range(n)]
+    if streams == "row":
+        return engine.rollout(expanded, row_seeds=[sample_seed(seed, r.id, k) for r in chunk for k in range(n)])
+    return engine.rollout(expanded, seed=chunk_seed(seed, index))
+
+
 def question_chunks(records: Sequence[Record], samples_per_question: int, batch_size: int) -> list[list[Record]]:
     """The questions cut into fixed chunks of ``max(1, batch_size // N)``: with each question
     repeated ``N`` times a chunk fills one rollout batch."""
@@ -363,10 +373,7 @@ def collect_rft_samples(
     with JsonlAppender(path) as out:
         for c, chunk in tqdm(todo, desc="rft sampling", unit="chunk", disable=not progress):
             expanded = [r for r in chunk for _ in range(n)]
-            if config.sample_streams == "row":
-                trajs = engine.rollout(expanded, row_seeds=[sample_seed(config.seed, r.id, k) for r in chunk for k in range(n)])
-            else:
-                trajs = engine.rollout(expanded, seed=chunk_seed(config.seed, c))
+            trajs = sample_chunk(engine, chunk, n, config.seed, c, config.sample_streams)
             for j, traj in enumerate(trajs):
                 traj.metadata.update(sample=j % n, chunk=c)
             for row in judge_samples(trajs, expanded, scorer, engine.tokenizer, config):
@@ -520,5 +527,6 @@ __all__ = [
     "rft_loss_mask",
     "run_rft",
     "run_rft_files",
+    "sample_chunk",
     "sample_seed",
 ]

@@ -348,14 +348,15 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: existed still matches while the field keeps that value (any other value is a changed setting).
 #: Three decide how work is launched: ``decode_graphs`` and ``resume_early`` (rollout) write the
 #: trajectories the engine wrote before them where every row has its own stream (RL, its screening,
-#: and RFT and MCTS with ``sample_streams: row``; tests/agent/test_rollout.py, test_decode_graphs.py).
-#: Where one generator serves a batch (``sample_streams: batch``, P2S's hints) they change the
+#: and RFT, MCTS and P2S's hinted candidates with ``sample_streams: row``; tests/agent/test_rollout.py,
+#: test_decode_graphs.py). Where one generator serves a batch (``sample_streams: batch``) they change the
 #: order in which rows take its draws: the same distribution, other samples
 #: (RFT's 2026-11-26 rebuild drew 563 correct of 2,820 where the run before ``resume_early`` drew 573;
 #: docs/LOG.md, 2026-11-26, late night). RL's ``scoring_rows`` at ``None`` runs the one forward per micro-batch
 #: that came before it (any number of rows gives the same loss and gradients up to float rounding,
 #: tests/stages/test_rl.py, which RL then amplifies: a changed setting). ``sample_streams`` (RFT,
-#: MCTS) at ``batch`` is how those stages sampled before it.
+#: MCTS, ``outcome_reward.p2s``) at ``batch`` is how those stages sampled before it; an RL run that
+#: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`).
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -369,18 +370,53 @@ LATER_FIELDS: dict[str, Any] = {
 }
 
 
-def without_later_fields(value: Any, since: int = 0) -> Any:
-    """A config (dataclass or plain data, nested configs included) as plain data without the
-    :data:`LATER_FIELDS` from the ``since``-th on that hold their old-behaviour value: what it was
-    before those fields existed (a marker written between two additions knows the earlier ones)."""
-    later = dict(list(LATER_FIELDS.items())[since:])
+#: Method blocks that one value of a sibling field switches on: ``{block: (field, value)}`` says the
+#: nested config ``block`` is read only where the config holding it has ``field == value`` (P2S's
+#: settings sit in every RL config's ``outcome_reward`` and only ``form: p2s`` reads them). A
+#: :data:`LATER_FIELDS` setting inside a block the run does not use changes nothing the run does:
+#: :func:`without_later_fields` drops it whatever its value, and :func:`used_settings` (what new
+#: stage markers are keyed by) leaves it out, so adding a field to one method's block keeps every
+#: other method's run folders.
+METHOD_BLOCKS: dict[str, tuple[str, Any]] = {"p2s": ("form", "p2s")}
+
+
+def _unused_block(config: dict[str, Any], key: str) -> bool:
+    """Whether ``config[key]`` is a :data:`METHOD_BLOCKS` block that ``config`` does not switch on."""
+    rule = METHOD_BLOCKS.get(key)
+    return rule is not None and isinstance(config.get(key), dict) and rule[0] in config and config[rule[0]] != rule[1]
+
+
+def _strip(value: Any, old: dict[str, Any], any_value: frozenset[str], inside_unused: bool = False) -> Any:
+    """``value`` as plain data without the fields of ``old`` that hold their old value, and, inside
+    an unused method block, without the fields named in ``any_value`` whatever they hold."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if isinstance(value, dict):
-        return {k: without_later_fields(v, since) for k, v in value.items() if not (k in later and v == later[k])}
+        return {
+            k: _strip(v, old, any_value, inside_unused or _unused_block(value, k))
+            for k, v in value.items()
+            if not ((k in old and v == old[k]) or (inside_unused and k in any_value))
+        }
     if isinstance(value, list | tuple):
-        return [without_later_fields(v, since) for v in value]
+        return [_strip(v, old, any_value, inside_unused) for v in value]
     return value
+
+
+def without_later_fields(value: Any, since: int = 0) -> Any:
+    """A config (dataclass or plain data, nested configs included) as plain data without the
+    :data:`LATER_FIELDS` from the ``since``-th on that hold their old-behaviour value, or that sit in
+    a method block the config does not use (:data:`METHOD_BLOCKS`): what it was before those fields
+    existed (a marker written between two additions knows the earlier ones)."""
+    later = dict(list(LATER_FIELDS.items())[since:])
+    return _strip(value, later, frozenset(later))
+
+
+def used_settings(value: Any) -> Any:
+    """A config as plain data without the :data:`LATER_FIELDS` that sit in a method block it does not
+    use (:data:`METHOD_BLOCKS`), whatever their value: the settings that decide what a run does, the
+    form stage markers are keyed by, so that a later field of P2S's block does not make an
+    outcome-only run's marker stale."""
+    return _strip(value, {}, frozenset(LATER_FIELDS))
 
 
 def earlier_forms(value: Any) -> list[Any]:
@@ -391,6 +427,7 @@ def earlier_forms(value: Any) -> list[Any]:
 
 __all__ = [
     "LATER_FIELDS",
+    "METHOD_BLOCKS",
     "CheckFailed",
     "apply_overrides",
     "config_from_dict",
@@ -400,6 +437,7 @@ __all__ = [
     "load_config_with_overrides",
     "parse_assignment",
     "replace_field",
+    "used_settings",
     "without_later_fields",
 ]
 

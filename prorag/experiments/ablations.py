@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from prorag.core.config import apply_overrides, parse_assignment
+from prorag.core.config import apply_overrides, parse_assignment, used_settings
 from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, permutation_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
@@ -604,7 +604,7 @@ def run_ablation(
         ablation = process_ablation if what == "process" else family_ablation
         results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
-            Path(run_dir), results[f"{what}_ablation"], fingerprint(run.config), command, results_dir, what
+            Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what
         )
         text = process_table(results[f"{what}_ablation"]["stats"]) + f"\n-> {where}"
     else:

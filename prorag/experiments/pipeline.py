@@ -33,7 +33,7 @@ import torch
 import yaml
 
 from prorag.agent.rollout import RolloutConfig
-from prorag.core.config import earlier_forms, setting
+from prorag.core.config import earlier_forms, setting, used_settings
 from prorag.core.metrics import mean_and_spread
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -496,7 +496,8 @@ class Run:
     def stage(self, name: str, settings: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` unless ``stages/NAME.json`` says it already ran with ``settings``."""
         marker = self.path("stages", f"{name}.json")
-        key = fingerprint(settings, root=self.dir)
+        used = used_settings(settings)
+        key = fingerprint(used, root=self.dir)
         if marker.exists():
             done = read_json(marker)
             if done.get("config_schema", 1) < CONFIG_SCHEMA:
@@ -507,8 +508,10 @@ class Run:
                 )
             # Markers written before fingerprints were relative to the run folder hash its absolute
             # paths: they still match while the folder has not moved; markers written before a
-            # LATER_FIELDS setting existed match while it keeps its old-behaviour value.
-            accepted = {key, fingerprint(settings)}
+            # LATER_FIELDS setting existed match while it keeps its old-behaviour value (or while it
+            # sits in a method block the stage does not use); markers written before METHOD_BLOCKS
+            # hash every setting as it is.
+            accepted = {key, fingerprint(used), fingerprint(settings, root=self.dir), fingerprint(settings)}
             for earlier in earlier_forms(settings):
                 accepted |= {fingerprint(earlier, root=self.dir), fingerprint(earlier)}
             if done.get("fingerprint") not in accepted:

@@ -540,6 +540,7 @@ def score_batch(
     policy: Any = None,
     retriever: Any = None,
     outcome_fn: OutcomeReward | None = None,
+    step: int | None = None,
 ) -> ScoredBatch:
     """Rewards and statistics of rolled-out trajectories: Eq. 6 per trajectory, Eq. 5 per action
     (the step-reward source, e.g. the PRM, scores every action of every trajectory in one batched
@@ -548,14 +549,17 @@ def score_batch(
     ``records``, ``policy`` (unwrapped, for HiPRAG's re-ask) and ``retriever`` (P2S's
     gold-conditioned samples search like the rollouts) to the outcome reward ``outcome_fn`` (the
     trainer builds it once, so a judge's cache and a reward's counters live across batches; else
-    ``config.outcome_reward.form`` in OUTCOME_REWARDS is built for this call)."""
+    ``config.outcome_reward.form`` in OUTCOME_REWARDS is built for this call), with the run's seed
+    and the trainer's ``step`` (P2S's candidates draw from streams named by them)."""
     answers = [trajectory_answer(t, tokenizer) for t in trajectories]
     f1 = [f1_score(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     em = [exact_match(a, list(g)) if a is not None else 0.0 for a, g in zip(answers, golds, strict=True)]
     valid = [float(trajectory_format_valid(t, tokenizer, strict=config.outcome_reward.strict)) for t in trajectories]
     if outcome_fn is None:
         outcome_fn = OUTCOME_REWARDS.get(config.outcome_reward.form)(config.outcome_reward)
-    rewards = outcome_fn(RewardInputs(list(trajectories), golds, tokenizer, records, policy, retriever))
+    rewards = outcome_fn(
+        RewardInputs(list(trajectories), golds, tokenizer, records, policy, retriever, seed=config.seed, step=step)
+    )
     steps: list[list[float]] = [[] for _ in trajectories]
     seconds = 0.0
     if scorer is not None:
@@ -697,6 +701,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             policy,
             retriever,
             self.outcome_fn,
+            self.state.global_step,
         )
         loss_mask = output["completion_mask"]
         if "tool_mask" in output:

@@ -4,7 +4,8 @@ The pure part (step cut, weights, Eq. 9) is :mod:`prorag.method.rewards.p2s`; th
 the policy. For the groups that need the path reward (well formed, nobody in the group right):
 
 1. **Synthesis** (Eq. 4-5): K trajectories per question from the policy prompted with the question
-   and its gold answer (``P2SConfig.hint``), through the rollout engine in one batched call; the
+   and its gold answer (``P2SConfig.hint``), through the rollout engine in one batched call, each
+   from its own stream (the RL seed, the step, the question, the candidate); the
    malformed ones are dropped and ``o*`` is the one with the highest ``S_k = log pi(y* | q, z_k)``
    (the plain prompt, the candidate's path, then ``<answer> y* </answer>``).
 2. **Answer passes**: ``S_k`` of every candidate and Eq. 7's ``log pi(y* | q, z)`` of every
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from prorag.agent.rollout import RolloutEngine, Trajectory
+from prorag.agent.sampling import stream_seed
 from prorag.agent.schema import ANSWER_CLOSE, ANSWER_OPEN
 from prorag.core.metrics import exact_match
 from prorag.data.records import Record
@@ -111,6 +113,13 @@ def trajectory_step_ends(traj: Trajectory, length: int, config: P2SConfig) -> li
     return step_ends(config.steps, [a.span[0] for a in traj.actions], length, config.max_steps)
 
 
+def hint_seed(config: P2SConfig, seed: int, step: int, question_id: str, candidate: int) -> int:
+    """The stream of candidate ``candidate`` of question ``question_id`` at trainer step ``step`` of
+    the RL run seeded ``seed`` (``sample_streams: row``): named by the question, not by its place
+    in the batch, so it draws alike whichever other groups need a path reward."""
+    return stream_seed("prorag-p2s", int(config.synthesis.seed), int(seed), int(step), question_id, int(candidate))
+
+
 def synthesize(
     policy: Any,
     tokenizer: Any,
@@ -118,17 +127,24 @@ def synthesize(
     config: P2SConfig,
     retriever: Retriever | None = None,
     seed: int = 0,
+    step: int = 0,
 ) -> list[list[Trajectory]]:
     """K candidate gold paths per record (Eq. 4): the policy prompted with ``config.hint`` (the
     question and its first gold alias), sampled, every candidate of the batch in one engine call;
-    a record's metadata (its retrieval partition) is kept."""
+    a record's metadata (its retrieval partition) is kept. ``seed`` (the RL run's) and ``step``
+    (the batch's) name each candidate's stream (:func:`hint_seed`); with ``sample_streams:
+    batch`` one generator seeded ``config.synthesis.seed + step`` samples them all."""
     hinted = [
         Record(r.id, config.hint.format(question=r.question, answer=r.golden_answers[0]), list(r.golden_answers), r.metadata)
         for r in records
         for _ in range(config.k)
     ]
     engine = RolloutEngine(policy, tokenizer, retriever or NoDocuments(), replace(config.synthesis, greedy=False))
-    trajs = engine.rollout(hinted, seed=seed)
+    if config.sample_streams == "row":
+        rows = [hint_seed(config, seed, step, r.id, j) for r in records for j in range(config.k)]
+        trajs = engine.rollout(hinted, row_seeds=rows)
+    else:
+        trajs = engine.rollout(hinted, seed=config.synthesis.seed + step)
     return [trajs[i * config.k : (i + 1) * config.k] for i in range(len(records))]
 
 
@@ -165,8 +181,12 @@ class P2SReward:
                 values = [0.0] * len(todo)
             else:
                 rows = [trajectories[i] for i in todo]
+                # Row streams are named by the trainer's step (a resumed run draws as before);
+                # batch streams keep the count of calls they were seeded with before.
+                row = self.p2s.sample_streams == "row" and batch.step is not None
+                step = batch.step if row else seen
                 values = self.path_rewards(
-                    policy, tokenizer, rows, [golds[i] for i in todo], seen, batch.retriever or self.retriever
+                    policy, tokenizer, rows, [golds[i] for i in todo], step, batch.retriever or self.retriever, batch.seed
                 )
             for i, v in zip(todo, values, strict=True):
                 path[i] = v
@@ -178,11 +198,13 @@ class P2SReward:
         tokenizer: Any,
         trajectories: Sequence[Trajectory],
         golds: Sequence[Sequence[str]],
-        seed: int = 0,
+        step: int = 0,
         retriever: Retriever | None = None,
+        seed: int = 0,
     ) -> list[float]:
         """``R_PFR-w`` (Eq. 8) of each trajectory against its group's synthesized ``o*`` (the
-        candidates search ``retriever``, else this reward's own)."""
+        candidates search ``retriever``, else this reward's own; their streams are named by the RL
+        run's ``seed`` and the batch's ``step``: :func:`synthesize`)."""
         cfg = self.p2s
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         open_id = tokenizer.convert_tokens_to_ids(ANSWER_OPEN)
@@ -192,7 +214,7 @@ class P2SReward:
         # The question with its retrieval partition (the trajectory keeps it in its metadata).
         source = {t.id: Record(t.id, t.question, [gold[t.id]], dict(t.metadata)) for t in trajectories}
         records = [source[q] for q in firsts]
-        candidates = synthesize(policy, tokenizer, records, cfg, retriever or self.retriever, cfg.synthesis.seed + seed)
+        candidates = synthesize(policy, tokenizer, records, cfg, retriever or self.retriever, seed, step)
         target = {q: answer_target(tokenizer, gold[q]) for q in firsts}
 
         # --- answer passes: S_k of the well-formed candidates, and Eq. 7 of every trajectory
@@ -250,6 +272,7 @@ __all__ = [
     "P2SReward",
     "Pass",
     "answer_target",
+    "hint_seed",
     "reasoning_path",
     "sequence_logprobs",
     "synthesize",

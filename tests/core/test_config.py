@@ -248,3 +248,29 @@ def test_step_counts_the_trainer_would_misread_are_refused(key: str, value: int,
     with pytest.raises(DataError, match=f"--set {key}={value}"):
         apply_overrides(SFTConfig(), [f"{key}={value}"])
     assert SFTConfig(max_steps=-1).max_steps == -1 and SFTConfig(max_steps=1).max_steps == 1
+
+
+def test_later_fields_in_an_unused_method_block_are_left_out_whatever_they_hold() -> None:
+    """Hand-built plain data: ``p2s`` is used only under ``form: p2s`` (METHOD_BLOCKS). A later
+    field there is dropped at any value (and at any depth of the block) where the block is unused;
+    elsewhere, and in a used block, only at its old value."""
+    from prorag.core.config import LATER_FIELDS, METHOD_BLOCKS, used_settings, without_later_fields
+
+    assert METHOD_BLOCKS["p2s"] == ("form", "p2s") and LATER_FIELDS["sample_streams"] == "batch"
+    block = {"k": 4, "sample_streams": "row", "synthesis": {"resume_early": False, "top_k": 3}}
+    unused = {"form": "paper", "p2s": block, "sample_streams": "row"}
+    assert used_settings(unused) == {"form": "paper", "p2s": {"k": 4, "synthesis": {"top_k": 3}}, "sample_streams": "row"}
+    assert without_later_fields(unused) == used_settings(unused)  # "row" is not the old value outside the block
+    used = {"form": "p2s", "p2s": block}
+    assert used_settings(used) == used
+    assert without_later_fields(used) == used  # neither later field holds its old value
+    assert without_later_fields({"form": "p2s", "p2s": {"sample_streams": "batch"}}) == {"form": "p2s", "p2s": {}}
+    # Fields added before the `since`-th are kept in an unused block too: a marker then held them.
+    since = list(LATER_FIELDS).index("sample_streams")
+    assert without_later_fields(unused, since) == {
+        "form": "paper",
+        "p2s": {"k": 4, "synthesis": block["synthesis"]},
+        "sample_streams": "row",
+    }
+    # Without the switch beside it a block named like one is kept as it is.
+    assert used_settings({"p2s": block}) == {"p2s": block}

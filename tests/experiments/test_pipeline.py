@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from prorag.core.config import load_config
+from prorag.core.config import apply_overrides, load_config, used_settings
 from prorag.data.jsonl import read_json, read_jsonl
 from prorag.data.records import Record
 from prorag.experiments.pipeline import (
@@ -304,7 +304,9 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
         run.stage("rl-grpo-seed0", dataclasses.replace(config, question_filter="mixed"), lambda: calls.append("mixed"))
     # A marker written after `question_filter` and `screening_file` existed and before
     # `screening_strata` (and the rollout settings added after it): it holds the first two, not the rest.
-    between = _without_keys(dataclasses.asdict(config), {"screening_strata", "decode_graphs", "resume_early", "scoring_rows"})
+    between = _without_keys(
+        dataclasses.asdict(config), {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams"}
+    )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
     marker = {"stage": "rl-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
@@ -350,13 +352,56 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     from prorag.stages.rl import RLConfig
 
     rl = RLConfig(learning_rate=2e-4)
-    old_rl = _without_keys(dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows"})
+    old_rl = _without_keys(dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams"})
     marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(old_rl, root=tmp_path), "seconds": 1.0}
     (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
     assert calls == []
     with pytest.raises(ValueError, match="finished with other settings"):
         run.stage("rl-grpo-seed0", dataclasses.replace(rl, scoring_rows=16), lambda: calls.append("16"))
+
+
+def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_path: Path) -> None:
+    """``outcome_reward.p2s.sample_streams`` came after every RL marker: an outcome-only run made
+    before it resumes whatever the field holds (the run never reads P2S's block), and a new marker
+    of such a run does not hash it; a P2S run made before it matches only with ``batch`` (how its
+    candidates were drawn)."""
+    from prorag.experiments.pipeline import Run, fingerprint
+    from prorag.stages.rl import RLConfig
+
+    grpo = RLConfig(learning_rate=2e-4)
+    assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
+    before = dataclasses.asdict(grpo)
+    del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
+    (tmp_path / "stages").mkdir()
+    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    calls: list[str] = []
+    run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
+    run.stage("rl-grpo-seed0", grpo, lambda: calls.append("rerun"))
+    run.stage("rl-grpo-seed0", apply_overrides(grpo, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("batch"))
+    assert calls == []
+    with pytest.raises(ValueError, match="finished with other settings"):  # a field the run reads still counts
+        run.stage("rl-grpo-seed0", dataclasses.replace(grpo, learning_rate=1e-4), lambda: calls.append("lr"))
+
+    # A new marker of an outcome-only run: the same key whatever P2S's field holds.
+    run.stage("rl-new", grpo, lambda: calls.append("new"))
+    run.stage("rl-new", apply_overrides(grpo, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("again"))
+    assert calls == ["new"]
+    written = json.loads((tmp_path / "stages" / "rl-new.json").read_text(encoding="utf-8"))["fingerprint"]
+    keyed = used_settings(grpo)
+    assert written == fingerprint(keyed, root=tmp_path) and "sample_streams" not in keyed["outcome_reward"]["p2s"]
+
+    # A P2S run from before: its candidates came from one generator per call.
+    p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
+    old_p2s = dataclasses.asdict(p2s)
+    del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
+    marker = {"stage": "rl-p2s-seed0", "config_schema": 2, "fingerprint": fingerprint(old_p2s, root=tmp_path), "seconds": 1.0}
+    (tmp_path / "stages" / "rl-p2s-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))
+    assert calls == ["new"]
+    with pytest.raises(ValueError, match="finished with other settings"):
+        run.stage("rl-p2s-seed0", p2s, lambda: calls.append("row streams"))
 
 
 def test_non_default_fields_round_trip() -> None:

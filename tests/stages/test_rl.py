@@ -817,7 +817,10 @@ def test_p2s_reward_trains_a_few_steps(
     monkeypatch.setattr(p2s.P2SReward, "path_rewards", lambda self, *a, **k: paths.append(real(self, *a, **k)) or paths[-1])
     searched_with: list[Any] = []  # the gold-conditioned samples search like the rollouts: the trainer's retriever
     real_synthesize = p2s.synthesize
-    monkeypatch.setattr(p2s, "synthesize", lambda *a, **k: searched_with.append(a[4]) or real_synthesize(*a, **k))
+    streams: list[tuple[int, int]] = []  # (RL seed, trainer step) name the candidates' streams
+    monkeypatch.setattr(
+        p2s, "synthesize", lambda *a, **k: searched_with.append(a[4]) or streams.append(a[5:7]) or real_synthesize(*a, **k)
+    )
     unreachable = [Record(r.id, r.question, ["Nobody"], r.metadata) for r in records]
     cfg = apply_overrides(
         fast_config(rollout=GOLD_ROLLOUT, process_reward="none", advantage="grpo", group_size=4, per_device_batch_size=8),
@@ -826,6 +829,7 @@ def test_p2s_reward_trains_a_few_steps(
             "outcome_reward.p2s.k=2",
             "outcome_reward.p2s.synthesis.max_actions=2",
             "outcome_reward.p2s.synthesis.max_action_tokens=8",
+            "seed=3",
         ],
     )
     model = make_tiny_model(world_tokenizer)
@@ -833,6 +837,7 @@ def test_p2s_reward_trains_a_few_steps(
     train_rl(cfg, tmp_path, model=model, tokenizer=world_tokenizer, records=unreachable, retriever=tiny_retriever)
     assert len(paths) == 2 and all(math.isfinite(x) for xs in paths for x in xs) and any(paths)
     assert searched_with and all(r is tiny_retriever for r in searched_with)
+    assert streams == [(3, 0), (3, 1)]
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "outcome_reward" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
     assert any(n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])), "training must move the weights"

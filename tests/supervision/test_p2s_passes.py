@@ -119,7 +119,9 @@ def test_synthesis_keeps_the_most_likely_gold_path_and_the_reward_is_eq_6_to_8(
     candidates = [build(tok, record, "Dadal", "Fedek", cut=True), valid[order[0]], best, valid[order[1]]]
     asked: list[tuple[list[Record], int]] = []
 
-    def fake_synthesize(policy: Any, tokenizer: Any, records: list[Record], config: P2SConfig, retriever: Any, seed: int) -> Any:
+    def fake_synthesize(
+        policy: Any, tokenizer: Any, records: list[Record], config: P2SConfig, retriever: Any, seed: int, step: int
+    ) -> Any:
         asked.append((records, config.k))
         return [candidates for _ in records]
 
@@ -178,3 +180,55 @@ def test_synthesis_samples_k_paths_per_question_given_the_gold_answer(model: Any
     hinted = prompt_token_ids(world_tokenizer, f"{record.question}\nThe answer is: Fedek")
     assert all(t.prompt_ids == hinted for c in out for t in c)
     assert len({tuple(t.completion_ids) for t in out[0]}) > 1  # sampled, not greedy
+
+
+def test_row_streams_give_a_question_the_same_candidates_beside_any_other(
+    model: Any, world_tokenizer: Any, record: Record, tiny_world: Path
+) -> None:
+    """With ``sample_streams: row`` a question's K candidates depend on (synthesis seed, RL seed,
+    step, question id, candidate), not on which other questions need a path reward in the same
+    call; another step or RL seed draws others. The streams are :func:`stream_seed` digests."""
+    from prorag.agent.rollout import RolloutConfig
+    from prorag.agent.sampling import stream_seed
+
+    other = next(r for r in read_records(tiny_world / "train.jsonl") if r.id != record.id)
+    config = P2SConfig(k=3, synthesis=RolloutConfig(max_actions=2, max_action_tokens=8, max_completion_tokens=32))
+    assert config.sample_streams == "row"
+    assert p2s.hint_seed(config, 5, 2, record.id, 1) == stream_seed("prorag-p2s", 0, 5, 2, record.id, 1)
+
+    def paths(records: list[Record], cfg: P2SConfig = config, seed: int = 5, step: int = 2) -> list[tuple[int, ...]]:
+        out = p2s.synthesize(model, world_tokenizer, records, cfg, seed=seed, step=step)
+        return [tuple(t.completion_ids) for t in out[[r.id for r in records].index(record.id)]]
+
+    alone = paths([record])
+    assert len(set(alone)) > 1
+    assert paths([other, record]) == alone
+    assert paths([record], step=3) != alone and paths([record], seed=6) != alone
+    # One generator per call: the candidates follow the question's place in the batch.
+    batch = P2SConfig(k=3, synthesis=config.synthesis, sample_streams="batch")
+    assert paths([record], batch) == paths([record], batch, seed=6)  # the RL seed is not part of it
+    assert paths([other, record], batch) != paths([record], batch)
+
+
+def test_the_reward_names_its_streams_by_the_trainers_step(
+    monkeypatch: pytest.MonkeyPatch, model: Any, world_tokenizer: Any, record: Record
+) -> None:
+    """The trainer's seed and step reach :func:`p2s.synthesize` with row streams; without a step
+    (outside a trainer), or with batch streams, the reward's own count of calls stands in."""
+    asked: list[tuple[int, int]] = []
+
+    def fake_synthesize(
+        policy: Any, tokenizer: Any, records: list[Record], config: P2SConfig, retriever: Any, seed: int, step: int
+    ) -> Any:
+        asked.append((seed, step))
+        return [[] for _ in records]
+
+    monkeypatch.setattr(p2s, "synthesize", fake_synthesize)
+    group = [build(world_tokenizer, record, "Kothir", "Shuruth"), build(world_tokenizer, record, "Dadal", "Viandul")]
+    golds = [["Fedek"]] * 2
+    for streams in ("row", "batch"):
+        reward = OUTCOME_REWARDS.get("p2s")(OutcomeRewardConfig(form="p2s", p2s=P2SConfig(sample_streams=streams)))
+        policy = make_tiny_model(world_tokenizer, seed=1)  # a fresh policy: the count of calls starts at 0
+        reward(RewardInputs(group, golds, world_tokenizer, None, policy, seed=7, step=12))
+        reward(RewardInputs(group, golds, world_tokenizer, None, policy, seed=7))
+    assert asked == [(7, 12), (7, 1), (7, 0), (7, 1)]

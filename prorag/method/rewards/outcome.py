@@ -170,8 +170,9 @@ class RewardInputs:
     one's question. ``records`` (one per trajectory), ``policy`` (the model being trained,
     unwrapped) and ``retriever`` (the rollouts' search engine) are given by the trainer for the
     rewards that need them (HiPRAG re-asks sub-queries, P2S samples gold-conditioned searches);
-    the others ignore them. One object rather than six arguments, so a reward that needs one
-    more input from the trainer adds a field here and no signature changes."""
+    the others ignore them; ``seed`` and ``step`` name a sampling reward's streams. One object
+    rather than eight arguments, so a reward that needs one more input from the trainer adds a
+    field here and no signature changes."""
 
     trajectories: Sequence[Trajectory]
     golds: Sequence[Sequence[str]]
@@ -179,6 +180,11 @@ class RewardInputs:
     records: Sequence[Record] | None = None
     policy: Any = None
     retriever: Any = None
+    seed: int = 0
+    """The RL run's seed (a reward that samples, P2S, names its streams with it)."""
+    step: int | None = None
+    """The trainer's step when the batch was generated (``None`` outside a trainer: a reward that
+    samples then counts its own calls)."""
 
     def __post_init__(self) -> None:
         if len(self.trajectories) != len(self.golds):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prorag.agent.rollout import RolloutConfig
+from prorag.agent.sampling import SampleStreams, check_sample_streams
 from prorag.core.config import setting
 
 StepUnit = Literal["tags", "chunks"]
@@ -65,7 +66,15 @@ class P2SConfig:
     )
     synthesis: RolloutConfig = setting(
         factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
-        help="The rollout engine's settings for the K candidates (sampled; `seed` is offset by the batch count).",
+        help="The rollout engine's settings for the K candidates (sampled; `seed` is a part of every candidate's "
+        "stream with `sample_streams: row`, and offset by the batch count with `batch`).",
+    )
+    sample_streams: SampleStreams = setting(
+        "row",
+        help="`row`: candidate j of a question draws from its own stream, seeded by (synthesis seed, the RL seed, the "
+        "trainer's step, question id, j), so a question's candidates do not depend on which other groups of the batch "
+        "need a path reward, on the batch size or on the process count; `batch`: one generator per call, seeded by "
+        "synthesis seed + the batch count (whatever the RL seed), as runs made before this setting.",
     )
     batch_size: int = setting(64, help="Sequences per padded forward pass of the likelihood passes.")
 
@@ -77,6 +86,7 @@ class P2SConfig:
                 raise ValueError(f"P2SConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup_steps < 0:
             raise ValueError(f"P2SConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check_sample_streams(self.sample_streams, "P2SConfig")
 
 
 def step_weights(m: int) -> list[float]:

@@ -275,6 +275,14 @@ def test_a_moved_run_folder_still_matches_its_markers(tmp_path: Path) -> None:
     assert calls == ["first"]
 
 
+def _write_marker(run_dir: Path, stage: str, settings: Any) -> None:
+    """A stage marker as an earlier version wrote it: ``settings`` (plain data, as it hashed them)
+    fingerprinted relative to ``run_dir``."""
+    (run_dir / "stages").mkdir(exist_ok=True)
+    marker = {"stage": stage, "config_schema": 2, "fingerprint": fingerprint(settings, root=run_dir), "seconds": 1.0}
+    (run_dir / "stages" / f"{stage}.json").write_text(json.dumps(marker), encoding="utf-8")
+
+
 def _without_keys(value: Any, names: set[str]) -> Any:
     """Plain config data with the fields ``names`` dropped at every depth (nested rollouts too)."""
     if isinstance(value, dict):
@@ -286,16 +294,14 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     """An RL stage fingerprinted before ``question_filter`` existed is skipped while the new
     field keeps its old-behaviour value (``none``), and counts as changed with any other."""
     from prorag.core.config import LATER_FIELDS, without_later_fields
-    from prorag.experiments.pipeline import Run, fingerprint
+    from prorag.experiments.pipeline import Run
     from prorag.stages.rl import RLConfig
 
     assert LATER_FIELDS["question_filter"] == "none"
     config = RLConfig(learning_rate=2e-4)
     before = _without_keys(dataclasses.asdict(config), set(LATER_FIELDS))
     assert without_later_fields(config) == before
-    (tmp_path / "stages").mkdir()
-    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
     run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
     run.stage("rl-grpo-seed0", config, lambda: calls.append("rerun"))
@@ -309,8 +315,7 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
-    marker = {"stage": "rl-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "rl-between.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "rl-between", between)
     run.stage("rl-between", config, lambda: calls.append("rerun"))
     assert calls == []
     with pytest.raises(ValueError, match="finished with other settings"):
@@ -324,7 +329,7 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     only with ``sample_streams: batch`` (how it sampled): today's default, row streams, draws other
     trees, so the finished stage counts as made with other settings."""
     from prorag.core.config import LATER_FIELDS
-    from prorag.experiments.pipeline import Run, fingerprint
+    from prorag.experiments.pipeline import Run
     from prorag.stages.mcts import MCTSConfig
 
     assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"] and LATER_FIELDS["sample_streams"] == "batch"
@@ -332,13 +337,10 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     settings = dataclasses.asdict(config)
     before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams"})
     assert before != settings
-    (tmp_path / "stages").mkdir()
-    marker = {"stage": "mcts", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "mcts.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "mcts", before)
     # A marker written after `decode_graphs` and before `resume_early`.
     between = _without_keys(settings, {"resume_early", "sample_streams"})
-    marker = {"stage": "mcts-between", "config_schema": 2, "fingerprint": fingerprint(between, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "mcts-between.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "mcts-between", between)
     calls: list[str] = []
     run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
     run.stage("mcts", config, lambda: calls.append("rerun"))
@@ -353,8 +355,7 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
 
     rl = RLConfig(learning_rate=2e-4)
     old_rl = _without_keys(dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams"})
-    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(old_rl, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
     assert calls == []
     with pytest.raises(ValueError, match="finished with other settings"):
@@ -373,9 +374,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
     assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
     before = dataclasses.asdict(grpo)
     del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
-    (tmp_path / "stages").mkdir()
-    marker = {"stage": "rl-grpo-seed0", "config_schema": 2, "fingerprint": fingerprint(before, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "rl-grpo-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
     run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
     run.stage("rl-grpo-seed0", grpo, lambda: calls.append("rerun"))
@@ -396,8 +395,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
     p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
     old_p2s = dataclasses.asdict(p2s)
     del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
-    marker = {"stage": "rl-p2s-seed0", "config_schema": 2, "fingerprint": fingerprint(old_p2s, root=tmp_path), "seconds": 1.0}
-    (tmp_path / "stages" / "rl-p2s-seed0.json").write_text(json.dumps(marker), encoding="utf-8")
+    _write_marker(tmp_path, "rl-p2s-seed0", old_p2s)
     run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))
     assert calls == ["new"]
     with pytest.raises(ValueError, match="finished with other settings"):

@@ -508,10 +508,9 @@ class Run:
                 )
             # Markers written before fingerprints were relative to the run folder hash its absolute
             # paths: they still match while the folder has not moved; markers written before a
-            # LATER_FIELDS setting existed match while it keeps its old-behaviour value (or while it
-            # sits in a method block the stage does not use); markers written before METHOD_BLOCKS
-            # hash every setting as it is.
-            accepted = {key, fingerprint(used), fingerprint(settings, root=self.dir), fingerprint(settings)}
+            # LATER_FIELDS setting existed match while it keeps its old-behaviour value, or at any
+            # value while it sits in a method block the stage does not use (METHOD_BLOCKS).
+            accepted = {key, fingerprint(used)}
             for earlier in earlier_forms(settings):
                 accepted |= {fingerprint(earlier, root=self.dir), fingerprint(earlier)}
             if done.get("fingerprint") not in accepted:

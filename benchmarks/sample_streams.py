@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
-from prorag.agent.sampling import SampleStreams
+from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import load_policy
@@ -41,8 +41,6 @@ from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import open_retriever
 from prorag.stages.rft import question_chunks, sample_chunk
-
-SIDES: tuple[SampleStreams, ...] = ("row", "batch")
 
 
 def sample(engine: RolloutEngine, records: list[Record], n: int, streams: SampleStreams) -> tuple[float, int, list[list[int]]]:
@@ -100,7 +98,7 @@ def main() -> None:
     toks: dict[str, int] = {}
     first: dict[str, list[list[int]]] = {}
     for _ in range(args.repeats):
-        for side in SIDES:
+        for side in SAMPLE_STREAMS:
             seconds, tokens, out = sample(base, records, args.samples, side)
             best[side] = min(best.get(side, float("inf")), seconds)
             toks[side], first[side] = tokens, out
@@ -111,7 +109,7 @@ def main() -> None:
         f"best of {args.repeats}"
     )
     rows = []
-    for side in SIDES:
+    for side in SAMPLE_STREAMS:
         rows.append(
             {
                 "streams": side,

@@ -22,7 +22,7 @@ import torch
 #: row takes in the order the batch consumes them (so its samples change with batch size,
 #: chunking, ``RolloutConfig.resume_early`` and CUDA graphs: the same distribution, other draws).
 SampleStreams = Literal["row", "batch"]
-SAMPLE_STREAMS: tuple[str, ...] = ("row", "batch")
+SAMPLE_STREAMS: tuple[SampleStreams, ...] = ("row", "batch")
 
 
 def check_sample_streams(value: str, owner: str) -> None:

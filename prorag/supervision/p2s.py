@@ -140,11 +140,12 @@ def synthesize(
         for _ in range(config.k)
     ]
     engine = RolloutEngine(policy, tokenizer, retriever or NoDocuments(), replace(config.synthesis, greedy=False))
-    if config.sample_streams == "row":
-        rows = [hint_seed(config, seed, step, r.id, j) for r in records for j in range(config.k)]
-        trajs = engine.rollout(hinted, row_seeds=rows)
-    else:
-        trajs = engine.rollout(hinted, seed=config.synthesis.seed + step)
+    rows = (
+        [hint_seed(config, seed, step, r.id, j) for r in records for j in range(config.k)]
+        if config.sample_streams == "row"
+        else None
+    )
+    trajs = engine.rollout(hinted, seed=config.synthesis.seed + step, row_seeds=rows)
     return [trajs[i * config.k : (i + 1) * config.k] for i in range(len(records))]
 
 

@@ -93,6 +93,14 @@ def ablate_cmd(
             "Keep grpo in: the other arms are tested against it."
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="process, family: run the seeds in N processes at once (each worker every arm of its seeds, with "
+            "cores/N torch threads and, where GPUs are visible, one GPU; logs in RUN/ablations/workers/), then "
+            "read them as usual. 1: one run after another."
+        ),
+    ] = 1,
 ) -> None:
     """The paper's ablations on the pipeline's run folder, with seeds and paired t-tests against full ProRAG
     (process and family: against outcome-only GRPO)."""
@@ -118,6 +126,7 @@ def ablate_cmd(
             results_dir=results_dir,
             command=command,
             arms=names,
+            workers=workers,
         )
     )
 

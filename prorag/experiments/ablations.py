@@ -471,6 +471,7 @@ def arms_ablation(
     offline: Mapping[str, Callable[[Run, int], str]] | None = None,
     only: Sequence[str] | None = None,
     controls: Mapping[str, str] = CONTROLS,
+    train_only: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate every arm (those named in ``only``, when given) for each seed
     (``process_seeds`` unless given), then :func:`process_statistics` with the evaluation's
@@ -478,10 +479,12 @@ def arms_ablation(
     arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
     ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike;
-    ``controls`` (arm -> control) are tested where both ran."""
+    ``controls`` (arm -> control) are tested where both ran. ``train_only``: the runs and their
+    evaluations, no statistics (a worker's share, :mod:`prorag.experiments.workers`; any number
+    of seeds); returns ``{}``."""
     cfg = run.config
     seeds = list(seeds if seeds is not None else cfg.process_seeds)
-    if len(seeds) < 2:
+    if len(seeds) < 2 and not train_only:
         raise ValueError(f"the {label} needs at least 2 seeds per arm (a 95% CI over seeds), got {seeds}")
     if only is not None:
         arms, offline = select_arms(arms, only, label, offline)
@@ -498,6 +501,8 @@ def arms_ablation(
         for seed in seeds:
             name = rl_run_name(arm, seed)
             ev_dir = evaluate_on_test(run, name, train(seed), ev)
+            if train_only:
+                continue
             predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
             measured = read_json(ev_dir / "metrics.json")
             # None where not measured: no over-search without re-asking, no RL step for an offline arm.
@@ -507,6 +512,8 @@ def arms_ablation(
             chosen = dev_selection(run.path("rl", name))
             extras[arm][seed]["selected_step"] = chosen["step"] if chosen else None
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
+    if train_only:
+        return {}
     return {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
@@ -516,16 +523,26 @@ def arms_ablation(
 
 
 def process_ablation(
-    run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
+    run: Run,
+    progress: Callable[[str], None],
+    seeds: Sequence[int] | None = None,
+    only: Sequence[str] | None = None,
+    train_only: bool = False,
 ) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from) and the
     config's extra arms (:func:`ablation_arms`)."""
     arms = ablation_arms(run.config, "process")
-    return arms_ablation(run, arms.rl, progress, seeds, label="process ablation", only=only, controls=arms.controls)
+    return arms_ablation(
+        run, arms.rl, progress, seeds, label="process ablation", only=only, controls=arms.controls, train_only=train_only
+    )
 
 
 def family_ablation(
-    run: Run, progress: Callable[[str], None], seeds: Sequence[int] | None = None, only: Sequence[str] | None = None
+    run: Run,
+    progress: Callable[[str], None],
+    seeds: Sequence[int] | None = None,
+    only: Sequence[str] | None = None,
+    train_only: bool = False,
 ) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`FAMILY_ARMS` and the config's extra arms
     (:func:`ablation_arms`) with :data:`FAMILY_METRICS` (the methods compared)."""
@@ -541,6 +558,7 @@ def family_ablation(
         offline=arms.offline,
         only=only,
         controls=arms.controls,
+        train_only=train_only,
     )
 
 
@@ -572,11 +590,13 @@ def run_ablation(
     results_dir: Path | None = None,
     command: str = "",
     arms: Sequence[str] | None = None,
+    workers: int = 1,
 ) -> str:
     """Run one ablation in ``run_dir`` (the pipeline first, skipping what is done) and merge its
     numbers into ``results.json``; returns a table for the terminal. ``seeds``, ``results_dir``,
-    ``command`` and ``arms`` (a subset, :func:`select_arms`) are the arms ablations'
-    (:func:`process_ablation`, :func:`family_ablation`, :func:`write_arms_results`)."""
+    ``command``, ``arms`` (a subset, :func:`select_arms`) and ``workers`` (the seeds spread over
+    that many processes, :func:`~prorag.experiments.workers.run_in_workers`) are the arms
+    ablations' (:func:`process_ablation`, :func:`family_ablation`, :func:`write_arms_results`)."""
     # The arms are checked before the pipeline runs, not after hours of it.
     if what in ("process", "family"):
         known = ablation_arms(config, what)
@@ -584,6 +604,8 @@ def run_ablation(
             select_arms(known.rl, arms, f"{what} ablation", known.offline)
     elif arms is not None:
         raise ValueError(f"--arms applies to --what process or family, not {what!r}")
+    if workers < 1 or (workers > 1 and what not in ("process", "family")):
+        raise ValueError(f"--workers must be 1, or more with --what process or family; got {workers} with {what!r}")
     results = run_pipeline(config, run_dir, progress=progress)
     if what == "table2":
         lines = [results_table(results), "", "paired t-test against full ProRAG (per-question EM / F1):"]
@@ -602,6 +624,11 @@ def run_ablation(
         text = "\n".join(f"top-{k}: EM {r['em']:.3f}  F1 {r['f1']:.3f}" for k, r in results["topk"].items())
     elif what in ("process", "family"):
         ablation = process_ablation if what == "process" else family_ablation
+        if workers > 1:
+            from prorag.experiments.workers import run_in_workers
+
+            # The workers train and evaluate every run; the pass below finds them done and reads them.
+            run_in_workers(run, what, seeds if seeds is not None else run.config.process_seeds, arms, workers, progress)
         results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what

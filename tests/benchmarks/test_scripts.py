@@ -65,6 +65,12 @@ def _sample_streams(out: dict[str, Any]) -> None:
     assert row["same_with_barrier"] == 1.0 and row["same_at_twice_the_batch"] == 1.0, "row streams sampled other tokens"
 
 
+def _ablate_workers(out: dict[str, Any]) -> None:
+    assert out["runs"] == 2 and out["workers"] == 2 and _finite_positive(out["speedup"])
+    # The sides' threads per run differ on most machines, so their floats may part on near-ties.
+    assert 0.5 <= out["same_predictions"] <= 1.0
+
+
 def _served(out: dict[str, Any]) -> None:
     assert _finite_positive(out["ratio"]) and out["max_in_flight"] >= 1
 
@@ -87,6 +93,7 @@ SCRIPTS: dict[str, tuple[list[str], Callable[[Any], None]]] = {
         ["--questions", "4", "--samples", "2", "--batch", "4", "--repeats", "1", "--max-action-tokens", "16"],
         _sample_streams,
     ),
+    "ablate_workers.py": (["--seeds", "2", "--rl-steps", "1", "--arms", "grpo"], _ablate_workers),
     "served.py": (["--questions", "4", "--rounds", "1", "--latency", "0.01", "--concurrency", "2"], _served),
 }
 

@@ -562,6 +562,38 @@ def family_ablation(
     )
 
 
+def worker_main(argv: Sequence[str] | None = None) -> None:
+    """One worker of ``prorag ablate --workers N`` (:mod:`prorag.experiments.workers` starts it):
+    the runs and evaluations of some seeds of an ablation, no statistics."""
+    import argparse
+
+    import torch
+
+    from prorag.core.config import load_config
+
+    parser = argparse.ArgumentParser(
+        prog="prorag-ablation-worker",
+        description="One worker of `prorag ablate --workers N` (started by it; see prorag.experiments.workers).",
+    )
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True, help="the run's resolved PipelineConfig (YAML)")
+    parser.add_argument("--what", choices=("process", "family"), required=True)
+    parser.add_argument("--seeds", required=True, help="comma-separated")
+    parser.add_argument("--threads", type=int, required=True, help="torch CPU threads")
+    parser.add_argument("--arms", default=None, help="comma-separated; default all")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    run = Run(args.run_dir, resolve(load_config(args.config, PipelineConfig)), say)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    arms = [a for a in args.arms.split(",") if a] if args.arms else None
+    ablation = process_ablation if args.what == "process" else family_ablation
+    ablation(run, say, seeds, arms, train_only=True)
+
+
 def write_arms_results(
     run_dir: Path,
     result: Mapping[str, Any],
@@ -628,7 +660,9 @@ def run_ablation(
             from prorag.experiments.workers import run_in_workers
 
             # The workers train and evaluate every run; the pass below finds them done and reads them.
-            run_in_workers(run, what, seeds if seeds is not None else run.config.process_seeds, arms, workers, progress)
+            chosen = (known.rl, known.offline) if arms is None else select_arms(known.rl, arms, f"{what} ablation", known.offline)
+            todo = seeds if seeds is not None else run.config.process_seeds
+            run_in_workers(run, what, todo, arms, [*chosen[0], *chosen[1]], workers, progress)
         results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what
@@ -676,5 +710,6 @@ __all__ = [
     "training_signals",
     "train_and_test",
     "train_rl_policy",
+    "worker_main",
     "write_arms_results",
 ]

@@ -3,7 +3,8 @@
 Every arm and seed of ``--what process`` or ``family`` is an independent RL run and test
 evaluation, each a stage of the run folder with its own marker. One after another they leave most
 of a machine idle: a small model's ops do not fill many cores, and one RL run uses one GPU.
-``--workers N`` starts N processes of :func:`main` on the same run folder, and worker i trains and
+``--workers N`` starts N processes of :func:`~prorag.experiments.ablations.worker_main` on the same
+run folder, and worker i trains and
 evaluates every arm of the seeds ``seeds[i::N]``:
 
 * **By seed, not by run**, because the arms of one seed share a file: the screening of their RL
@@ -21,7 +22,6 @@ repeats exactly at the same threads per run: the same ``--workers`` on the same 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -79,11 +79,16 @@ def worker_env(index: int, workers: int, env: Mapping[str, str], cores: int, gpu
     return out
 
 
+#: The worker's entry point: :func:`prorag.experiments.ablations.worker_main` (named, not imported:
+#: the ablations call this module, so importing them here would close a cycle).
+WORKER_ENTRY = "from prorag.experiments.ablations import worker_main; worker_main()"
+
+
 def worker_command(
     run_dir: Path, config_file: Path, what: str, seeds: Sequence[int], arms: Sequence[str] | None, threads: int
 ) -> list[str]:
-    """The command line of one worker: this module's :func:`main` under the parent's Python."""
-    cmd = [sys.executable, "-m", "prorag.experiments.workers", "--run-dir", str(run_dir), "--config", str(config_file)]
+    """The command line of one worker: the ablations' :data:`WORKER_ENTRY` under the parent's Python."""
+    cmd = [sys.executable, "-c", WORKER_ENTRY, "--run-dir", str(run_dir), "--config", str(config_file)]
     cmd += ["--what", what, "--seeds", ",".join(str(s) for s in seeds), "--threads", str(threads)]
     return cmd + (["--arms", ",".join(arms)] if arms else [])
 
@@ -143,22 +148,20 @@ def run_in_workers(
     what: str,
     seeds: Sequence[int],
     arms: Sequence[str] | None,
+    names: Sequence[str],
     workers: int,
     progress: Callable[[str], None] = print,
 ) -> None:
-    """Train and evaluate every run of the ``what`` ablation (its ``arms``, default all, and
-    ``seeds``) in up to ``workers`` processes (:func:`seed_shards`, :func:`worker_env`), and wait
-    for them (:func:`supervise`). The workers read the run's resolved config from
-    ``RUN/ablations/workers/WHAT_config.yaml`` and log to ``RUN/ablations/workers/WHAT-workerI.log``
-    (appended to, so a resumed ablation keeps the first attempt's log)."""
-    from prorag.experiments.ablations import ablation_arms, select_arms
-
-    known = ablation_arms(run.config, what)
-    rl, offline = (known.rl, known.offline) if arms is None else select_arms(known.rl, arms, f"{what} ablation", known.offline)
+    """Train and evaluate every run of the ``what`` ablation (its ``arms`` as the command named
+    them, None for all, whose ``names`` are the arms to count, and ``seeds``) in up to ``workers``
+    processes (:func:`seed_shards`, :func:`worker_env`), and wait for them (:func:`supervise`).
+    The workers read the run's resolved config from ``RUN/ablations/workers/WHAT_config.yaml`` and
+    log to ``RUN/ablations/workers/WHAT-workerI.log`` (appended to, so a resumed ablation keeps the
+    first attempt's log)."""
     folder = run.path("ablations", "workers")
     config_file = folder / f"{what}_config.yaml"
     write_resolved_config(run.config, config_file)
-    markers = [run.path("stages", f"eval-{rl_run_name(arm, seed)}.json") for arm in [*rl, *offline] for seed in seeds]
+    markers = [run.path("stages", f"eval-{rl_run_name(arm, seed)}.json") for arm in names for seed in seeds]
     shards = seed_shards(seeds, workers)
     cores, gpus = available_cores(), visible_gpus()
     started: list[Worker] = []
@@ -182,41 +185,10 @@ def run_in_workers(
             f.close()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """One worker: the runs and evaluations of some seeds of an ablation, no statistics."""
-    parser = argparse.ArgumentParser(
-        prog="python -m prorag.experiments.workers",
-        description="One worker of `prorag ablate --workers N` (started by it; see prorag.experiments.workers).",
-    )
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True, help="the run's resolved PipelineConfig (YAML)")
-    parser.add_argument("--what", choices=("process", "family"), required=True)
-    parser.add_argument("--seeds", required=True, help="comma-separated")
-    parser.add_argument("--threads", type=int, required=True, help="torch CPU threads")
-    parser.add_argument("--arms", default=None, help="comma-separated; default all")
-    args = parser.parse_args(argv)
-    import torch
-
-    from prorag.core.config import load_config
-    from prorag.experiments.ablations import family_ablation, process_ablation
-    from prorag.experiments.pipeline import PipelineConfig, resolve
-
-    torch.set_num_threads(args.threads)
-
-    def say(message: str) -> None:
-        print(message, flush=True)
-
-    run = Run(args.run_dir, resolve(load_config(args.config, PipelineConfig)), say)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    arms = [a for a in args.arms.split(",") if a] if args.arms else None
-    ablation = process_ablation if args.what == "process" else family_ablation
-    ablation(run, say, seeds, arms, train_only=True)
-
-
 __all__ = [
+    "WORKER_ENTRY",
     "Worker",
     "available_cores",
-    "main",
     "run_in_workers",
     "seed_shards",
     "supervise",
@@ -224,6 +196,3 @@ __all__ = [
     "worker_command",
     "worker_env",
 ]
-
-if __name__ == "__main__":
-    main()

@@ -48,7 +48,7 @@ def test_each_worker_gets_its_share_of_the_cores_and_one_gpu() -> None:
 
 def test_a_worker_runs_this_module_with_its_seeds_and_arms(tmp_path: Path) -> None:
     cmd = workers.worker_command(tmp_path / "run", tmp_path / "c.yaml", "family", [1, 3], ["grpo", "dpo"], 2)
-    assert cmd[:3] == [sys.executable, "-m", "prorag.experiments.workers"]
+    assert cmd[:3] == [sys.executable, "-c", workers.WORKER_ENTRY]
     assert cmd[cmd.index("--seeds") + 1] == "1,3" and cmd[cmd.index("--arms") + 1] == "grpo,dpo"
     assert cmd[cmd.index("--what") + 1] == "family" and cmd[cmd.index("--threads") + 1] == "2"
     assert "--arms" not in workers.worker_command(tmp_path, tmp_path / "c.yaml", "process", [0], None, 1)

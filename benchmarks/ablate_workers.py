@@ -2,7 +2,7 @@
 (``prorag ablate --workers N``): wall time, and whether the runs agree.
 
     python benchmarks/ablate_workers.py [--workers 2] [--seeds 4] [--arms grpo,prorag-oracle-first-error]
-        [--rl-steps 8] [--out results.json]
+        [--rl-steps 8] [--model tiny] [--out results.json]
 
 It builds the tiny world's pipeline once (SFT, MCTS, the PRM, RFT: the ``rft`` system) in a temporary
 folder, copies it twice, and runs ``--what process`` with the given arms and seeds in each copy: once
@@ -33,13 +33,21 @@ from prorag.experiments.pipeline import PipelineConfig, rl_run_name, run_pipelin
 from prorag.experiments.workers import available_cores
 
 
-def tiny_config(rl_steps: int) -> dict[str, Any]:
-    """The tiny world through every stage at a small budget; RL ``rl_steps`` steps of 4 questions x G 4."""
+def tiny_config(rl_steps: int, model: str) -> dict[str, Any]:
+    """The tiny world through every stage at a small budget with the built-in ``model``; RL ``rl_steps``
+    steps of 4 questions x G 4."""
     short = {"max_action_tokens": 24, "max_completion_tokens": 96}
     return {
         "data": {"world": "tiny", "sft_fraction": 0.5, "mcts_questions": 4, "rft_questions": 8, "dev_questions": 4},
         "top_k": 2,
-        "sft": {"max_steps": 16, "per_device_batch_size": 4, "learning_rate": 3.0e-3, "save_steps": 16, "eval_samples": 2},
+        "sft": {
+            "model": model,
+            "max_steps": 16,
+            "per_device_batch_size": 4,
+            "learning_rate": 3.0e-3,
+            "save_steps": 16,
+            "eval_samples": 2,
+        },
         "mcts": {"simulations": 2, "num_candidates": 2, "max_depth": 3, "rollout": short},
         "pairs": {"judge": "oracle", "min_visits": 1, "pairs_per_set": "all"},
         "prm": {"kind": "likelihood", "epochs": 1, "per_device_batch_size": 4, "if_no_pairs": "untrained"},
@@ -71,13 +79,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--arms", default="grpo,prorag-oracle-first-error")
     parser.add_argument("--rl-steps", type=int, default=8)
+    parser.add_argument("--model", default="tiny", help="built-in model size (tiny, small, ...)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     cores = available_cores()
     seeds, arms = list(range(args.seeds)), args.arms.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "tiny.yaml").write_text(yaml.safe_dump(tiny_config(args.rl_steps)), encoding="utf-8")
+        (root / "tiny.yaml").write_text(yaml.safe_dump(tiny_config(args.rl_steps, args.model)), encoding="utf-8")
         config = load_config(root / "tiny.yaml", PipelineConfig)
         torch.set_num_threads(cores)
         t0 = time.perf_counter()
@@ -103,6 +112,7 @@ def main() -> None:
         "arms": arms,
         "seeds": seeds,
         "rl_steps": args.rl_steps,
+        "model": args.model,
         "pipeline_seconds": round(pipeline_seconds, 1),
         "one_process_seconds": round(one, 1),
         "workers": args.workers,

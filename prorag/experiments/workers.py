@@ -4,8 +4,7 @@ Every arm and seed of ``--what process`` or ``family`` is an independent RL run 
 evaluation, each a stage of the run folder with its own marker. One after another they leave most
 of a machine idle: a small model's ops do not fill many cores, and one RL run uses one GPU.
 ``--workers N`` starts N processes of :func:`~prorag.experiments.ablations.worker_main` on the same
-run folder, and worker i trains and
-evaluates every arm of the seeds ``seeds[i::N]``:
+run folder, and worker i trains and evaluates every arm of the seeds ``seeds[i::N]``:
 
 * **By seed, not by run**, because the arms of one seed share a file: the screening of their RL
   questions (``rl/screening-rft-seedS.jsonl``), which the first of them to run writes. The other

@@ -632,8 +632,9 @@ def run_ablation(
     # The arms are checked before the pipeline runs, not after hours of it.
     if what in ("process", "family"):
         known = ablation_arms(config, what)
-        if arms is not None:
-            select_arms(known.rl, arms, f"{what} ablation", known.offline)
+        rl_arms, offline_arms = (
+            (known.rl, known.offline) if arms is None else select_arms(known.rl, arms, f"{what} ablation", known.offline)
+        )
     elif arms is not None:
         raise ValueError(f"--arms applies to --what process or family, not {what!r}")
     if workers < 1 or (workers > 1 and what not in ("process", "family")):
@@ -660,9 +661,8 @@ def run_ablation(
             from prorag.experiments.workers import run_in_workers
 
             # The workers train and evaluate every run; the pass below finds them done and reads them.
-            chosen = (known.rl, known.offline) if arms is None else select_arms(known.rl, arms, f"{what} ablation", known.offline)
             todo = seeds if seeds is not None else run.config.process_seeds
-            run_in_workers(run, what, todo, arms, [*chosen[0], *chosen[1]], workers, progress)
+            run_in_workers(run, what, todo, arms, [*rl_arms, *offline_arms], workers, progress)
         results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what

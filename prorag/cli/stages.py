@@ -213,7 +213,7 @@ def eval_cmd(
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (or use --compare A.jsonl B.jsonl)")
     metrics = evaluate_files(policy, data, index, out, cfg, device=device)  # type: ignore[arg-type]
-    shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type")}
+    shown = {k: v for k, v in metrics.items() if k not in ("config", "retrieval_steps_distribution", "by_type", "by_hops")}
     typer.echo(json.dumps(shown, indent=2))
     typer.echo(f"wrote {out}/predictions.jsonl, trajectories.jsonl, metrics.json")
 
@@ -427,7 +427,10 @@ def rft(
     cfg = source.load({"--limit": limit})
     out = run_rft_files(policy, prm, data, index, run_dir, cfg, device=device)
     counts = read_json(run_dir / "rft_counts.json")
+    by_hops = counts.pop("by_hops", None) or {}
     typer.echo("kept: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
+    for hops, c in by_hops.items():
+        typer.echo(f"  {hops}-hop questions: {c['questions']}, kept {c['trajectories_kept']} of {c['samples']} samples")
     typer.echo(f"wrote the RFT policy to {out}")
 
 

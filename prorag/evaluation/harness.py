@@ -239,7 +239,43 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             t: {"n": len(rs), "em": sum(x["em"] for x in rs) / len(rs), "f1": sum(x["f1"] for x in rs) / len(rs)}
             for t, rs in sorted(by_type.items())
         }
+    out |= search_depth(rows)
     return out
+
+
+def search_depth(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How deep the searches went against how deep the questions are, over the rows whose record
+    gives its number of hops (built-in world, MuSiQue; ``{}`` without such rows):
+
+    - ``by_hops``: per hop count, ``n``, ``em``, ``f1`` and ``mean_retrieval_steps``;
+    - ``searches_below_hops_rate``: the share of those questions answered after fewer searches
+      than hops.
+
+    The choice made: one search per hop is what the gold decompositions take, so fewer is an answer
+    given before every hop was looked up. On the built-in world, whose facts no pretrained model
+    holds, such an answer guesses at least one hop. It measures the horizon a policy keeps, which
+    EM alone hides: a policy can stop searching long chains while its EM on them stays near zero
+    either way, and self-training on correct answers (RFT, outcome RL) sees few long chains
+    succeed. A trajectory level count; HiPRAG's ``under_search_rate`` judges single reasoning steps
+    that were written without a search."""
+    known = [r for r in rows if isinstance(r.get("hops"), int) and r["hops"] > 0]
+    if not known:
+        return {}
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for r in known:
+        groups.setdefault(r["hops"], []).append(r)
+    return {
+        "by_hops": {
+            str(h): {
+                "n": len(rs),
+                "em": sum(x["em"] for x in rs) / len(rs),
+                "f1": sum(x["f1"] for x in rs) / len(rs),
+                "mean_retrieval_steps": sum(x["retrieval_steps"] for x in rs) / len(rs),
+            }
+            for h, rs in sorted(groups.items())
+        },
+        "searches_below_hops_rate": sum(r["retrieval_steps"] < r["hops"] for r in known) / len(known),
+    }
 
 
 def row_rouge1(row: dict[str, Any]) -> float:

@@ -97,9 +97,13 @@ FAMILY_METRICS: tuple[str, ...] = (
     "cover_em",
     "format_valid_rate",
     "mean_retrieval_steps",
+    "searches_below_hops_rate",
     "over_search_rate",
     "under_search_rate",
 )
+#: Per-seed evaluation metrics the process ablation reports beside EM and F1: how often and how deep
+#: each arm searches (step rewards are meant to change the steps, so a change shows here first).
+PROCESS_METRICS: tuple[str, ...] = ("format_valid_rate", "mean_retrieval_steps", "searches_below_hops_rate")
 ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process", "family")
 Ablation = Literal["table2", "beta", "topk", "process", "family"]
 
@@ -231,13 +235,21 @@ def arm_config(run: Run, arm: Arm, seed: int) -> Any:
     return replace(cfg, eval_file=rl_dev_file(run, cfg))
 
 
-def _group_em(scores: Mapping[str, float], key_of: Mapping[str, str]) -> dict[str, dict[str, float]]:
-    """Mean of per-question ``scores`` in each group of ``key_of`` (question id -> group)."""
-    groups: dict[str, list[float]] = {}
-    for qid, value in scores.items():
+def _group_em(
+    scores: Mapping[str, float], key_of: Mapping[str, str], searches: Mapping[str, float] | None = None
+) -> dict[str, dict[str, float]]:
+    """Mean of per-question ``scores`` in each group of ``key_of`` (question id -> group), and of
+    per-question ``searches`` (``searches``, where every question of the group has one)."""
+    groups: dict[str, list[str]] = {}
+    for qid in scores:
         if qid in key_of:
-            groups.setdefault(key_of[qid], []).append(value)
-    return {k: {"n": len(v), "em": sum(v) / len(v)} for k, v in sorted(groups.items())}
+            groups.setdefault(key_of[qid], []).append(qid)
+    out: dict[str, dict[str, float]] = {}
+    for key, qids in sorted(groups.items()):
+        out[key] = {"n": len(qids), "em": sum(scores[q] for q in qids) / len(qids)}
+        if searches is not None and all(q in searches for q in qids):
+            out[key]["searches"] = sum(searches[q] for q in qids) / len(qids)
+    return out
 
 
 def _versus(
@@ -301,19 +313,23 @@ def process_statistics(
         em, em_ci = mean_and_ci(v["em"] for v in per_seed.values())
         f1, f1_ci = mean_and_ci(v["f1"] for v in per_seed.values())
         scores: dict[str, list[float]] = {}
+        steps: dict[str, list[float]] = {}
         meta: dict[str, dict[str, str]] = {"type": {}, "hops": {}}
         for rows in by_seed.values():
             for r in rows:
                 scores.setdefault(str(r["id"]), []).append(float(r["em"]))
+                if "retrieval_steps" in r:
+                    steps.setdefault(str(r["id"]), []).append(float(r["retrieval_steps"]))
                 for key in meta:
                     if key in r:
                         meta[key][str(r["id"])] = str(r[key])
         averaged[arm] = {q: sum(v) / len(v) for q, v in scores.items()}
+        searches = {q: sum(v) / len(v) for q, v in steps.items() if len(v) == len(scores[q])}
         out[arm] = {"per_seed": per_seed, "em": em, "em_ci95": em_ci, "f1": f1, "f1_ci95": f1_ci}
         for key in sorted({k for v in per_seed.values() for k in v} - {"em", "f1"}):
             values = [v[key] for v in per_seed.values() if key in v]
             out[arm][key], out[arm][f"{key}_ci95"] = mean_and_ci(values) if len(values) > 1 else (values[0], 0.0)
-        out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key]) for key in meta if meta[key]}
+        out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key], searches) for key in meta if meta[key]}
     for arm in out:
         if arm != reference and reference in averaged:
             out[arm] |= _versus(out, averaged, arm, reference)
@@ -530,10 +546,18 @@ def process_ablation(
     train_only: bool = False,
 ) -> dict[str, Any]:
     """:func:`arms_ablation` over :data:`PROCESS_ARMS` (where the step rewards come from) and the
-    config's extra arms (:func:`ablation_arms`)."""
+    config's extra arms (:func:`ablation_arms`) with :data:`PROCESS_METRICS`."""
     arms = ablation_arms(run.config, "process")
     return arms_ablation(
-        run, arms.rl, progress, seeds, label="process ablation", only=only, controls=arms.controls, train_only=train_only
+        run,
+        arms.rl,
+        progress,
+        seeds,
+        PROCESS_METRICS,
+        label="process ablation",
+        only=only,
+        controls=arms.controls,
+        train_only=train_only,
     )
 
 
@@ -687,6 +711,7 @@ __all__ = [
     "CONTROLS",
     "FAMILY_ARMS",
     "FAMILY_METRICS",
+    "PROCESS_METRICS",
     "FAMILY_OFFLINE",
     "HELD_FIXED",
     "PROCESS_ARMS",

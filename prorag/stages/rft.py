@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -142,6 +142,12 @@ class RFTCounts:
     """Actions that passed the PRM filter: the (context, action) training pairs."""
     trajectories_kept: int = 0
     """Correct trajectories with at least one kept action (one training example each)."""
+    by_hops: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per hop count of the questions (where the records give one): ``questions``, ``samples``,
+    ``correct`` and ``trajectories_kept``. The outcome filter keeps what pi_sft already answers, so
+    long chains, which it rarely gets right, can all but vanish from the kept set, and fine-tuning
+    on that set then teaches the policy to stop searching early (docs/LOG.md, 2026-11-27, evening);
+    these counts show how skewed the set is."""
 
 
 # ----------------------------------------------------------------------------- the filters
@@ -288,8 +294,19 @@ def judge_samples(
     return rows
 
 
-def count_samples(rows: Sequence[Mapping[str, Any]]) -> RFTCounts:
-    """The counts of :class:`RFTCounts` over ``samples.jsonl`` rows."""
+def count_samples(rows: Sequence[Mapping[str, Any]], hops_of: Mapping[str, int] | None = None) -> RFTCounts:
+    """The counts of :class:`RFTCounts` over ``samples.jsonl`` rows; ``hops_of`` (question id -> its
+    number of hops) adds the counts per hop count of the questions it knows."""
+    by_hops: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        hops = (hops_of or {}).get(r["question_id"])
+        if hops is None:
+            continue
+        group = by_hops.setdefault(str(hops), {"questions": set(), "samples": 0, "correct": 0, "trajectories_kept": 0})
+        group["questions"].add(r["question_id"])
+        group["samples"] += 1
+        group["correct"] += bool(r["correct"])
+        group["trajectories_kept"] += bool(r["kept_actions"])
     return RFTCounts(
         questions=len({r["question_id"] for r in rows}),
         samples=len(rows),
@@ -297,6 +314,7 @@ def count_samples(rows: Sequence[Mapping[str, Any]]) -> RFTCounts:
         actions_scored=sum(len(r["prm_logits"]) for r in rows if r["prm_logits"] is not None),
         actions_kept=sum(len(r["kept_actions"]) for r in rows),
         trajectories_kept=sum(bool(r["kept_actions"]) for r in rows),
+        by_hops={h: {**g, "questions": len(g["questions"])} for h, g in sorted(by_hops.items(), key=lambda x: int(x[0]))},
     )
 
 
@@ -380,7 +398,8 @@ def collect_rft_samples(
                 out.append(row)
     wanted = {f"{r.id}#{k}" for r in records for k in range(n)}
     rows = [r for r in _read_samples(path) if r["id"] in wanted]
-    counts = count_samples(rows)
+    hops_of = {r.id: r.metadata["hops"] for r in records if isinstance(r.metadata.get("hops"), int)}
+    counts = count_samples(rows, hops_of)
     write_jsonl(run / "kept.jsonl", (r for r in rows if r["kept_actions"]))
     write_json(run / "rft_counts.json", asdict(counts))
     log.info("RFT filters: %s", asdict(counts))

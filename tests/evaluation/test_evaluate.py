@@ -16,7 +16,15 @@ from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import baseline_answer, naive_prompt, standard_rag_prompt
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, compare_predictions, evaluate, steps_distribution, summarise
+from prorag.evaluation.harness import (
+    EvalConfig,
+    EvalRolloutConfig,
+    compare_predictions,
+    evaluate,
+    search_depth,
+    steps_distribution,
+    summarise,
+)
 from prorag.models.checkpoints import save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
@@ -131,6 +139,27 @@ def test_summarise_names_each_metric() -> None:
     assert summarise(binary)["yes_no_n"] == 1.0 and summarise(binary)["yes_no_answered_rate"] == 0.0
     with pytest.raises(ValueError):
         summarise([])
+
+
+def test_search_depth_by_hand() -> None:
+    # hops 1: one search, right. hops 2: one search (below), wrong; two searches, right. hops 3: two
+    # searches (below), F1 0.5. A row without hops and one with hops 0 are left out.
+    def row(hops: Any, steps: int, em: float, f1: float) -> dict[str, Any]:
+        return {"em": em, "f1": f1, "retrieval_steps": steps, **({"hops": hops} if hops is not None else {})}
+
+    rows = [row(1, 1, 1, 1), row(2, 1, 0, 0), row(2, 2, 1, 1), row(3, 2, 0, 0.5), row(None, 0, 1, 1), row(0, 0, 0, 0)]
+    depth = search_depth(rows)
+    assert depth["by_hops"] == {
+        "1": {"n": 1, "em": 1.0, "f1": 1.0, "mean_retrieval_steps": 1.0},
+        "2": {"n": 2, "em": 0.5, "f1": 0.5, "mean_retrieval_steps": 1.5},
+        "3": {"n": 1, "em": 0.0, "f1": 0.5, "mean_retrieval_steps": 2.0},
+    }
+    assert depth["searches_below_hops_rate"] == 0.5  # 2 of the 4 rows with hops
+    assert search_depth([row(None, 1, 1, 1)]) == {}
+    # summarise reports it beside the other metrics
+    full = [{**r, "cover_em": r["em"], "substring_acc": r["em"], "format_valid": True, "stop_reason": "answer"} for r in rows]
+    assert summarise(full)["searches_below_hops_rate"] == 0.5
+    assert "by_hops" not in summarise(full[4:5])
 
 
 def test_baseline_prompts_and_answers(world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]) -> None:

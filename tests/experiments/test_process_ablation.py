@@ -72,6 +72,25 @@ def test_statistics_by_hand() -> None:
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
 
 
+def test_searches_by_hops_by_hand() -> None:
+    # Questions q0, q1 have 2 hops, q2, q3 have 3. GRPO searches (1, 2, 2, 3) with seed 0 and
+    # (1, 2, 3, 3) with seed 1: per question 1, 2, 2.5, 3 -> 1.5 searches on 2 hops, 2.75 on 3.
+    def searched(rows: list[dict[str, Any]], steps: list[int]) -> list[dict[str, Any]]:
+        return [{**r, "retrieval_steps": n} for r, n in zip(rows, steps, strict=True)]
+
+    preds = {
+        "grpo": {0: searched(_rows([1, 0, 0, 0]), [1, 2, 2, 3]), 1: searched(_rows([0, 1, 1, 0]), [1, 2, 3, 3])},
+        # a seed without retrieval steps in its rows: no searches for that arm
+        "prorag": {0: searched(_rows([1, 1, 1, 0]), [2, 2, 3, 3]), 1: _rows([1, 1, 1, 1])},
+    }
+    stats = ablations.process_statistics(preds)
+    assert stats["grpo"]["by_hops"] == {"2": {"n": 2, "em": 0.5, "searches": 1.5}, "3": {"n": 2, "em": 0.25, "searches": 2.75}}
+    assert stats["prorag"]["by_hops"] == {"2": {"n": 2, "em": 1.0}, "3": {"n": 2, "em": 0.75}}
+    *_, hops_em, searches = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
+    assert hops_em[0] == "Test EM (%) by hops"
+    assert searches[1:] == (["Arm", "2", "3"], [["grpo", "1.50", "2.75"], ["prorag", "", ""]])
+
+
 def test_each_arm_is_tested_against_its_control_by_hand() -> None:
     # GRPO per-seed EM 1/4, 2/4, 1/4; the PRM arm 3/4, 3/4, 4/4; its control (the PRM's scores
     # shuffled) 2/4, 2/4, 2/4. Against the control, per seed: +0.25, +0.25, +0.5 -> mean 1/3,

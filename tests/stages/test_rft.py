@@ -28,6 +28,7 @@ from prorag.stages.rft import (
     build_rft_examples,
     chunk_seed,
     collect_rft_samples,
+    count_samples,
     finetune_rft,
     is_correct,
     kept_actions,
@@ -106,6 +107,29 @@ def _toy_trajectory() -> Trajectory:
         retrievals=[],
         stop_reason="answer",
     )
+
+
+def test_counts_per_hop_count_by_hand() -> None:
+    # q1 (1 hop): two samples, both right and kept. q2 (2 hops): two samples, one right, kept.
+    # q3 (4 hops): two wrong samples. q4: no hop count known, so only in the totals.
+    def row(q: str, correct: bool) -> dict[str, Any]:
+        return {
+            "question_id": q,
+            "correct": correct,
+            "prm_logits": [1.0] if correct else None,
+            "kept_actions": [0] if correct else [],
+        }
+
+    rows = [row("q1", True), row("q1", True), row("q2", True), row("q2", False), row("q3", False), row("q3", False)]
+    rows.append(row("q4", True))
+    counts = count_samples(rows, {"q1": 1, "q2": 2, "q3": 4})
+    assert (counts.questions, counts.samples, counts.correct, counts.trajectories_kept) == (4, 7, 4, 4)
+    assert counts.by_hops == {
+        "1": {"questions": 1, "samples": 2, "correct": 2, "trajectories_kept": 2},
+        "2": {"questions": 1, "samples": 2, "correct": 1, "trajectories_kept": 1},
+        "4": {"questions": 1, "samples": 2, "correct": 0, "trajectories_kept": 0},
+    }
+    assert count_samples(rows).by_hops == {}
 
 
 def test_loss_mask_covers_only_the_kept_actions() -> None:
@@ -375,5 +399,7 @@ def test_rft_command_loads_everything_and_reports_counts(tmp_path: Path, tiny_wo
     assert "no kept (context, action) pair" in result.output
     counts = json.loads((run / "rft_counts.json").read_text())
     assert counts["questions"] == 3 and counts["samples"] == 6 and counts["correct"] == 0
+    # the built-in world's records give their hop counts
+    assert sum(c["samples"] for c in counts["by_hops"].values()) == 6
     resolved = json.loads((run / "rft_config.json").read_text())
     assert resolved["train"]["learning_rate"] == 3e-3 and resolved["rollout"]["max_actions"] == 2

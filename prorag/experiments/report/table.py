@@ -157,6 +157,8 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "cover_em": ("Cover-EM (%)", True),
     "format_valid_rate": ("Format-valid (%)", True),
     "mean_retrieval_steps": ("Searches", False),
+    # Questions answered after fewer searches than they have hops (evaluation.harness.search_depth).
+    "searches_below_hops_rate": ("Fewer searches than hops (%)", True),
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
@@ -216,7 +218,7 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     the non-yes/no questions over seeds, where measured), each arm against its control where both
     ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), then the
     extra per-seed metrics measured (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop
-    count."""
+    count, and the mean searches by hop count (where the rows record them)."""
     stats = ablation["stats"]
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())
     unpaired = any("vs_grpo_runs" in row for row in stats.values())
@@ -259,6 +261,13 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
                 for arm, row in stats.items()
             ]
             out.append((f"Test EM (%) by {title}", ["Arm", *groups], cells))
+    searches = {
+        arm: {g: v["searches"] for g, v in row.get("by_hops", {}).items() if "searches" in v} for arm, row in stats.items()
+    }
+    groups = sorted({g for by_hops in searches.values() for g in by_hops})
+    if groups:
+        cells = [[arm, *(f"{by_hops[g]:.2f}" if g in by_hops else "" for g in groups)] for arm, by_hops in searches.items()]
+        out.append(("Searches per test question by hops (a question needs one per hop)", ["Arm", *groups], cells))
     return out
 
 

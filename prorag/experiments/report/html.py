@@ -21,6 +21,7 @@ from prorag.experiments.report.table import (
     METRIC_DESCRIPTIONS,
     TableRow,
     arms_note,
+    depth_tables,
     info_rows,
     process_tables,
     sweep_rows,
@@ -187,6 +188,11 @@ def render_html(
             body += [f"<h2>{_e(section)}</h2>", f"<p>{_e(arms_note(plot))}</p>"]
             for title, header, cells in process_tables(results[key]):
                 body += [f"<h3>{_e(title)}</h3>", _html_table(header, cells)]
+    depth = depth_tables(results)
+    if depth:
+        body.append("<h2>Search depth by hop count</h2>")
+        for title, header, cells in depth:
+            body += [f"<h3>{_e(title)}</h3>", _html_table(header, cells)]
     if plots:
         body.append("<h2>Plots</h2>")
         for p in plots:

@@ -59,6 +59,11 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
     if steps_rows:
         header = ["System", "Retrieval steps", "Questions", "Coverage (%)", "F1 (%)", "Cumulative F1 (%)"]
         out += ["## F1 by number of retrieval steps (Figure 6)", "", *_md_table(header, steps_rows), ""]
+    depth = table.depth_tables(results)
+    if depth:
+        out += ["## Search depth by hop count", ""]
+        for title, header, cells in depth:
+            out += [f"{title}:", "", *_md_table(header, cells), ""]
     if plots:
         out += ["## Plots", ""]
         out += [f"![{_md(p.caption)}](plots/{p.name})  \n{p.caption}\n" for p in plots]

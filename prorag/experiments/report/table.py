@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 from typing import Any
 
 from prorag.core.metrics import mean_and_spread
@@ -268,6 +269,49 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     if groups:
         cells = [[arm, *(f"{by_hops[g]:.2f}" if g in by_hops else "" for g in groups)] for arm, by_hops in searches.items()]
         out.append(("Searches per test question by hops (a question needs one per hop)", ["Arm", *groups], cells))
+    return out
+
+
+def depth_tables(results: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(title, header, rows)`` of how deep each system searched against how deep the questions are
+    (:func:`prorag.evaluation.harness.search_depth`; none where no evaluation has hop counts): per
+    system, the share answered after fewer searches than hops and, per hop count, EM (%) and mean
+    searches, averaged over an RL system's seeds; then RFT's samples per hop count (the share of
+    samples right and of the kept trajectories), where RFT counted them. A policy that stops
+    searching long chains shows here while its EM on them is near zero either way."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    systems = []
+    for name in results.get("order", []):
+        entry = results["systems"][name]
+        runs = [m for m in (entry.get("seeds") or {"-": entry["metrics"]}).values() if m.get("by_hops")]
+        if runs:
+            systems.append((str(entry.get("label") or name), runs))
+    hops = sorted({h for _, runs in systems for m in runs for h in m["by_hops"]}, key=int)
+    if systems:
+        rows = []
+        for label, runs in systems:
+            cells = [label, f"{100 * fmean(m['searches_below_hops_rate'] for m in runs):.1f}"]
+            for h in hops:
+                at = [m["by_hops"][h] for m in runs if h in m["by_hops"]]
+                cells.append(
+                    f"{100 * fmean(v['em'] for v in at):.1f} / {fmean(v['mean_retrieval_steps'] for v in at):.2f}" if at else ""
+                )
+            rows.append(cells)
+        header = ["System", "Fewer searches than hops (%)", *(f"{h} hops: EM (%) / searches" for h in hops)]
+        out.append(("Search depth by the questions' hop count", header, rows))
+    rft = (results.get("stages") or {}).get("rft", {}).get("by_hops") or {}
+    if rft:
+        kept = sum(c["trajectories_kept"] for c in rft.values()) or 1
+        rows = [
+            [
+                h,
+                str(c["questions"]),
+                f"{100 * c['correct'] / max(c['samples'], 1):.1f}",
+                f"{c['trajectories_kept']} ({100 * c['trajectories_kept'] / kept:.1f}%)",
+            ]
+            for h, c in rft.items()
+        ]
+        out.append(("RFT's samples by hop count", ["Hops", "Questions", "Samples right (%)", "Kept trajectories"], rows))
     return out
 
 

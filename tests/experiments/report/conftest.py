@@ -69,6 +69,14 @@ def run_dir(
         "significance": {"grpo": {"metric": "em", "t": -2.5, "p_value": 0.0412, "n": 6}},
         "wall_seconds": {"sft": 12.5, "rl": 125.0},
         "world": {"test_questions": 6, "passages": 42},
+        "stages": {
+            "rft": {
+                "by_hops": {
+                    "1": {"questions": 2, "samples": 8, "correct": 6, "trajectories_kept": 3},
+                    "2": {"questions": 2, "samples": 8, "correct": 1, "trajectories_kept": 1},
+                }
+            }
+        },
     }
     write_json(run / "results.json", results)
     write_report(run)

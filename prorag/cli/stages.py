@@ -422,15 +422,11 @@ def rft(
     actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft). --policy is
     pi_sft; the run folder gets samples.jsonl, kept.jsonl, rft_counts.json and policy/."""
     from prorag.data.jsonl import read_json
-    from prorag.stages.rft import run_rft_files
+    from prorag.stages.rft import RFTCounts, run_rft_files
 
     cfg = source.load({"--limit": limit})
     out = run_rft_files(policy, prm, data, index, run_dir, cfg, device=device)
-    counts = read_json(run_dir / "rft_counts.json")
-    by_hops = counts.pop("by_hops", None) or {}
-    typer.echo("kept: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
-    for hops, c in by_hops.items():
-        typer.echo(f"  {hops}-hop questions: {c['questions']}, kept {c['trajectories_kept']} of {c['samples']} samples")
+    typer.echo(RFTCounts(**read_json(run_dir / "rft_counts.json")).describe())
     typer.echo(f"wrote the RFT policy to {out}")
 
 

@@ -149,6 +149,18 @@ class RFTCounts:
     on that set then teaches the policy to stop searching early (docs/LOG.md, 2026-11-27, evening);
     these counts show how skewed the set is."""
 
+    def describe(self) -> str:
+        """What the filters kept, on one line per hop count after the totals (``prorag rft`` prints it)."""
+        lines = [
+            f"kept {self.trajectories_kept} of {self.samples} samples ({self.correct} correct) of {self.questions} "
+            f"questions; {self.actions_kept} of {self.actions_scored} scored actions"
+        ]
+        lines += [
+            f"  {h}-hop questions: {c['questions']}, {c['correct']} of {c['samples']} samples correct, {c['trajectories_kept']} kept"
+            for h, c in self.by_hops.items()
+        ]
+        return "\n".join(lines)
+
 
 # ----------------------------------------------------------------------------- the filters
 

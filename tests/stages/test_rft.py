@@ -130,6 +130,12 @@ def test_counts_per_hop_count_by_hand() -> None:
         "4": {"questions": 1, "samples": 2, "correct": 0, "trajectories_kept": 0},
     }
     assert count_samples(rows).by_hops == {}
+    assert counts.describe().splitlines() == [
+        "kept 4 of 7 samples (4 correct) of 4 questions; 4 of 4 scored actions",
+        "  1-hop questions: 1, 2 of 2 samples correct, 2 kept",
+        "  2-hop questions: 1, 1 of 2 samples correct, 1 kept",
+        "  4-hop questions: 1, 0 of 2 samples correct, 0 kept",
+    ]
 
 
 def test_loss_mask_covers_only_the_kept_actions() -> None:

@@ -245,7 +245,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def search_depth(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """How deep the searches went against how deep the questions are, over the rows whose record
-    gives its number of hops (built-in world, MuSiQue; ``{}`` without such rows):
+    gives its number of hops (built-in world, HotpotQA, MuSiQue; ``{}`` without such rows):
 
     - ``by_hops``: per hop count, ``n``, ``em``, ``f1`` and ``mean_retrieval_steps``;
     - ``searches_below_hops_rate``: the share of those questions answered after fewer searches

@@ -297,7 +297,11 @@ def depth_tables(results: Mapping[str, Any]) -> list[tuple[str, list[str], list[
                     f"{100 * fmean(v['em'] for v in at):.1f} / {fmean(v['mean_retrieval_steps'] for v in at):.2f}" if at else ""
                 )
             rows.append(cells)
-        header = ["System", "Fewer searches than hops (%)", *(f"{h} hops: EM (%) / searches" for h in hops)]
+        header = [
+            "System",
+            "Fewer searches than hops (%)",
+            *(f"{h} hop{'' if h == '1' else 's'}: EM (%) / searches" for h in hops),
+        ]
         out.append(("Search depth by the questions' hop count", header, rows))
     rft = (results.get("stages") or {}).get("rft", {}).get("by_hops") or {}
     if rft:

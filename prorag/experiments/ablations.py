@@ -235,7 +235,7 @@ def arm_config(run: Run, arm: Arm, seed: int) -> Any:
     return replace(cfg, eval_file=rl_dev_file(run, cfg))
 
 
-def _group_em(
+def _group_means(
     scores: Mapping[str, float], key_of: Mapping[str, str], searches: Mapping[str, float] | None = None
 ) -> dict[str, dict[str, float]]:
     """Mean of per-question ``scores`` in each group of ``key_of`` (question id -> group), and of
@@ -329,7 +329,7 @@ def process_statistics(
         for key in sorted({k for v in per_seed.values() for k in v} - {"em", "f1"}):
             values = [v[key] for v in per_seed.values() if key in v]
             out[arm][key], out[arm][f"{key}_ci95"] = mean_and_ci(values) if len(values) > 1 else (values[0], 0.0)
-        out[arm] |= {f"by_{key}": _group_em(averaged[arm], meta[key], searches) for key in meta if meta[key]}
+        out[arm] |= {f"by_{key}": _group_means(averaged[arm], meta[key], searches) for key in meta if meta[key]}
     for arm in out:
         if arm != reference and reference in averaged:
             out[arm] |= _versus(out, averaged, arm, reference)
@@ -686,7 +686,7 @@ def run_ablation(
 
             # The workers train and evaluate every run; the pass below finds them done and reads them.
             todo = seeds if seeds is not None else run.config.process_seeds
-            run_in_workers(run, what, todo, arms, [*rl_arms, *offline_arms], workers, progress)
+            run_in_workers(run, what, todo, [*rl_arms, *offline_arms], workers, progress)
         results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what

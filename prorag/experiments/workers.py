@@ -146,21 +146,20 @@ def run_in_workers(
     run: Run,
     what: str,
     seeds: Sequence[int],
-    arms: Sequence[str] | None,
-    names: Sequence[str],
+    arms: Sequence[str],
     workers: int,
     progress: Callable[[str], None] = print,
 ) -> None:
-    """Train and evaluate every run of the ``what`` ablation (its ``arms`` as the command named
-    them, None for all, whose ``names`` are the arms to count, and ``seeds``) in up to ``workers``
-    processes (:func:`seed_shards`, :func:`worker_env`), and wait for them (:func:`supervise`).
+    """Train and evaluate every run of the ``what`` ablation (its ``arms``, already selected, and
+    ``seeds``) in up to ``workers`` processes (:func:`seed_shards`, :func:`worker_env`), and wait
+    for them (:func:`supervise`).
     The workers read the run's resolved config from ``RUN/ablations/workers/WHAT_config.yaml`` and
     log to ``RUN/ablations/workers/WHAT-workerI.log`` (appended to, so a resumed ablation keeps the
     first attempt's log)."""
     folder = run.path("ablations", "workers")
     config_file = folder / f"{what}_config.yaml"
     write_resolved_config(run.config, config_file)
-    markers = [run.path("stages", f"eval-{rl_run_name(arm, seed)}.json") for arm in names for seed in seeds]
+    markers = [run.path("stages", f"eval-{rl_run_name(arm, seed)}.json") for arm in arms for seed in seeds]
     shards = seed_shards(seeds, workers)
     cores, gpus = available_cores(), visible_gpus()
     started: list[Worker] = []

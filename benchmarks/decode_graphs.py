@@ -22,8 +22,9 @@ Three sides, same model and questions (``--batch`` of them, one batch):
 * **engine, graphs-grouped**: the same graphs with the engine's grouped attention over the slot
   pool (``grouped_attention``: each key and value read once), to show what the attention is worth.
 
-Each side runs once to warm up (the graphs side captures its graphs then; capture time is
-reported apart), then is timed ``--repeats`` times, best kept. Reported: model-written tokens per
+Each graphed side runs once to warm up (it captures its graphs then; capture time is reported
+apart), then every side is timed ``--repeats`` times, best kept (the eager engine runs the kernels
+HF generate has warmed). ``--sides`` picks the extra engine sides (both by default). Reported: model-written tokens per
 second, the ratios against HF generate and against the eager engine, the retriever's share of the
 graphs side's wall time, and how far the two engine sides agree: sampled with the same per-row
 streams, and greedy, the share of rows whose completions are identical, and the largest gap
@@ -230,6 +231,11 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--profile", action="store_true", help="then time the graphs side's parts (GPU only)")
+    ap.add_argument(
+        "--sides",
+        default="graphs-barrier,graphs-grouped",
+        help="engine sides beside eager and graphs (always run): graphs-barrier, graphs-grouped, or none",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     device, dtype = args.device, getattr(torch, args.dtype)
@@ -249,9 +255,13 @@ def main() -> None:
     sides["graphs"] = RolloutEngine(
         model, tokenizer, retriever, replace(cfg, decode_graphs="auto" if device.startswith("cuda") else "eager")
     )
+    extra = set(args.sides.split(",")) - {"none", ""}
+    if extra - {"graphs-barrier", "graphs-grouped"}:
+        ap.error(f"--sides: unknown side(s) {sorted(extra - {'graphs-barrier', 'graphs-grouped'})}")
     # The same graphs with every row waiting for its turn's longest action (the engine before resume_early).
-    sides["graphs-barrier"] = RolloutEngine(model, tokenizer, retriever, replace(sides["graphs"].config, resume_early=False))
-    if device.startswith("cuda"):  # the same graphs around the engine's grouped attention, for comparison
+    if "graphs-barrier" in extra:
+        sides["graphs-barrier"] = RolloutEngine(model, tokenizer, retriever, replace(sides["graphs"].config, resume_early=False))
+    if "graphs-grouped" in extra and device.startswith("cuda"):  # the same graphs around the grouped attention
         sides["graphs-grouped"] = RolloutEngine(model, tokenizer, retriever, replace(cfg, decode_graphs="auto"))
         sides["graphs-grouped"].graphs = DecodeGraphs(
             model, len(records), torch.device(device), capture=True, attention=SLOT_ATTENTION
@@ -273,8 +283,10 @@ def main() -> None:
     trajectories = {}
     for name, engine in sides.items():
         retriever.seconds = 0.0
-        warm = time_engine(engine, records, seeds, device)
-        side: dict[str, Any] = {"first_call_seconds": warm[0]}
+        # The graphed sides capture in their first call; the eager one runs the kernels HF generate warmed.
+        side: dict[str, Any] = {}
+        if engine.config.decode_graphs != "off":
+            side["first_call_seconds"] = time_engine(engine, records, seeds, device)[0]
         if engine.graphs is not None:
             side["graphs_captured"] = engine.graphs.captures
         runs = []
@@ -295,13 +307,14 @@ def main() -> None:
         }
         if engine.graphs is not None:
             side["graphs_after"] = engine.graphs.captures
+            side["capture_failures"] = engine.graphs.capture_failures
         result[name] = side
 
     result["sampled_agreement"], result["sampled_logprob_gap"] = agreement(trajectories["eager"], trajectories["graphs"])
     with greedy_tag_bias(model, tokenizer):
         greedy = {
-            name: RolloutEngine(model, tokenizer, retriever, replace(e.config, greedy=True)).rollout(records)
-            for name, e in sides.items()
+            name: RolloutEngine(model, tokenizer, retriever, replace(sides[name].config, greedy=True)).rollout(records)
+            for name in ("eager", "graphs")
         }
     result["greedy_agreement"], result["greedy_logprob_gap"] = agreement(greedy["eager"], greedy["graphs"])
     result["greedy_actions_per_row"] = sum(len(t.actions) for t in greedy["graphs"]) / len(records)
@@ -321,7 +334,8 @@ def main() -> None:
     g = result["graphs"]
     print(
         f"graphs over eager: {g['tokens_per_s'] / result['eager']['tokens_per_s']:.2f}x; {g['graphs_captured']} graphs captured "
-        f"in the first call ({g['first_call_seconds']:.1f} s), {g['graphs_after'] - g['graphs_captured']} more in the timed ones"
+        f"in the first call ({g['first_call_seconds']:.1f} s), {g['graphs_after'] - g['graphs_captured']} more in the timed ones, "
+        f"{g['capture_failures']} failed captures"
     )
     print(
         f"engine eager vs graphs: sampled {result['sampled_agreement']:.2f} identical rows (max logprob gap "

@@ -47,6 +47,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -69,17 +70,29 @@ from prorag.supervision.reward_model import ProcessRewardModel, reward_model_fro
 PARTS = ("generation", "prm", "scoring_other", "loss", "optimizer")
 
 
-def time_step(trainer: Any, rows: list[dict[str, Any]], optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """One training step of ``trainer`` on the generation batch ``rows``, timed by part."""
+def time_step(
+    trainer: Any,
+    rows: list[dict[str, Any]],
+    optimizer: torch.optim.Optimizer,
+    part_end: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """One training step of ``trainer`` on the generation batch ``rows``, timed by part.
+    ``part_end(name)`` runs as each of ``"scoring"``, ``"loss"`` and ``"optimizer"`` ends, before its
+    clock is read: on a GPU it synchronises (the parts' kernels run asynchronously) and can read the
+    part's peak memory."""
+    end = part_end or (lambda _: None)
     trainer.model.train()
     t0 = time.perf_counter()
     batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    end("scoring")
     t1 = time.perf_counter()
     loss = trainer.compute_loss(trainer.model, batch)
     loss.backward()
+    end("loss")
     t2 = time.perf_counter()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    end("optimizer")
     t3 = time.perf_counter()
     generation = trainer.rollout_func.seconds
     prm = trainer._metrics["train"]["time/prm_seconds"][-1] if trainer.scorer is not None else 0.0

@@ -133,6 +133,9 @@ def time_prorag(
         advantage="dual",
         scoring_rows=args.scoring_rows or None,
     )
+    config.gradient_checkpointing = args.gradient_checkpointing
+    if args.gradient_checkpointing:  # what Trainer.train() switches on (the steps here bypass train())
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     trainer = make_rl_trainer(config, Path(tmp) / "prorag", model, tokenizer, records, retriever, prm)
     trainer.rollout_func.config = replace(trainer.rollout_func.config, greedy=False, temperature=1.0)
     trainer.current_gradient_accumulation_steps = 1
@@ -140,14 +143,50 @@ def time_prorag(
     rows = [dict(trainer.train_dataset[i]) for i in range(len(records)) for _ in range(args.group)]
     peak_memory_reset()
     steps = []
+    part_peaks: dict[str, float] = {}
+
+    def part_end(part: str) -> None:
+        """Wait for the part's kernels; note its peak memory and start the next part's count."""
+        sync()
+        part_peaks[part] = max(part_peaks.get(part, 0.0), peak_memory_gb())
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+
+    checkpointing = getattr(model, "is_activation_checkpointing", getattr(model, "is_gradient_checkpointing", None))
+    resident = torch.cuda.memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
     for _ in range(args.steps):
         sync()
-        steps.append(time_step(trainer, rows, optimizer))
-        sync()
+        steps.append(time_step(trainer, rows, optimizer, part_end))
     timed = steps[1:] or steps
     keys = (*PARTS, "total", "tokens", "model_tokens", "sequence_tokens")
     median = {part: statistics.median(s[part] for s in timed) for part in keys}
-    return {"steps": steps, "median": median, "peak_memory_gb": peak_memory_gb()}
+    result = {
+        "steps": steps,
+        "median": median,
+        "peak_memory_gb": max(part_peaks.values()),
+        "part_peak_memory_gb": part_peaks,
+        "resident_before_gb": resident,
+        "gradient_checkpointing": checkpointing,
+    }
+    if args.profile:
+        result["loss_profile"] = profile_loss(trainer, rows)
+    return result
+
+
+def profile_loss(trainer: Any, rows: list[dict[str, Any]]) -> str:
+    """The loss part (forward and backward) of one more step under ``torch.profiler``: the
+    operators by their own device time (CPU time off a GPU), as a printed table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        trainer.compute_loss(trainer.model, batch).backward()
+        sync()
+    trainer.model.zero_grad(set_to_none=True)
+    key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60)
 
 
 def main() -> None:
@@ -163,6 +202,10 @@ def main() -> None:
         "--scoring-rows", type=int, default=8, help="prorag's rows per log-probability forward (rl.scoring_rows; 0: all at once)"
     )
     ap.add_argument("--sides", default="trl,prorag", help="which sides to run (comma-separated)")
+    ap.add_argument(
+        "--gradient-checkpointing", action="store_true", help="prorag's loss recomputes activations (TRL's side always does)"
+    )
+    ap.add_argument("--profile", action="store_true", help="then profile prorag's loss part (forward and backward) once")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -202,6 +245,14 @@ def main() -> None:
         for part in PARTS:
             print(f"  {part:<16}{p[part]:>8.2f} s{p[part] / p['total']:>8.1%}")
         print(f"  loss MFU {mfu:.1%} of {args.peak_tflops:.0f} TFLOP/s (target 35%)")
+        peaks = result["prorag"]["part_peak_memory_gb"]
+        print(
+            f"  memory (gradient checkpointing {result['prorag']['gradient_checkpointing']}): "
+            f"{result['prorag']['resident_before_gb']:.1f} GB resident before the steps; peak by part "
+            + ", ".join(f"{part} {gb:.1f} GB" for part, gb in peaks.items())
+        )
+        if "loss_profile" in result["prorag"]:
+            print(result["prorag"]["loss_profile"])
     if "trl" in result:
         t = result["trl"]
         print(

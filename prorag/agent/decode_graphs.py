@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 #: The attention width a graph reads is rounded up to a multiple of this (a new graph per bucket).
 WIDTH_BUCKET = 128
 
+#: Failed captures after which decode steps run eagerly for good. A capture can fail once and
+#: not again (an H200 run lost every graph of a rollout to one failed capture, 2026-11-27): each
+#: failure drops the graphs and their pool and captures afresh, a few at most.
+MAX_CAPTURE_FAILURES = 3
+
 
 def batch_bucket(rows: int, max_rows: int) -> int:
     """The batch size a step of ``rows`` rows runs at: 1, 2, 4, 8, then the next multiple of 8,
@@ -158,6 +163,8 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
         self.captures = 0
         """Graphs recorded so far (a count that only grows; replays reuse them)."""
+        self.capture_failures = 0
+        """Captures that failed (at :data:`MAX_CAPTURE_FAILURES`, steps run eagerly from then on)."""
         self.shapes: set[tuple[int, int]] = set()
         """The (rows, width) steps run so far, captured or not: the graphs a capturing run holds."""
         self._generation = self.pool.generation
@@ -198,13 +205,30 @@ class DecodeGraphs:
             try:
                 self.graphs[key] = self._record(cache, rows, width)
             except RuntimeError as err:  # e.g. an attention kernel that syncs with the host (SDPA's float32 math path)
-                log.warning("CUDA graph capture failed (%s); decode steps run eagerly from now on", str(err).splitlines()[0])
-                self.capture = False
-                self._drop_graphs()
+                self._capture_failed(err, key)
                 return self._step(cache, rows, width)[:n]
         graph, logits = self.graphs[key]
         graph.replay()
         return logits[:n].clone()
+
+    def _capture_failed(self, err: RuntimeError, key: tuple[int, int]) -> None:
+        """After a failed capture: drop every graph and their shared pool (a failed capture leaves
+        the pool's state unknown) and capture afresh from the next step, or, after
+        :data:`MAX_CAPTURE_FAILURES`, run every step eagerly (the same static step, uncaptured)."""
+        self.capture_failures += 1
+        self._drop_graphs()
+        final = self.capture_failures >= MAX_CAPTURE_FAILURES
+        log.warning(
+            "CUDA graph capture failed for %d rows x %d slots (%s; failure %d of %d, %d graphs recorded before); %s",
+            *key,
+            " ".join(str(err).split())[:300],
+            self.capture_failures,
+            MAX_CAPTURE_FAILURES,
+            self.captures,
+            "decode steps run eagerly from now on" if final else "the graphs are dropped and captured afresh",
+        )
+        if final:
+            self.capture = False
 
     def _step(self, cache: SlotCache, rows: int, width: int) -> torch.Tensor:
         """The static step: reads only the static buffers, the pool and the parameters."""
@@ -233,7 +257,8 @@ class DecodeGraphs:
             self._step(cache, rows, width)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._mempool):
+        # thread_local: CUDA calls of other threads (a data loader, a logger) cannot invalidate the capture.
+        with torch.cuda.graph(graph, pool=self._mempool, capture_error_mode="thread_local"):
             logits = self._step(cache, rows, width)
         if self._mempool is None:
             self._mempool = graph.pool()

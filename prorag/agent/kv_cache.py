@@ -24,6 +24,8 @@ import torch
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from prorag.models.attention_kernels import variable_shape_attention
+
 #: Model types whose every layer is plain full attention over a standard key/value cache.
 _SLOT_CACHE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 #: The attention width (used slots) is rounded up to a multiple of this, so shapes change once per bucket.
@@ -299,9 +301,15 @@ class SlotState:
             self.slot_ids = torch.arange(self.cache.capacity, device=self.device)
         self.cache.slots, self.cache.width, self.cache.seen = slots, width, used
         mask = slot_mask(self.slot_ids[:width], slots, self.additive)
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=slots, past_key_values=self.cache, use_cache=True, logits_to_keep=1
-        )
+        with variable_shape_attention():  # each chunk and eager step is a new shape
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=slots,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         return out.logits[:, -1, :]
 
 
@@ -346,14 +354,15 @@ class BatchState:
         positions = self.next_pos[:, None] + live.cumsum(1) - 1
         positions = positions.clamp(min=0)
         self.mask = torch.cat([self.mask, live], dim=1)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self.mask,
-            position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-            **self.extra,
-        )
+        with variable_shape_attention():  # the cache grows by every chunk and step
+            out = self.model(
+                input_ids=ids,
+                attention_mask=self.mask,
+                position_ids=positions,
+                past_key_values=self.cache,
+                use_cache=True,
+                **self.extra,
+            )
         self.cache = out.past_key_values
         self.next_pos = self.next_pos + live.sum(1)
         return out.logits[:, -1, :]

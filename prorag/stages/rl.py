@@ -85,6 +85,7 @@ from prorag.method.rewards.outcome import (
 )
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
+from prorag.models.attention_kernels import variable_shape_attention
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
@@ -764,7 +765,7 @@ class ProcessSupervisedGRPOTrainer(GRPOTrainer):
             labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
         width = input_ids.size(1)
         logps, entropies = [], []
-        with compact_fused_head():
+        with compact_fused_head(), variable_shape_attention():  # every group is a new (rows, width)
             for index, lo, hi in groups:
                 with self.accelerator.autocast():
                     out = model(

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from prorag.agent.decode_graphs import (
+    MAX_CAPTURE_FAILURES,
     SLOT_ATTENTION,
     WIDTH_BUCKET,
     DecodeGraphs,
@@ -139,6 +140,87 @@ def test_graphs_engage_only_where_they_can(world_tokenizer: Any, tiny_retriever:
         DecodeGraphs(model, 4, torch.device("cpu"), capture=True)
     with pytest.raises(ValueError, match="decode_graphs must be one of"):
         RolloutConfig(decode_graphs="always")
+
+
+@pytest.mark.parametrize("mode", ["off", "eager"])
+def test_eager_forwards_run_without_cudnn_attention_and_the_static_step_keeps_the_default(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], mode: str
+) -> None:
+    """Prompts, the environment's replies and eager decode steps change shape at every call and run
+    without cuDNN's attention (prorag.models.attention_kernels); the static step a graph records
+    keeps PyTorch's choice (a replay does no per-call set-up)."""
+    model = _tiny_llama(world_tokenizer)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=4, batch_size=6, temperature=1.0, decode_graphs=mode)
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    seen: list[tuple[int, bool]] = []  # (query length, cuDNN attention allowed) of every forward
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append((kwargs["input_ids"].shape[1], torch.backends.cuda.cudnn_sdp_enabled())),
+        with_kwargs=True,
+    )
+    try:
+        engine.rollout(records[:6], row_seeds=list(range(6)))
+    finally:
+        hook.remove()
+    chunks = [allowed for width, allowed in seen if width > 1]
+    steps = [allowed for width, allowed in seen if width == 1]
+    assert chunks and steps and not any(chunks)
+    assert not any(steps) if mode == "off" else all(steps)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+class _ReplayedStep:
+    """A stand-in for a captured graph on a CPU: replay runs the static step into the graph's logits."""
+
+    def __init__(self, graphs: DecodeGraphs, cache: SlotCache, rows: int, width: int) -> None:
+        self.args = (graphs, cache, rows, width)
+        self.logits = graphs._step(cache, rows, width)
+
+    def replay(self) -> None:
+        graphs, cache, rows, width = self.args
+        self.logits.copy_(graphs._step(cache, rows, width))
+
+
+def test_a_failed_capture_drops_the_graphs_and_captures_afresh_until_the_limit(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], monkeypatch: Any, caplog: Any
+) -> None:
+    """One failed capture no longer costs a rollout every graph: the graphs and their pool are
+    dropped, the failed step runs eagerly, and later steps capture again; only after
+    MAX_CAPTURE_FAILURES failures do the steps stay eager. Rollouts are unchanged throughout."""
+    model = _tiny_llama(world_tokenizer)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=4, batch_size=6, temperature=1.0, decode_graphs="eager")
+    seeds = [11 + 5 * i for i in range(6)]
+    reference = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg).rollout(records[:6], row_seeds=seeds)
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg)
+    graphs = engine.graphs = DecodeGraphs(model, 6, torch.device("cpu"), capture=False)
+    graphs.capture = True  # capture on a CPU: _record below stands in for torch.cuda.graph
+    fail_at = {2}  # the second capture fails
+    recorded: list[tuple[int, int]] = []
+
+    def record(cache: SlotCache, rows: int, width: int) -> tuple[Any, torch.Tensor]:
+        recorded.append((rows, width))
+        if len(recorded) in fail_at:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+        graphs.captures += 1
+        step = _ReplayedStep(graphs, cache, rows, width)
+        return step, step.logits
+
+    monkeypatch.setattr(graphs, "_record", record)
+    with caplog.at_level("WARNING", logger="prorag.agent.decode_graphs"):
+        got = engine.rollout(records[:6], row_seeds=seeds)
+    assert [t.completion_ids for t in got] == [t.completion_ids for t in reference]
+    assert graphs.capture_failures == 1 and graphs.capture, "one failure: capture goes on"
+    # Every graph went with the failure (the first shape's too); the steps after it captured
+    # again, the shape that failed first of all.
+    assert graphs.captures == len(recorded) - 1 and recorded[2] == recorded[1]
+    assert set(graphs.graphs) == set(recorded[2:]) and recorded[0] not in graphs.graphs
+    assert "failure 1 of" in caplog.text and "captured afresh" in caplog.text
+
+    fail_at.update(range(len(recorded) + 1, len(recorded) + 100))  # every capture from now on fails
+    graphs._drop_graphs()
+    again = engine.rollout(records[:6], row_seeds=seeds)
+    assert [t.completion_ids for t in again] == [t.completion_ids for t in reference]
+    assert graphs.capture_failures == MAX_CAPTURE_FAILURES and not graphs.capture and not graphs.graphs
+    assert "decode steps run eagerly from now on" in caplog.text
 
 
 @pytest.mark.parametrize("queries", [1, 3], ids=["decode", "chunk"])

@@ -226,6 +226,33 @@ def test_policy_token_scoring_keeps_the_loss_gradients_entropy_and_kl(
     assert (init[mask == 0] == 0).all() and (ref_init[(mask == 0) & (batch["completion_mask"] == 1)] != 0).any()
 
 
+def test_policy_scoring_forwards_run_without_cudnn_attention(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # The loss's forwards (groups cut to their span: a new shape nearly every call) may not use cuDNN's
+    # attention, which sets up each new shape on the host (prorag.models.attention_kernels); after them
+    # the setting is as it was.
+    trainer = make_rl_trainer(
+        fast_config(rollout=GOLD_ROLLOUT, scoring_rows=1),
+        tmp_path,
+        make_tiny_model(world_tokenizer),
+        world_tokenizer,
+        records[:2],
+        tiny_retriever,
+        FakePRM(),
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions(two_groups(trainer))
+    seen: list[bool] = []
+    hook = trainer.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    try:
+        trainer.compute_loss(trainer.model, batch).backward()
+    finally:
+        hook.remove()
+    assert len(seen) >= 2 and not any(seen), "every group's forward runs without cuDNN attention"
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_length_sorted_groups_cut_each_group_to_its_rows_span() -> None:
     # Left-padded prompts, right-padded completions: real spans [2, 5), [0, 8), [1, 4), [2, 3).
     attention = torch.tensor(

@@ -1,0 +1,35 @@
+"""Which scaled-dot-product attention kernels the project's variable-shape forwards may use.
+
+PyTorch picks an SDPA kernel per call; on Hopper GPUs its first choice for many inputs is
+cuDNN's attention, which builds an execution graph on the host for each new input shape (and
+looks it up for a known one). A forward whose shape changes from call to call pays that set-up
+every time. The RL loss does exactly that: its rows run in groups cut to their span
+(:func:`~prorag.stages.rl.length_sorted_groups`), so nearly every group is a new (rows, width).
+Profiled on an H200 (docs/LOG.md, 2026-11-27, `benchmarks/rl_step_gpu.py --profile`): cuDNN's
+attention took 4.6 ms of host time per forward call and 6.8 ms per backward call against 0.07
+and 0.23 ms on the GPU, some 3.5 s of a loss part whose kernels ran 0.7 s. The rollout engine's
+eager forwards (prompts, the environment's replies, eager decode steps) change shape just as often.
+
+The flash and memory-efficient kernels have no per-shape set-up, so these forwards run without
+cuDNN's. Captured decode graphs (:mod:`prorag.agent.decode_graphs`) keep PyTorch's choice: a
+graph replays whatever kernel it recorded, with no host work per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+#: The SDPA kernels a variable-shape forward may use, in PyTorch's order of preference: all but cuDNN's.
+VARIABLE_SHAPE_KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+@contextlib.contextmanager
+def variable_shape_attention() -> Iterator[None]:
+    """Inside the block, scaled-dot-product attention runs without cuDNN's kernel (see the module
+    docstring). The choice holds for the backward of what the block computes too: autograd
+    records the kernel the forward ran. On a CPU it changes nothing (cuDNN attention is CUDA-only)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([getattr(SDPBackend, name) for name in VARIABLE_SHAPE_KERNELS]):
+        yield

@@ -30,6 +30,7 @@ from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline
 from prorag.evaluation.llm_judge import JudgeConfig
+from prorag.evaluation.step_errors import STEP_VALIDITY_RATES, step_validity_fields
 from prorag.method.rewards.hiprag import OverSearchJudgeConfig, SearchCounts
 from prorag.retrieval.base import Retriever
 from prorag.supervision.equivalence import equivalence_judge
@@ -181,6 +182,7 @@ def score(
         if key in record.metadata:
             row[key] = record.metadata[key]
     row.update(search_step_fields(record, traj, reask_answers, counts))
+    row.update(step_validity_fields(record, traj.text))
     return row
 
 
@@ -226,6 +228,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["retrieval_recall"] = sum(with_gold) / len(with_gold) if with_gold else None
     out["over_search_rate"] = step_rate(rows, "over_search", "search_steps")
     out["under_search_rate"] = step_rate(rows, "under_search", "non_search_steps")
+    # The oracle's verdicts on the steps (questions with gold decompositions; None elsewhere).
+    for rate, (valid, judged) in STEP_VALIDITY_RATES.items():
+        out[rate] = step_rate(rows, valid, judged)
     # EM on the yes/no questions beside a constant guess's (absent without such questions).
     out |= yes_no_scores((r["prediction"], r["golden_answers"]) for r in rows if "golden_answers" in r) or {}
     out["stop_reasons"] = dict(Counter(r["stop_reason"] for r in rows))

@@ -15,7 +15,9 @@ reading error:
 * ``malformed``: actions with no kind; ``unpaired``: trajectories whose text parses into other
   actions than the verdicts (left out of the step counts).
 
-``benchmarks/step_errors.py`` prints them for the systems of a run folder.
+``benchmarks/step_errors.py`` prints them for the systems of a run folder. Every evaluation
+counts the first three kinds per question (:func:`step_validity_fields`, on its prediction lines)
+and reports their rates (:data:`STEP_VALIDITY_RATES`, in ``metrics.json``).
 """
 
 from __future__ import annotations
@@ -57,3 +59,34 @@ def step_error_counts(trajectories: Iterable[tuple[Record, str]]) -> Counter[str
                 c["conclude_wrong_gold_in_documents"] += int(any(contains(documents, g) for g in golds))
                 c["conclude_wrong_copied_from_documents"] += int(contains(documents, action.content))
     return c
+
+
+#: Per kind of action: the prediction-line fields :func:`step_validity_fields` writes (valid, judged)
+#: and the rate ``metrics.json`` reports (valid / judged, pooled over the questions' steps).
+STEP_VALIDITY_RATES: dict[str, tuple[str, str]] = {
+    "valid_search_rate": ("valid_searches", "judged_searches"),
+    "valid_subanswer_rate": ("valid_subanswers", "judged_subanswers"),
+    "valid_answer_rate": ("valid_answers", "judged_answers"),
+}
+_KINDS = {"search": "searches", "conclude": "subanswers", "answer": "answers"}
+
+
+def step_validity_fields(record: Record, text: str) -> dict[str, int]:
+    """The oracle's verdicts on one trajectory's actions, counted per kind for its prediction line:
+    ``judged_searches`` / ``valid_searches`` (sub-queries that target an open hop), the same for
+    sub-answers (supported and correct) and final answers (right and worked out). ``{}`` where the
+    record has no gold decomposition or the text does not parse into the judged actions.
+
+    The choice made: EM says whether a policy ended right, these say whether its steps were, which
+    is what step rewards are meant to change (docs/LOG.md, 2026-11-27: on unscreened RL questions
+    the oracle's step rewards raised valid searches and sub-answers and left EM where it was)."""
+    if not record.metadata.get("decomposition"):
+        return {}
+    c = step_error_counts([(record, text)])
+    if c["unpaired"]:
+        return {}
+    return {
+        f"{prefix}_{name}": c[kind + suffix]
+        for kind, name in _KINDS.items()
+        for prefix, suffix in (("judged", ""), ("valid", "_valid"))
+    }

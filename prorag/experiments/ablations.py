@@ -43,6 +43,7 @@ from prorag.core.config import apply_overrides, parse_assignment, used_settings
 from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, permutation_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
+from prorag.evaluation.step_errors import STEP_VALIDITY_RATES
 from prorag.experiments.pipeline import (
     PipelineConfig,
     Run,
@@ -100,10 +101,12 @@ FAMILY_METRICS: tuple[str, ...] = (
     "searches_below_hops_rate",
     "over_search_rate",
     "under_search_rate",
+    *STEP_VALIDITY_RATES,
 )
 #: Per-seed evaluation metrics the process ablation reports beside EM and F1: how often and how deep
-#: each arm searches (step rewards are meant to change the steps, so a change shows here first).
-PROCESS_METRICS: tuple[str, ...] = ("format_valid_rate", "mean_retrieval_steps", "searches_below_hops_rate")
+#: each arm searches, and how many of its steps the oracle finds valid (step rewards are meant to
+#: change the steps, so a change shows here first).
+PROCESS_METRICS: tuple[str, ...] = ("format_valid_rate", "mean_retrieval_steps", "searches_below_hops_rate", *STEP_VALIDITY_RATES)
 ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process", "family")
 Ablation = Literal["table2", "beta", "topk", "process", "family"]
 

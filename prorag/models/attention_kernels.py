@@ -11,14 +11,17 @@ and 0.23 ms on the GPU, some 3.5 s of a loss part whose kernels ran 0.7 s. The r
 eager forwards (prompts, the environment's replies, eager decode steps) change shape just as often.
 
 The flash and memory-efficient kernels have no per-shape set-up, so these forwards run without
-cuDNN's. Captured decode graphs (:mod:`prorag.agent.decode_graphs`) keep PyTorch's choice: a
-graph replays whatever kernel it recorded, with no host work per call.
+cuDNN's: the engine's always, the trainers' unless a stage sets ``cudnn_attention`` (fixed-shape
+batches of a large model may prefer cuDNN's kernel). Captured decode graphs
+(:mod:`prorag.agent.decode_graphs`) keep PyTorch's choice: a graph replays whatever kernel it
+recorded, with no host work per call.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 #: The SDPA kernels a variable-shape forward may use, in PyTorch's order of preference: all but cuDNN's.
 VARIABLE_SHAPE_KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
@@ -33,3 +36,9 @@ def variable_shape_attention() -> Iterator[None]:
 
     with sdpa_kernel([getattr(SDPBackend, name) for name in VARIABLE_SHAPE_KERNELS]):
         yield
+
+
+def training_attention(cudnn: bool) -> contextlib.AbstractContextManager[Any]:
+    """The attention kernels of a trainer's forwards: PyTorch's own choice with ``cudnn``
+    (``TrainingConfig.cudnn_attention``), else :func:`variable_shape_attention`."""
+    return contextlib.nullcontext() if cudnn else variable_shape_attention()

@@ -21,8 +21,28 @@ from transformers import TrainerCallback
 
 from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
+from prorag.models.attention_kernels import training_attention
 
 log = logging.getLogger(__name__)
+
+
+class AttentionKernels:
+    """A mixin for the stages' ``Trainer`` classes (listed before the Trainer base): each training
+    and evaluation step runs its forwards, and so its backward, with the attention kernels of
+    :func:`~prorag.models.attention_kernels.training_attention` (``cudnn_attention``, a keyword
+    of the constructor, from ``TrainingConfig.cudnn_attention``)."""
+
+    def __init__(self, *args: Any, cudnn_attention: bool = False, **kwargs: Any) -> None:
+        self.cudnn_attention = cudnn_attention
+        super().__init__(*args, **kwargs)
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        with training_attention(self.cudnn_attention):
+            return super().training_step(*args, **kwargs)  # type: ignore[misc]
+
+    def prediction_step(self, *args: Any, **kwargs: Any) -> Any:
+        with training_attention(self.cudnn_attention):
+            return super().prediction_step(*args, **kwargs)  # type: ignore[misc]
 
 
 class MetricsFile(TrainerCallback):
@@ -78,6 +98,12 @@ class TrainingConfig:
     weight_decay: float = setting(0.0, help="AdamW weight decay.")
     max_grad_norm: float = setting(1.0, help="Gradient clipping norm.")
     gradient_checkpointing: bool = setting(False, help="Recompute activations in the backward pass (pays only for large models).")
+    cudnn_attention: bool = setting(
+        False,
+        help="Let PyTorch pick cuDNN's attention kernel for the trainer's forwards (Hopper GPUs). Off: flash, "
+        "memory-efficient or math kernels; cuDNN's sets up every new input shape on the host, and padded batches "
+        "change shape at every step (4.6 ms a forward call on an H200, docs/LOG.md 2026-11-27).",
+    )
     bf16: bool | Literal["auto"] = setting(
         "auto", help='bf16 mixed precision; "auto": when a CUDA device supports it (never on CPU).'
     )

@@ -428,6 +428,11 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     saved = read_json(run_dir / "ablations" / "process.json")
     assert saved["seeds"] == [0, 1] and set(saved["arms"]) == set(ablations.PROCESS_ARMS)
     assert all(set(row["per_seed"]) == {"0", "1"} for row in saved["stats"].values())
+    # Beside EM, the oracle's verdicts on each arm's test steps are asked for (this tiny policy writes
+    # no complete action in two RL steps: None, so no column; tests/evaluation/test_step_errors.py has values).
+    assert set(ablations.STEP_VALIDITY_RATES) <= set(ablations.PROCESS_METRICS)
+    measured = read_json(run_dir / "eval" / "grpo-seed0" / "metrics.json")
+    assert all(rate in measured for rate in ablations.STEP_VALIDITY_RATES)
     assert {a: row["control"] for a, row in saved["stats"].items() if "control" in row} == ablations.CONTROLS
     # The settings that decide what the runs do (a later field of an unused method block left out).
     assert saved["config_fingerprint"] == fingerprint(used_settings(resolve(load_config(config, PipelineConfig))))

@@ -191,6 +191,27 @@ def test_trainer_loss_is_the_weighted_loss(
         assert torch.allclose(fused_grad, model.model.layers[0].mlp.up_proj.weight.grad, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("cudnn", [False, True])
+def test_a_training_step_runs_with_the_configured_attention_kernels(
+    tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], cudnn: bool
+) -> None:
+    """The stage's trainer takes ``cudnn_attention`` from its config: every forward of a real
+    training step runs without cuDNN's attention by default (prorag.models.attention_kernels)."""
+    cfg = fast_config(cudnn_attention=cudnn)
+    table = tag_weight_table(tag_token_ids(tokenizer), cfg.weight_scheme, cfg.control_lambda)
+    examples, _ = build_sft_examples(gold[:2], tokenizer, table)
+    model = make_tiny_model(tokenizer, "tiny")
+    trainer = make_sft_trainer(cfg, tmp_path, model, tokenizer, examples, tag_weights=table)
+    seen: list[bool] = []
+    hook = model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    try:
+        model.train()
+        loss = trainer.training_step(model, dict(trainer.data_collator(examples)))
+    finally:
+        hook.remove()
+    assert torch.isfinite(loss) and seen and set(seen) == {cudnn}
+
+
 # ----------------------------------------------------------------------------- training, saving, resuming
 
 

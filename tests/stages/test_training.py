@@ -11,7 +11,14 @@ from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig
-from prorag.stages.training import LoRAConfig, TimeBudget, TrainingConfig, last_complete_checkpoint, truncate_metrics
+from prorag.stages.training import (
+    AttentionKernels,
+    LoRAConfig,
+    TimeBudget,
+    TrainingConfig,
+    last_complete_checkpoint,
+    truncate_metrics,
+)
 
 
 def test_training_arguments_map_the_fields_as_before(tmp_path: Path) -> None:
@@ -123,3 +130,39 @@ def test_metrics_after_the_resumed_step_are_dropped(tmp_path: Path) -> None:
     assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3]
     assert truncate_metrics(path, 3) == 0
     assert truncate_metrics(path, 0) == 3 and path.read_text() == ""  # a fresh start keeps nothing
+
+
+class _RecordingTrainer:
+    """A Trainer's two step methods, returning whether cuDNN's attention was allowed during them."""
+
+    def __init__(self, **kwargs: object) -> None:
+        self.kwargs = kwargs
+
+    def training_step(self, *_: object) -> bool:
+        return torch.backends.cuda.cudnn_sdp_enabled()
+
+    def prediction_step(self, *_: object) -> bool:
+        return torch.backends.cuda.cudnn_sdp_enabled()
+
+
+class _Trainer(AttentionKernels, _RecordingTrainer):
+    pass
+
+
+def test_the_stages_trainers_step_without_cudnn_attention_unless_asked() -> None:
+    """``cudnn_attention`` (TrainingConfig, default off) chooses the attention kernels of every
+    training and evaluation step; the keyword goes no further than the mixin."""
+    from prorag.stages.dpo import StepDPOTrainer
+    from prorag.stages.prm import PairwiseRewardTrainer
+    from prorag.stages.rl import ProcessSupervisedGRPOTrainer
+    from prorag.stages.sft import WeightedSFTTrainer
+
+    default = _Trainer(seed=1)
+    assert default.kwargs == {"seed": 1} and default.cudnn_attention is False
+    assert default.training_step() is False and default.prediction_step() is False
+    asked = _Trainer(cudnn_attention=True)
+    assert asked.kwargs == {} and asked.training_step() is True and asked.prediction_step() is True
+    assert torch.backends.cuda.cudnn_sdp_enabled(), "the setting is as it was after each step"
+    assert TrainingConfig().cudnn_attention is False
+    for trainer in (WeightedSFTTrainer, PairwiseRewardTrainer, StepDPOTrainer, ProcessSupervisedGRPOTrainer):
+        assert trainer.__mro__.index(AttentionKernels) == 1, trainer.__name__

@@ -162,6 +162,10 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
     "searches_below_hops_rate": ("Fewer searches than hops (%)", True),
     "over_search_rate": ("Over-search (%)", True),
     "under_search_rate": ("Under-search (%)", True),
+    # The oracle's verdicts on the test trajectories' steps (evaluation.step_errors).
+    "valid_search_rate": ("Valid searches (%)", True),
+    "valid_subanswer_rate": ("Valid sub-answers (%)", True),
+    "valid_answer_rate": ("Answers worked out (%)", True),
     "seconds_per_rl_step": ("s / RL step", False),
     # The step whose weights were tested, for an arm that stops early on dev (rl.select_policy best_dev).
     "selected_step": ("Dev-chosen RL step", False),

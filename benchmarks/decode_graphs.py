@@ -24,7 +24,8 @@ Three sides, same model and questions (``--batch`` of them, one batch):
 
 Each graphed side runs once to warm up (it captures its graphs then; capture time is reported
 apart), then every side is timed ``--repeats`` times, best kept (the eager engine runs the kernels
-HF generate has warmed). ``--sides`` picks the extra engine sides (both by default). Reported: model-written tokens per
+HF generate has warmed). ``--sides`` picks the extra engine sides (both by default);
+``--compile-norms`` runs the engine sides with the model's RMSNorms fused (HF generate stays stock). Reported: model-written tokens per
 second, the ratios against HF generate and against the eager engine, the retriever's share of the
 graphs side's wall time, and how far the two engine sides agree: sampled with the same per-row
 streams, and greedy, the share of rows whose completions are identical, and the largest gap
@@ -232,6 +233,11 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--profile", action="store_true", help="then time the graphs side's parts (GPU only)")
     ap.add_argument(
+        "--compile-norms",
+        action="store_true",
+        help="the engine sides run with the model's RMSNorms compiled (prorag.models.kernels.compile_norms); HF generate stock",
+    )
+    ap.add_argument(
         "--sides",
         default="graphs-barrier,graphs-grouped",
         help="engine sides beside eager and graphs (always run): graphs-barrier, graphs-grouped, or none",
@@ -279,6 +285,13 @@ def main() -> None:
     time_generate(model, prompts[:2], tokenizer.pad_token_id, 8, device)  # warm-up
     best = min(time_generate(model, prompts, tokenizer.pad_token_id, args.new_tokens, device) for _ in range(args.repeats))
     result["generate"] = {"seconds": best[0], "tokens": best[1], "tokens_per_s": best[1] / best[0]}
+    if args.compile_norms:
+        from prorag.models.kernels import compile_norms
+
+        start = time.perf_counter()
+        result["compiled_norms"] = compile_norms(model)
+        time_engine(sides["eager"], records[:2], seeds[:2], device)  # the compilation, outside the timed runs
+        result["compile_seconds"] = time.perf_counter() - start
 
     trajectories = {}
     for name, engine in sides.items():
@@ -343,6 +356,8 @@ def main() -> None:
     )
     ratio = g["tokens_per_s"] / gen
     print(f"target: graphs >= 10x HF generate: {ratio:.1f}x, {'met' if ratio >= 10 else 'NOT met'}")
+    if args.compile_norms:
+        print(f"engine sides with {result['compiled_norms']} RMSNorms compiled ({result['compile_seconds']:.1f} s to compile)")
     if args.profile and device.startswith("cuda"):
         from prorag.agent import decode_graphs, kv_cache
 

@@ -134,6 +134,7 @@ def time_prorag(
         scoring_rows=args.scoring_rows or None,
     )
     config.gradient_checkpointing = args.gradient_checkpointing
+    config.compile_norms = args.compile_norms  # the trainer compiles them; the warm-up step pays it
     if args.gradient_checkpointing:  # what Trainer.train() switches on (the steps here bypass train())
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     trainer = make_rl_trainer(config, Path(tmp) / "prorag", model, tokenizer, records, retriever, prm)
@@ -206,6 +207,7 @@ def main() -> None:
         "--gradient-checkpointing", action="store_true", help="prorag's loss recomputes activations (TRL's side always does)"
     )
     ap.add_argument("--profile", action="store_true", help="then profile prorag's loss part (forward and backward) once")
+    ap.add_argument("--compile-norms", action="store_true", help="prorag's policy with its RMSNorms compiled (rl.compile_norms)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

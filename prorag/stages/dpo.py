@@ -25,7 +25,7 @@ from trl import DPOTrainer
 from prorag.core.config import setting
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.stages.prm import StepPair, check_vocabulary, pair_stage_inputs
-from prorag.stages.training import AttentionKernels, LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
 from prorag.supervision.reward_model import DEFAULT_MAX_LENGTH
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def dpo_examples(pairs: Sequence[StepPair], tokenizer: Any, max_length: int) -> 
 # ----------------------------------------------------------------------------- training
 
 
-class StepDPOTrainer(AttentionKernels, DPOTrainer):
+class StepDPOTrainer(TrainerKernels, DPOTrainer):
     """TRL's ``DPOTrainer`` on examples that are already token ids (:data:`ID_COLUMNS`): its
     dataset preparation (prompt extraction, an EOS appended to every completion, tokenisation) is
     replaced by keeping those columns as they are."""
@@ -162,6 +162,7 @@ def make_dpo_trainer(
     return StepDPOTrainer(
         model=model,
         cudnn_attention=config.cudnn_attention,
+        compile_norms=config.compile_norms,
         ref_model=ref_model,
         args=dpo_training_args(config, run),
         train_dataset=Dataset.from_list([{c: e[c] for c in ID_COLUMNS} for e in examples]),

@@ -44,7 +44,7 @@ from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, read_jsonl_n
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer
 from prorag.models.tiny import TINY_SIZES
-from prorag.stages.training import AttentionKernels, MetricsFile, TrainingConfig, resume_training
+from prorag.stages.training import MetricsFile, TrainerKernels, TrainingConfig, resume_training
 from prorag.supervision.reward_model import (
     DEFAULT_MAX_LENGTH,
     PRM_KINDS,
@@ -443,7 +443,7 @@ def pair_wins(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     return (chosen > rejected).float() + 0.5 * (chosen == rejected).float()
 
 
-class PairwiseRewardTrainer(AttentionKernels, RewardTrainer):
+class PairwiseRewardTrainer(TrainerKernels, RewardTrainer):
     """TRL's ``RewardTrainer`` with the rewards its PRM's kind reads
     (:meth:`~prorag.supervision.reward_model.ProcessRewardModel.pair_logits`: the head at the last
     attended token, or the step's scaled mean likelihood) and per-pair metrics (see the module
@@ -562,6 +562,7 @@ def make_prm_trainer(
     return PairwiseRewardTrainer(
         model=scorer.model,
         cudnn_attention=config.cudnn_attention,
+        compile_norms=config.compile_norms,
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),
         data_collator=PairCollator(int(scorer.tokenizer.pad_token_id)),
         train_dataset=Dataset.from_list(train_examples),

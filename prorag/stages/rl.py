@@ -85,11 +85,11 @@ from prorag.method.rewards.outcome import (
 )
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
-from prorag.models.attention_kernels import training_attention
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
+from prorag.models.kernels import training_attention
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
-from prorag.stages.training import AttentionKernels, LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
 
@@ -625,7 +625,7 @@ def compact_fused_head() -> Iterator[None]:
         trl_utils._use_triton = original
 
 
-class ProcessSupervisedGRPOTrainer(AttentionKernels, GRPOTrainer):
+class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
     """TRL's ``GRPOTrainer`` with rollouts from the rollout engine and ProRAG's ``(B, T)``
     dual-granularity advantages (see the module docstring for what is overridden and why).
 
@@ -1097,6 +1097,7 @@ def make_rl_trainer(
         trainer = ProcessSupervisedGRPOTrainer(
             model=model,
             cudnn_attention=config.cudnn_attention,
+            compile_norms=config.compile_norms,
             reward_funcs=[reward],
             args=rl_training_args(config, run),
             train_dataset=rl_dataset(records),

@@ -51,7 +51,7 @@ from prorag.method.losses import (
     token_nll,
 )
 from prorag.retrieval.base import Retriever
-from prorag.stages.training import AttentionKernels, LoRAConfig, MetricsFile, TrainingConfig, resume_training, save_trained_policy
+from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ def length_group_size(args: Any) -> int:
     return int(args.train_batch_size) * max(1, int(args.world_size)) * int(args.gradient_accumulation_steps)
 
 
-class WeightedSFTTrainer(AttentionKernels, SFTTrainer):
+class WeightedSFTTrainer(TrainerKernels, SFTTrainer):
     """TRL's ``SFTTrainer`` with the format-aware loss (see the module docstring for why each
     override is needed). Batches are :class:`WeightedSFTCollator`'s; ``reduction`` picks the
     loss's reduction.
@@ -475,6 +475,7 @@ def make_sft_trainer(
     return WeightedSFTTrainer(
         model=model,
         cudnn_attention=config.cudnn_attention,
+        compile_norms=config.compile_norms,
         args=sft_training_args(config, run, has_eval=bool(eval_examples)),
         data_collator=WeightedSFTCollator(int(tokenizer.pad_token_id)),
         train_dataset=_dataset(train_examples),

@@ -21,20 +21,25 @@ from transformers import TrainerCallback
 
 from prorag.core.config import setting
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
-from prorag.models.attention_kernels import training_attention
+from prorag.models.kernels import compile_norms as compile_model_norms
+from prorag.models.kernels import training_attention
 
 log = logging.getLogger(__name__)
 
 
-class AttentionKernels:
-    """A mixin for the stages' ``Trainer`` classes (listed before the Trainer base): each training
-    and evaluation step runs its forwards, and so its backward, with the attention kernels of
-    :func:`~prorag.models.attention_kernels.training_attention` (``cudnn_attention``, a keyword
-    of the constructor, from ``TrainingConfig.cudnn_attention``)."""
+class TrainerKernels:
+    """A mixin for the stages' ``Trainer`` classes (listed before the Trainer base) that chooses
+    the kernels of their forwards (:mod:`prorag.models.kernels`): each training and evaluation step
+    runs with the attention kernels of :func:`~prorag.models.kernels.training_attention`
+    (``cudnn_attention``), and with ``compile_norms`` the model's RMSNorm modules are compiled
+    (:func:`~prorag.models.kernels.compile_norms`). Both are constructor keywords, from the stage's
+    ``TrainingConfig``."""
 
-    def __init__(self, *args: Any, cudnn_attention: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, cudnn_attention: bool = False, compile_norms: bool = False, **kwargs: Any) -> None:
         self.cudnn_attention = cudnn_attention
         super().__init__(*args, **kwargs)
+        if compile_norms:
+            compile_model_norms(self.model)  # type: ignore[attr-defined]
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         with training_attention(self.cudnn_attention):
@@ -103,6 +108,11 @@ class TrainingConfig:
         help="Let PyTorch pick cuDNN's attention kernel for the trainer's forwards (Hopper GPUs). Off: flash, "
         "memory-efficient or math kernels; cuDNN's sets up every new input shape on the host, and padded batches "
         "change shape at every step (4.6 ms a forward call on an H200, docs/LOG.md 2026-11-27).",
+    )
+    compile_norms: bool = setting(
+        False,
+        help="Compile the model's RMSNorm modules (torch.compile, dynamic shapes): one fused kernel per norm instead of "
+        "about seven, in training and in the rollouts of the same model. The first forward pays the compilation.",
     )
     bf16: bool | Literal["auto"] = setting(
         "auto", help='bf16 mixed precision; "auto": when a CUDA device supports it (never on CPU).'

@@ -72,7 +72,7 @@ def test_every_field_is_settable(tmp_path: Path) -> None:
         top_k=5, records_file="r.jsonl", eval_file="e.jsonl", eval_fraction=0.1, missing_gold="drop", prompt_style="chat",
         max_length=512, overlong="truncate", epochs=3.0, max_steps=7, max_minutes=1.5, per_device_batch_size=2,
         gradient_accumulation_steps=4, learning_rate=1e-4, lr_scheduler_type="cosine", warmup_ratio=0.1, weight_decay=0.01,
-        max_grad_norm=0.5, group_by_length=True, gradient_checkpointing=True, cudnn_attention=True, fused_lm_head=True, weight_scheme="paper",
+        max_grad_norm=0.5, group_by_length=True, gradient_checkpointing=True, cudnn_attention=True, compile_norms=True, fused_lm_head=True, weight_scheme="paper",
         control_lambda=4.0, tag_weights={"</answer>": 6.0}, reduction="sum",
         lora=LoRAConfig(enabled=True, r=8, alpha=16, dropout=0.1, target_modules=["q_proj"]), bf16=False, seed=3, save_steps=9, save_total_limit=None,
         logging_steps=2, eval_steps=4, eval_samples=5, eval_batch_size=6, report_to=["tensorboard"], dataloader_num_workers=1,

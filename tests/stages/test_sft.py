@@ -196,7 +196,7 @@ def test_a_training_step_runs_with_the_configured_attention_kernels(
     tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], cudnn: bool
 ) -> None:
     """The stage's trainer takes ``cudnn_attention`` from its config: every forward of a real
-    training step runs without cuDNN's attention by default (prorag.models.attention_kernels)."""
+    training step runs without cuDNN's attention by default (prorag.models.kernels)."""
     cfg = fast_config(cudnn_attention=cudnn)
     table = tag_weight_table(tag_token_ids(tokenizer), cfg.weight_scheme, cfg.control_lambda)
     examples, _ = build_sft_examples(gold[:2], tokenizer, table)
@@ -210,6 +210,17 @@ def test_a_training_step_runs_with_the_configured_attention_kernels(
     finally:
         hook.remove()
     assert torch.isfinite(loss) and seen and set(seen) == {cudnn}
+
+
+def test_compile_norms_compiles_the_trained_models_norms(tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory]) -> None:
+    """``compile_norms`` reaches the model the stage trains (its RMSNorms, nothing else); off by default."""
+    examples, _ = build_sft_examples(gold[:2], tokenizer, tag_weight_table(tag_token_ids(tokenizer), "paper", 4.0))
+    for flag in (False, True):
+        model = make_tiny_model(tokenizer, "tiny")
+        make_sft_trainer(fast_config(compile_norms=flag), tmp_path / str(flag), model, tokenizer, examples)
+        compiled = [m for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+        norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+        assert norms and compiled == (norms if flag else [])
 
 
 # ----------------------------------------------------------------------------- training, saving, resuming

@@ -12,9 +12,9 @@ from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig
 from prorag.stages.training import (
-    AttentionKernels,
     LoRAConfig,
     TimeBudget,
+    TrainerKernels,
     TrainingConfig,
     last_complete_checkpoint,
     truncate_metrics,
@@ -145,7 +145,7 @@ class _RecordingTrainer:
         return torch.backends.cuda.cudnn_sdp_enabled()
 
 
-class _Trainer(AttentionKernels, _RecordingTrainer):
+class _Trainer(TrainerKernels, _RecordingTrainer):
     pass
 
 
@@ -165,4 +165,4 @@ def test_the_stages_trainers_step_without_cudnn_attention_unless_asked() -> None
     assert torch.backends.cuda.cudnn_sdp_enabled(), "the setting is as it was after each step"
     assert TrainingConfig().cudnn_attention is False
     for trainer in (WeightedSFTTrainer, PairwiseRewardTrainer, StepDPOTrainer, ProcessSupervisedGRPOTrainer):
-        assert trainer.__mro__.index(AttentionKernels) == 1, trainer.__name__
+        assert trainer.__mro__.index(TrainerKernels) == 1, trainer.__name__

@@ -24,6 +24,9 @@ METRIC_DESCRIPTIONS: Mapping[str, str] = {
     "F1": "token F1 (%) between the normalised prediction and the best-matching gold answer",
     "Format-valid": "share of trajectories (%) that follow the ProRAG grammar and end in exactly one answer (I_traj)",
     "Retrieval steps": "mean number of searches per question",
+    "Valid searches": "share of searches (%) the oracle judges valid: the sub-query targets an open hop of the gold "
+    "decomposition (questions with one; – elsewhere)",
+    "Valid sub-answers": "share of sub-answers (%) the oracle judges supported and correct",
     "p": "two-sided paired t-test p-value of the per-question scores against full ProRAG (metric named in the cell)",
 }
 
@@ -33,6 +36,8 @@ TABLE_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("F1", "f1", True),
     ("Format-valid", "format_valid_rate", True),
     ("Retrieval steps", "mean_retrieval_steps", False),
+    ("Valid searches", "valid_search_rate", True),
+    ("Valid sub-answers", "valid_subanswer_rate", True),
 )
 
 

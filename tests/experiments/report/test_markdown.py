@@ -18,10 +18,13 @@ def test_markdown_table_holds_the_measured_numbers(run_dir: Path) -> None:
         f"{100 * full['format_valid_rate']:.1f}",
         f"{full['mean_retrieval_steps']:.2f}",
     ]
+    # The oracle's step validity (this tiny run's policy may write no judged step: an empty cell).
+    for cell, key in zip(row[5:7], ("valid_search_rate", "valid_subanswer_rate"), strict=True):
+        assert cell == ("–" if full[key] is None else f"{100 * full[key]:.1f}")
     assert row[-1] == "reference"
     # Two seeds with EM 0.2 and 0.4: mean 30.0, sample std 14.1 (hand-computed).
     grpo = md_row(md, "GRPO baseline")
-    assert grpo[1] == "30.0 ± 14.1" and grpo[5] == "2"
+    assert grpo[1] == "30.0 ± 14.1" and grpo[7] == "2"
     assert grpo[-1] == "p=0.041 (EM, n=6)", "a p-value names the metric it tested"
     assert md_row(md, "Naive generation")[1:3] == ["12.5", "25.0"]
     assert "normalised exact match" in md and "containment" not in md.lower()

@@ -1,0 +1,81 @@
+"""Which kernels the project's forwards run on a GPU: attention without cuDNN's per-shape set-up,
+and RMSNorm fused into one kernel per call.
+
+**Attention.** PyTorch picks an SDPA kernel per call; on Hopper GPUs its first choice for many
+inputs is cuDNN's attention, which builds an execution graph on the host for each new input shape
+(and looks it up for a known one). A forward whose shape changes from call to call pays that set-up
+every time. The RL loss does exactly that: its rows run in groups cut to their span
+(:func:`~prorag.stages.rl.length_sorted_groups`), so nearly every group is a new (rows, width).
+Profiled on an H200 (docs/LOG.md, 2026-11-27, `benchmarks/rl_step_gpu.py --profile`): cuDNN's
+attention took 4.6 ms of host time per forward call and 6.8 ms per backward call against 0.07
+and 0.23 ms on the GPU, some 3.5 s of a loss part whose kernels ran 0.7 s. The rollout engine's
+eager forwards (prompts, the environment's replies, eager decode steps) change shape just as often.
+The flash and memory-efficient kernels have no per-shape set-up, so these forwards run without
+cuDNN's: the engine's always, the trainers' unless a stage sets ``cudnn_attention`` (fixed-shape
+batches of a large model may prefer cuDNN's kernel). Captured decode graphs
+(:mod:`prorag.agent.decode_graphs`) keep PyTorch's choice: a graph replays whatever kernel it
+recorded, with no host work per call.
+
+**RMSNorm.** Transformers' RMSNorm (Llama, Qwen2/3, Mistral) is some seven elementwise kernels
+per call (up-cast, square, mean, add, rsqrt, multiply, down-cast and scale), and a Qwen3 layer
+calls four (input, post-attention, query and key norms): in the same profile, elementwise
+multiplications alone took more GPU time than the matrix products. :func:`compile_norms` compiles
+each norm module with ``torch.compile`` (dynamic shapes: one compilation serves every batch and
+length), which fuses it into one kernel, forward and backward; the modules around it stay eager,
+so the slot cache and the decode graphs are untouched (a graph records the fused kernel). Opt-in
+(``compile_norms`` of a stage): the first forward pays the compilation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+#: The SDPA kernels a variable-shape forward may use, in PyTorch's order of preference: all but cuDNN's.
+VARIABLE_SHAPE_KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+@contextlib.contextmanager
+def variable_shape_attention() -> Iterator[None]:
+    """Inside the block, scaled-dot-product attention runs without cuDNN's kernel (see the module
+    docstring). The choice holds for the backward of what the block computes too: autograd
+    records the kernel the forward ran. On a CPU it changes nothing (cuDNN attention is CUDA-only)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([getattr(SDPBackend, name) for name in VARIABLE_SHAPE_KERNELS]):
+        yield
+
+
+def training_attention(cudnn: bool) -> contextlib.AbstractContextManager[Any]:
+    """The attention kernels of a trainer's forwards: PyTorch's own choice with ``cudnn``
+    (``TrainingConfig.cudnn_attention``), else :func:`variable_shape_attention`."""
+    return contextlib.nullcontext() if cudnn else variable_shape_attention()
+
+
+def is_rms_norm(module: Any) -> bool:
+    """Whether ``module`` is an RMSNorm layer (transformers names them ``*RMSNorm``)."""
+    return type(module).__name__.endswith("RMSNorm")
+
+
+#: Compilations dynamo keeps per code object (its default is 8). Every RMSNorm of a model runs the
+#: same ``forward``, and each input rank (hidden states, per-head queries and keys), each size-1
+#: dimension (one row, one position: decode steps) and each grad mode is a variant of its own: a
+#: Qwen3 in inference alone met 8 (tests), and past the limit dynamo falls back to the eager norm.
+NORM_RECOMPILE_LIMIT = 64
+
+
+def compile_norms(model: Any, backend: str = "inductor") -> int:
+    """Compile every RMSNorm module of ``model`` in place (``torch.compile``, dynamic shapes, with
+    ``backend``); returns how many. Idempotent: a module compiled already is left alone. The
+    modules' parameters and outputs are unchanged, up to float rounding of the fused kernel.
+    Raises dynamo's per-code recompile limit to :data:`NORM_RECOMPILE_LIMIT` (process-wide, never lowered)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, NORM_RECOMPILE_LIMIT)
+    count = 0
+    for module in model.modules():
+        if is_rms_norm(module) and getattr(module, "_compiled_call_impl", None) is None:
+            module.compile(dynamic=True, backend=backend)
+            count += 1
+    return count

@@ -20,8 +20,9 @@ recorded, with no host work per call.
 per call (up-cast, square, mean, add, rsqrt, multiply, down-cast and scale), and a Qwen3 layer
 calls four (input, post-attention, query and key norms): in the same profile, elementwise
 multiplications alone took more GPU time than the matrix products. :func:`compile_norms` compiles
-each norm module with ``torch.compile`` (dynamic shapes: one compilation serves every batch and
-length), which fuses it into one kernel, forward and backward; the modules around it stay eager,
+each norm module with ``torch.compile`` (dynamic shapes: a few compilations, one per input rank,
+size-1 dimension and grad mode, serve every batch and length), which fuses it into one kernel,
+forward and backward; the modules around it stay eager,
 so the slot cache and the decode graphs are untouched (a graph records the fused kernel). Opt-in
 (``compile_norms`` of a stage): the first forward pays the compilation.
 """

@@ -235,7 +235,7 @@ def main() -> None:
     ap.add_argument(
         "--compile-norms",
         action="store_true",
-        help="the engine sides run with the model's RMSNorms compiled (prorag.models.kernels.compile_norms); HF generate stock",
+        help="the engine sides run with the model's RMSNorms compiled (prorag.core.kernels.compile_norms); HF generate stock",
     )
     ap.add_argument(
         "--sides",
@@ -286,7 +286,7 @@ def main() -> None:
     best = min(time_generate(model, prompts, tokenizer.pad_token_id, args.new_tokens, device) for _ in range(args.repeats))
     result["generate"] = {"seconds": best[0], "tokens": best[1], "tokens_per_s": best[1] / best[0]}
     if args.compile_norms:
-        from prorag.models.kernels import compile_norms
+        from prorag.core.kernels import compile_norms
 
         start = time.perf_counter()
         result["compiled_norms"] = compile_norms(model)

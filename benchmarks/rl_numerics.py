@@ -103,6 +103,7 @@ def scored(
         rl_config=types.SimpleNamespace(scoring_rows=scoring_rows),
         score_mask=batch["score"],
         accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext),
+        cudnn_attention=False,  # the trainer's default (TrainingConfig.cudnn_attention)
     )
     score = ProcessSupervisedGRPOTrainer._get_per_token_logps_and_entropies
     if pad_columns:

@@ -24,7 +24,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from prorag.models.kernels import variable_shape_attention
+from prorag.core.kernels import variable_shape_attention
 
 #: Model types whose every layer is plain full attention over a standard key/value cache.
 _SLOT_CACHE_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})

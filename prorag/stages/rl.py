@@ -61,6 +61,7 @@ from trl.models import unwrap_model_for_generation
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.sampling import stream_seed
 from prorag.core.config import earlier_forms, setting
+from prorag.core.kernels import training_attention
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json
 from prorag.data.records import Record, read_records
@@ -86,7 +87,6 @@ from prorag.method.rewards.outcome import (
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig, prm_judged_actions, trajectory_step_rewards
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource, as_step_source
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
-from prorag.models.kernels import training_attention
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy

@@ -20,19 +20,19 @@ import torch
 from transformers import TrainerCallback
 
 from prorag.core.config import setting
+from prorag.core.kernels import compile_norms as compile_model_norms
+from prorag.core.kernels import training_attention
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
-from prorag.models.kernels import compile_norms as compile_model_norms
-from prorag.models.kernels import training_attention
 
 log = logging.getLogger(__name__)
 
 
 class TrainerKernels:
     """A mixin for the stages' ``Trainer`` classes (listed before the Trainer base) that chooses
-    the kernels of their forwards (:mod:`prorag.models.kernels`): each training and evaluation step
-    runs with the attention kernels of :func:`~prorag.models.kernels.training_attention`
+    the kernels of their forwards (:mod:`prorag.core.kernels`): each training and evaluation step
+    runs with the attention kernels of :func:`~prorag.core.kernels.training_attention`
     (``cudnn_attention``), and with ``compile_norms`` the model's RMSNorm modules are compiled
-    (:func:`~prorag.models.kernels.compile_norms`). Both are constructor keywords, from the stage's
+    (:func:`~prorag.core.kernels.compile_norms`). Both are constructor keywords, from the stage's
     ``TrainingConfig``."""
 
     def __init__(self, *args: Any, cudnn_attention: bool = False, compile_norms: bool = False, **kwargs: Any) -> None:

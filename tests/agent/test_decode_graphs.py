@@ -147,7 +147,7 @@ def test_eager_forwards_run_without_cudnn_attention_and_the_static_step_keeps_th
     world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record], mode: str
 ) -> None:
     """Prompts, the environment's replies and eager decode steps change shape at every call and run
-    without cuDNN's attention (prorag.models.kernels); the static step a graph records
+    without cuDNN's attention (prorag.core.kernels); the static step a graph records
     keeps PyTorch's choice (a replay does no per-call set-up)."""
     model = _tiny_llama(world_tokenizer)
     cfg = RolloutConfig(max_action_tokens=24, max_actions=4, batch_size=6, temperature=1.0, decode_graphs=mode)

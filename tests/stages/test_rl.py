@@ -230,7 +230,7 @@ def test_policy_scoring_forwards_run_without_cudnn_attention(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:
     # The loss's forwards (groups cut to their span: a new shape nearly every call) may not use cuDNN's
-    # attention, which sets up each new shape on the host (prorag.models.kernels); after them
+    # attention, which sets up each new shape on the host (prorag.core.kernels); after them
     # the setting is as it was.
     trainer = make_rl_trainer(
         fast_config(rollout=GOLD_ROLLOUT, scoring_rows=1),

@@ -196,7 +196,7 @@ def test_a_training_step_runs_with_the_configured_attention_kernels(
     tmp_path: Path, tokenizer: Any, gold: list[GoldTrajectory], cudnn: bool
 ) -> None:
     """The stage's trainer takes ``cudnn_attention`` from its config: every forward of a real
-    training step runs without cuDNN's attention by default (prorag.models.kernels)."""
+    training step runs without cuDNN's attention by default (prorag.core.kernels)."""
     cfg = fast_config(cudnn_attention=cudnn)
     table = tag_weight_table(tag_token_ids(tokenizer), cfg.weight_scheme, cfg.control_lambda)
     examples, _ = build_sft_examples(gold[:2], tokenizer, table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prorag.models.kernels import NORM_RECOMPILE_LIMIT, compile_norms, variable_shape_attention
+from prorag.core.kernels import NORM_RECOMPILE_LIMIT, compile_norms, variable_shape_attention
 
 
 def _enabled() -> dict[str, bool]:

@@ -71,6 +71,13 @@ def _ablate_workers(out: dict[str, Any]) -> None:
     assert 0.5 <= out["same_predictions"] <= 1.0
 
 
+def _compile_norms(out: dict[str, Any]) -> None:
+    assert out["compiled_norms"] > 0 and _finite_positive(out["compile_seconds"])
+    assert _finite_positive(out["training"]["speedup"]) and _finite_positive(out["rollout"]["speedup"])
+    # float32 rounding of the fused norm may flip a near-tie of a sampled token, rarely
+    assert out["same_rollouts"] >= 0.5 and out["model_tokens"] > 0
+
+
 def _served(out: dict[str, Any]) -> None:
     assert _finite_positive(out["ratio"]) and out["max_in_flight"] >= 1
 
@@ -95,6 +102,7 @@ SCRIPTS: dict[str, tuple[list[str], Callable[[Any], None]]] = {
     ),
     "ablate_workers.py": (["--seeds", "2", "--rl-steps", "1", "--arms", "grpo"], _ablate_workers),
     "served.py": (["--questions", "4", "--rounds", "1", "--latency", "0.01", "--concurrency", "2"], _served),
+    "compile_norms.py": (["--rows", "2", "--length", "32", "--batch", "2", "--repeats", "1"], _compile_norms),
 }
 
 

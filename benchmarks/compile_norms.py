@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from decode_graphs import sync, time_engine  # benchmarks/decode_graphs.py, beside this file
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.core.kernels import compile_norms
@@ -34,11 +35,6 @@ from prorag.data.world import build_world
 from prorag.models.tiny import make_tiny_model
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def training_batch(vocab: int, rows: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -58,14 +54,6 @@ def time_training(model: Any, batch: dict[str, torch.Tensor], device: str) -> fl
     sync(device)
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - start
-
-
-def time_rollout(engine: RolloutEngine, records: list[Any], device: str) -> tuple[float, list[Any]]:
-    sync(device)
-    start = time.perf_counter()
-    trajs = engine.rollout(records, row_seeds=[100 + i for i in range(len(records))])
-    sync(device)
-    return time.perf_counter() - start, trajs
 
 
 def main() -> None:
@@ -88,26 +76,27 @@ def main() -> None:
     fused = copy.deepcopy(stock)
     batch = training_batch(len(tokenizer), args.rows, args.length)
     cfg = RolloutConfig(max_actions=11, max_action_tokens=64, batch_size=args.batch, temperature=1.0, seed=0)
+    seeds = [100 + i for i in range(len(records))]
 
     start = time.perf_counter()
     compiled = compile_norms(fused)
     time_training(fused, batch, device)  # the compilations (training variants), then the rollout's
     fused_engine = RolloutEngine(fused, tokenizer, retriever, cfg)
-    time_rollout(fused_engine, records, device)
+    time_engine(fused_engine, records, seeds, device)
     compile_seconds = time.perf_counter() - start
     stock_engine = RolloutEngine(stock, tokenizer, retriever, cfg)
     time_training(stock, batch, device)  # warm-up of the stock side
-    time_rollout(stock_engine, records, device)
+    time_engine(stock_engine, records, seeds, device)
 
     result: dict[str, dict[str, float]] = {"training": {}, "rollout": {}}
     rollouts = {}
     for name, model, engine in (("stock", stock, stock_engine), ("compiled", fused, fused_engine)):
         result["training"][name] = min(time_training(model, batch, device) for _ in range(args.repeats))
-        runs = [time_rollout(engine, records, device) for _ in range(args.repeats)]
+        runs = [time_engine(engine, records, seeds, device) for _ in range(args.repeats)]
         result["rollout"][name] = min(r[0] for r in runs)
-        rollouts[name] = runs[0][1]
-    same = sum(a.completion_ids == b.completion_ids for a, b in zip(rollouts["stock"], rollouts["compiled"], strict=True))
-    tokens = sum(sum(t.env_mask) for t in rollouts["stock"])
+        rollouts[name] = runs[0]
+    same = sum(a.completion_ids == b.completion_ids for a, b in zip(rollouts["stock"][2], rollouts["compiled"][2], strict=True))
+    tokens = rollouts["stock"][1]
     print(
         f"{device}, {args.size} model, torch {torch.__version__}, {compiled} RMSNorms compiled in {compile_seconds:.1f} s (warm-up)"
     )

@@ -262,8 +262,8 @@ def main() -> None:
         model, tokenizer, retriever, replace(cfg, decode_graphs="auto" if device.startswith("cuda") else "eager")
     )
     extra = set(args.sides.split(",")) - {"none", ""}
-    if extra - {"graphs-barrier", "graphs-grouped"}:
-        ap.error(f"--sides: unknown side(s) {sorted(extra - {'graphs-barrier', 'graphs-grouped'})}")
+    if unknown := extra - {"graphs-barrier", "graphs-grouped"}:
+        ap.error(f"--sides: unknown side(s) {sorted(unknown)}")
     # The same graphs with every row waiting for its turn's longest action (the engine before resume_early).
     if "graphs-barrier" in extra:
         sides["graphs-barrier"] = RolloutEngine(model, tokenizer, retriever, replace(sides["graphs"].config, resume_early=False))

@@ -161,8 +161,7 @@ def make_dpo_trainer(
     run = Path(run_dir)
     return StepDPOTrainer(
         model=model,
-        cudnn_attention=config.cudnn_attention,
-        compile_norms=config.compile_norms,
+        **config.kernel_settings(),
         ref_model=ref_model,
         args=dpo_training_args(config, run),
         train_dataset=Dataset.from_list([{c: e[c] for c in ID_COLUMNS} for e in examples]),

@@ -561,8 +561,7 @@ def make_prm_trainer(
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget(), *extra_callbacks]
     return PairwiseRewardTrainer(
         model=scorer.model,
-        cudnn_attention=config.cudnn_attention,
-        compile_norms=config.compile_norms,
+        **config.kernel_settings(),
         args=prm_training_args(config, run, has_eval=bool(eval_examples)),
         data_collator=PairCollator(int(scorer.tokenizer.pad_token_id)),
         train_dataset=Dataset.from_list(train_examples),

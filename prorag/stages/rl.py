@@ -1096,8 +1096,7 @@ def make_rl_trainer(
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
         trainer = ProcessSupervisedGRPOTrainer(
             model=model,
-            cudnn_attention=config.cudnn_attention,
-            compile_norms=config.compile_norms,
+            **config.kernel_settings(),
             reward_funcs=[reward],
             args=rl_training_args(config, run),
             train_dataset=rl_dataset(records),

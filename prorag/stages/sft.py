@@ -474,8 +474,7 @@ def make_sft_trainer(
     callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
     return WeightedSFTTrainer(
         model=model,
-        cudnn_attention=config.cudnn_attention,
-        compile_norms=config.compile_norms,
+        **config.kernel_settings(),
         args=sft_training_args(config, run, has_eval=bool(eval_examples)),
         data_collator=WeightedSFTCollator(int(tokenizer.pad_token_id)),
         train_dataset=_dataset(train_examples),

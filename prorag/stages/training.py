@@ -33,7 +33,7 @@ class TrainerKernels:
     runs with the attention kernels of :func:`~prorag.core.kernels.training_attention`
     (``cudnn_attention``), and with ``compile_norms`` the model's RMSNorm modules are compiled
     (:func:`~prorag.core.kernels.compile_norms`). Both are constructor keywords, from the stage's
-    ``TrainingConfig``."""
+    ``TrainingConfig`` (:meth:`TrainingConfig.kernel_settings`)."""
 
     def __init__(self, *args: Any, cudnn_attention: bool = False, compile_norms: bool = False, **kwargs: Any) -> None:
         self.cudnn_attention = cudnn_attention
@@ -122,6 +122,10 @@ class TrainingConfig:
     save_total_limit: int | None = setting(2, help="Checkpoints kept (None: all).")
     logging_steps: int = setting(10, help="Log the metrics every this many steps.")
     report_to: str | list[str] = setting("none", help='Trainer\'s report_to ("none", "wandb", ...).')
+
+    def kernel_settings(self) -> dict[str, bool]:
+        """The :class:`TrainerKernels` keywords of a stage's trainer (``cudnn_attention``, ``compile_norms``)."""
+        return {"cudnn_attention": self.cudnn_attention, "compile_norms": self.compile_norms}
 
     def __post_init__(self) -> None:
         """Refuse step counts the Trainer would misread: ``max_steps`` 0 trains one step and any

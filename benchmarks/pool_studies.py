@@ -1,0 +1,149 @@
+"""Each step-reward contrast of the process ablations, pooled over the studies that ran it.
+
+    python benchmarks/pool_studies.py [--out results/pooled_process_DATE.json]
+
+The README's answer table has one column per study (the tiny model on the demo and wide worlds,
+the small model's builds 1-4) and one row per contrast (a step-reward arm against outcome-only
+GRPO, or against its own step rewards shuffled within groups). Read cell by cell, every interval
+but a few holds zero; pooled, the question is whether the cells together show an effect that no
+one of them can. Inputs: the per-seed test EM of both arms in each study
+(``benchmarks/pool_studies_data.py``, from the committed result files, checked there against the
+README's cells). Each study enters as the mean and standard error of its per-seed paired
+differences; the contrast is pooled by random effects (DerSimonian-Laird, modified Hartung-Knapp
+interval on k - 1 degrees of freedom) and, for comparison, by fixed effect
+(:mod:`prorag.core.meta_analysis`). Printed per contrast and step (the last RL step, and the
+dev-chosen step where the studies had one): each study's mean ± 95% CI, the pooled mean with
+its CI and p-value, tau (the between-study standard deviation) and I2, in EM points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pool_studies_data import study_seed_ems  # benchmarks/pool_studies_data.py, beside this file
+
+from prorag.core.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
+from prorag.core.metrics import mean_and_ci
+
+#: The small model's builds: one config (configs/arms_demo.yaml) built four times.
+SMALL_MODEL = "small, build"
+
+
+def points(x: float) -> float:
+    return round(100 * x, 3)
+
+
+def pooled_row(estimate: PooledEstimate) -> dict[str, Any]:
+    """A pooled estimate in EM points (variances in squared points)."""
+    return {
+        "mean": points(estimate.mean),
+        "ci": [points(estimate.ci_low), points(estimate.ci_high)],
+        "se": points(estimate.se),
+        "p_value": round(estimate.p_value, 4),
+        "studies": estimate.k,
+        "tau": points(math.sqrt(estimate.tau2)),
+        "i2": round(estimate.i2, 3),
+        "q": round(estimate.q, 3),
+        "q_p_value": round(estimate.q_p_value, 4),
+    }
+
+
+def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (contrast, step, scope) with at least two studies: the studies' estimates
+    and the pooled ones. Scope ``all`` takes every study; ``small model`` only the small model's
+    builds (one config, four builds), where they are fewer than all."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["contrast"], r["step"]), []).append(r)
+    out = []
+    for (contrast, step), rows in groups.items():
+        scopes = {"all": rows, "small model": [r for r in rows if r["study"].startswith(SMALL_MODEL)]}
+        if len(scopes["small model"]) == len(rows):
+            del scopes["small model"]
+        for scope, members in scopes.items():
+            if len(members) < 2:
+                continue
+            studies, shown = [], []
+            for r in members:
+                diffs = [a - b for a, b in zip(r["arm_em"], r["reference_em"], strict=True)]
+                studies.append(study_estimate(r["study"], diffs))
+                mean, half = mean_and_ci(diffs)
+                shown.append(
+                    {
+                        "study": r["study"],
+                        "source": r["source"],
+                        "arm": r["arm"],
+                        "reference": r["reference"],
+                        "seeds": r["seeds"],
+                        "differences": [points(d) for d in diffs],
+                        "mean": points(mean),
+                        "ci": [points(mean - half), points(mean + half)],
+                    }
+                )
+            out.append(
+                {
+                    "contrast": contrast,
+                    "step": step,
+                    "scope": scope,
+                    "studies": shown,
+                    "random_effects": pooled_row(random_effects(studies)),
+                    "fixed_effect": pooled_row(fixed_effect(studies)),
+                }
+            )
+    return out
+
+
+def show(pooled: list[dict[str, Any]]) -> None:
+    for entry in pooled:
+        print(f"\n{entry['contrast']} ({entry['step']} step, {entry['scope']} studies), test EM points")
+        for s in entry["studies"]:
+            lo, hi = s["ci"]
+            print(f"  {s['study']:24} {s['mean']:+6.2f} [{lo:+6.2f}, {hi:+6.2f}]  ({len(s['seeds'])} seeds)")
+        random, fixed = entry["random_effects"], entry["fixed_effect"]
+        for label, p in (("pooled, random effects", random), ("pooled, fixed effect", fixed)):
+            lo, hi = p["ci"]
+            print(f"  {label:24} {p['mean']:+6.2f} [{lo:+6.2f}, {hi:+6.2f}]  p {p['p_value']:.3f}")
+        print(
+            f"  {'between studies':24} tau {random['tau']:.2f}  I2 {random['i2']:.0%}  (Q {random['q']:.2f}, p {random['q_p_value']:.3f})"
+        )
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="JSON file for the pooled estimates and their inputs")
+    args = parser.parse_args()
+    pooled = pool(study_seed_ems())
+    show(pooled)
+    if args.out is not None:
+        write_json_atomic(
+            args.out,
+            {
+                "what": "Step-reward contrasts of the process ablations pooled over studies (test EM points; "
+                "random effects: DerSimonian-Laird tau2, modified Hartung-Knapp interval on k - 1 df; fixed "
+                "effect: inverse variance, normal interval). Each study: per-seed paired differences.",
+                "command": "python benchmarks/pool_studies.py --out " + str(args.out),
+                "pooled": pooled,
+            },
+        )
+        print(f"\n-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

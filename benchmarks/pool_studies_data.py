@@ -1,0 +1,206 @@
+"""Per-seed test EM of paired arms in each process ablation, as inputs to pooling them.
+
+The README's table "Does process supervision help? The answer so far" gives, per study (an
+independent process ablation: a pi_rft and its RL arms) and per contrast (a step-reward arm
+against outcome-only GRPO or against its shuffled control), the mean paired difference over
+seeds with a t CI. Pooling the studies needs the per-seed numbers behind each cell, which lie in
+the committed result files under different schemas. This script reads them from `results/` and
+returns one record per (contrast, study, step):
+
+    {"contrast", "study", "source", "arm", "reference", "step", "seeds", "arm_em", "reference_em"}
+
+with test EM as fractions (files that store percents are divided by 100), at the last RL step
+("last") and, where a file has it, at the dev-chosen step ("dev"); only the seeds present for
+both arms, in the same order in both lists.
+
+    python3 benchmarks/pool_studies_data.py            # the records as JSON
+    python3 benchmarks/pool_studies_data.py --check    # and a table against the README's cells
+
+Pure standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Where each file schema keeps one arm's per-seed test EM, per step: a key path in which "{arm}"
+# is the arm's key and "{seed}" the level whose keys are the seeds, and the divisor that turns
+# the stored value into a fraction.
+SCHEMAS: dict[str, dict[str, tuple[tuple[str, ...], float]]] = {
+    # `prorag ablate` output (process_*.json of 11-23/24/25, family)
+    "ablate": {"last": (("stats", "{arm}", "per_seed", "{seed}", "em"), 1.0)},
+    # process_rebuild_small_2026-11-26.json: the step-48 runs of build 2
+    "rebuild": {"last": (("arms", "{arm}", "seeds", "{seed}", "em"), 1.0)},
+    # early_stopping_small_2026-11-26.json: build 2's runs at their dev-best step, percent
+    "early_stopping": {"dev": (("arms", "{arm}", "seeds", "{seed}", "test_em"), 100.0)},
+    # process_*_third_rft and rl_unscreened: each run tested at step 48 and at its dev-best step
+    "runs": {
+        "last": (("runs", "{arm}", "{seed}", "test_last", "em"), 1.0),
+        "dev": (("runs", "{arm}", "{seed}", "test_best", "em"), 1.0),
+    },
+    # process_norm_step_kind_2026-11-27.json, percent
+    "step_kind": {
+        "last": (("arms", "last", "{arm}", "{seed}", "em"), 100.0),
+        "dev": (("arms", "best", "{arm}", "{seed}", "em"), 100.0),
+    },
+}
+
+OFE_GRPO = "oracle-first-error vs grpo"
+PRM_GRPO = "learned prm vs grpo"
+ORACLE_GRPO = "oracle every step vs grpo"
+PRM_SHUF = "learned prm vs its shuffled control"
+OFE_SHUF = "oracle-first-error vs its shuffled control"
+OFEK_GRPO = "oracle-first-error by step kind vs grpo"
+
+TINY = "tiny model, demo world"
+WIDE = "tiny, wide world"
+B1, B2, B3, B4 = "small, build 1", "small, build 2", "small, build 3", "small, build 4"
+
+# The result files (under results/) and their schemas.
+TINY_PROCESS = "process_2026-11-23.json"
+TINY_OFE = "process_oracle_first_error_2026-11-24.json"  # beside family_2026-11-24.json, the same GRPO runs
+WIDE_PROCESS = "process_wide_2026-11-24.json"
+B1_PROCESS = "process_small_2026-11-24.json"
+B1_OFE = "process_small_oracle_first_error_2026-11-25.json"  # GRPO re-run beside it: process_small's per-seed EM
+B2_PROCESS = "process_rebuild_small_2026-11-26.json"
+B2_DEV = "early_stopping_small_2026-11-26.json"
+B3_OFE = "process_ofe_third_rft_2026-11-26.json"
+B3_PRM = "process_prm_third_rft_2026-11-27.json"  # repeats B3_OFE's w12/ofe/ofesh runs unchanged
+B3_OFEK = "process_norm_step_kind_2026-11-27.json"
+B4_UNSCREENED = "rl_unscreened_2026-11-27.json"
+
+FILE_SCHEMA: dict[str, str] = {
+    TINY_PROCESS: "ablate",
+    TINY_OFE: "ablate",
+    WIDE_PROCESS: "ablate",
+    B1_PROCESS: "ablate",
+    B1_OFE: "ablate",
+    B2_PROCESS: "rebuild",
+    B2_DEV: "early_stopping",
+    B3_OFE: "runs",
+    B3_PRM: "runs",
+    B3_OFEK: "step_kind",
+    B4_UNSCREENED: "runs",
+}
+
+OFE = "prorag-oracle-first-error"  # the arm's name in `prorag ablate` output
+
+# One row per README cell: (contrast, study, step, file, arm key, reference key, the README's
+# mean paired difference in EM points, or None where the README has no cell).
+CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
+    # tiny model, demo world: the process ablation of 11-23; the oracle up to the first error
+    # against GRPO re-run beside the family (the README's starred cell)
+    (PRM_GRPO, TINY, "last", TINY_PROCESS, "prorag", "grpo", 1.2),
+    (ORACLE_GRPO, TINY, "last", TINY_PROCESS, "prorag-oracle", "grpo", -2.2),
+    (PRM_SHUF, TINY, "last", TINY_PROCESS, "prorag", "prorag-shuffled", 1.3),
+    (OFE_GRPO, TINY, "last", TINY_OFE, OFE, "grpo", 1.8),
+    # tiny, wide world
+    (PRM_GRPO, WIDE, "last", WIDE_PROCESS, "prorag", "grpo", 1.4),
+    (ORACLE_GRPO, WIDE, "last", WIDE_PROCESS, "prorag-oracle", "grpo", 0.5),
+    (OFE_GRPO, WIDE, "last", WIDE_PROCESS, OFE, "grpo", 0.8),
+    (PRM_SHUF, WIDE, "last", WIDE_PROCESS, "prorag", "prorag-shuffled", 0.2),
+    # small, build 1
+    (PRM_GRPO, B1, "last", B1_PROCESS, "prorag", "grpo", -0.1),
+    (ORACLE_GRPO, B1, "last", B1_PROCESS, "prorag-oracle", "grpo", -1.0),
+    (PRM_SHUF, B1, "last", B1_PROCESS, "prorag", "prorag-shuffled", 0.5),
+    (OFE_GRPO, B1, "last", B1_OFE, OFE, "grpo", 0.4),
+    # small, build 2: step 48 in process_rebuild, the dev-best step in early_stopping (same runs)
+    (OFE_GRPO, B2, "last", B2_PROCESS, "oracle_first_error", "grpo", 5.25),
+    (PRM_GRPO, B2, "last", B2_PROCESS, "prm", "grpo", 4.7),
+    (PRM_SHUF, B2, "last", B2_PROCESS, "prm", "prm_shuffled", 2.5),
+    (OFE_SHUF, B2, "last", B2_PROCESS, "oracle_first_error", "oracle_first_error_shuffled", 2.15),
+    (OFE_GRPO, B2, "dev", B2_DEV, "oracle_first_error", "grpo", 0.9),
+    (PRM_GRPO, B2, "dev", B2_DEV, "prm", "grpo", 0.5),
+    (PRM_SHUF, B2, "dev", B2_DEV, "prm", "prm_shuffled", 0.0),
+    (OFE_SHUF, B2, "dev", B2_DEV, "oracle_first_error", "oracle_first_error_shuffled", 1.0),
+    # small, build 3: GRPO is w12 (seeds 0-6)
+    (OFE_GRPO, B3, "last", B3_OFE, "ofe", "w12", -1.8),
+    (OFE_GRPO, B3, "dev", B3_OFE, "ofe", "w12", -0.7),
+    (OFE_SHUF, B3, "last", B3_OFE, "ofe", "ofesh", 0.1),
+    (OFE_SHUF, B3, "dev", B3_OFE, "ofe", "ofesh", 0.0),
+    (PRM_GRPO, B3, "last", B3_PRM, "prm", "w12", -2.50),
+    (PRM_GRPO, B3, "dev", B3_PRM, "prm", "w12", -0.8),
+    (PRM_SHUF, B3, "last", B3_PRM, "prm", "prmsh", -1.4),
+    (PRM_SHUF, B3, "dev", B3_PRM, "prm", "prmsh", -1.25),
+    # ofek has seeds 0-5; the README gives no dev-chosen cell for it
+    (OFEK_GRPO, B3, "last", B3_OFEK, "ofek", "w12", -0.9),
+    (OFEK_GRPO, B3, "dev", B3_OFEK, "ofek", "w12", None),
+    # small, build 4: unscreened RL questions; GRPO is ngrpo (the file's w12 is screened GRPO)
+    (OFE_GRPO, B4, "last", B4_UNSCREENED, "nofe", "ngrpo", 0.36),
+    (OFE_GRPO, B4, "dev", B4_UNSCREENED, "nofe", "ngrpo", -0.54),
+]
+
+TOLERANCE = 0.06  # EM points: the README's rounding
+
+
+def per_seed_em(data: dict[str, Any], schema: str, step: str, arm: str) -> dict[int, float]:
+    """One arm's test EM (a fraction) per seed at `step`, read along the schema's key path."""
+    path, divisor = SCHEMAS[schema][step]
+    node: Any = data
+    for i, key in enumerate(path):
+        if key == "{seed}":
+            rest = path[i + 1 :]
+            out = {}
+            for seed, sub in node.items():
+                for k in rest:
+                    sub = sub[k]
+                out[int(seed)] = sub / divisor
+            return out
+        node = node[arm if key == "{arm}" else key]
+    raise ValueError(f"schema {schema!r} has no seed level")
+
+
+def study_seed_ems() -> list[dict]:
+    """The paired per-seed test EM of every cell in CELLS, in that order."""
+    cache: dict[str, dict[str, Any]] = {}
+    records = []
+    for contrast, study, step, file, arm, reference, _ in CELLS:
+        if file not in cache:
+            cache[file] = json.loads((ROOT / "results" / file).read_text())
+        arm_em = per_seed_em(cache[file], FILE_SCHEMA[file], step, arm)
+        ref_em = per_seed_em(cache[file], FILE_SCHEMA[file], step, reference)
+        seeds = sorted(set(arm_em) & set(ref_em))
+        records.append(
+            {
+                "contrast": contrast,
+                "study": study,
+                "source": f"results/{file}",
+                "arm": arm,
+                "reference": reference,
+                "step": step,
+                "seeds": seeds,
+                "arm_em": [arm_em[s] for s in seeds],
+                "reference_em": [ref_em[s] for s in seeds],
+            }
+        )
+    return records
+
+
+def check(records: list[dict]) -> bool:
+    """Print each record's mean paired difference beside the README's cell; True if all agree."""
+    readme = {(c, s, st): v for c, s, st, *_, v in CELLS}
+    print(f"{'contrast':44} {'study':24} {'step':5} {'n':>2} {'mean':>7} {'README':>7}  ok")
+    ok_all = True
+    for r in records:
+        diffs = [a - b for a, b in zip(r["arm_em"], r["reference_em"], strict=True)]
+        mean = 100 * sum(diffs) / len(diffs)
+        value = readme[(r["contrast"], r["study"], r["step"])]
+        if value is None:
+            shown, ok = "–", "no cell"
+        else:
+            shown, good = f"{value:+.2f}", abs(mean - value) <= TOLERANCE
+            ok, ok_all = ("yes" if good else "NO"), ok_all and good
+        print(f"{r['contrast']:44} {r['study']:24} {r['step']:5} {len(diffs):2d} {mean:+7.2f} {shown:>7}  {ok}")
+    return ok_all
+
+
+if __name__ == "__main__":
+    result = study_seed_ems()
+    print(json.dumps(result, indent=1))
+    if "--check" in sys.argv[1:]:
+        sys.exit(0 if check(result) else 1)

@@ -6,8 +6,8 @@
 # Runs from the repository root (prorag importable: installed, or PYTHONPATH set). In order, until
 # BUDGET_SECONDS (default 420) are spent; each check gets at most what is left:
 #   1. benchmarks/rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing      (the step, by part)
-#   2. the same with --compile-norms                                                     (fused RMSNorms)
-#   3. benchmarks/decode_graphs.py --repeats 1 --sides none                              (decode, engine sides)
+#   2. benchmarks/decode_graphs.py --repeats 1 --sides graphs-compiled                   (decode: eager, graphs, compiled step)
+#   3. 1 with --compile-norms --compile-decode                                           (fused norms, compiled decode step)
 #   4. benchmarks/compile_norms.py --device cuda                                         (norms alone)
 #   5. benchmarks/rl_step_gpu.py --sides trl --steps 3                                   (stock TRL, same machine)
 # Each finished check writes OUT_DIR/NAME.json; every check's output goes to OUT_DIR/checks.log (six files
@@ -42,7 +42,7 @@ check() {  # NAME SCRIPT ARGS...: run under the time left, keep its log and JSON
 }
 
 check rl_prorag rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing
-check rl_prorag_norms rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing --compile-norms
-check decode decode_graphs.py --repeats 1 --sides none
+check decode decode_graphs.py --repeats 1 --sides graphs-compiled
+check rl_prorag_compiled rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing --compile-norms --compile-decode
 check norms compile_norms.py --device cuda
 check rl_trl rl_step_gpu.py --sides trl --steps 3

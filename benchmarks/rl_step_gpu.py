@@ -126,7 +126,9 @@ def time_prorag(
     config = RLConfig(
         group_size=args.group,
         per_device_batch_size=n,
-        rollout=RolloutConfig(max_actions=11, max_action_tokens=max(args.new_tokens // 4, 8), batch_size=n),
+        rollout=RolloutConfig(
+            max_actions=11, max_action_tokens=max(args.new_tokens // 4, 8), batch_size=n, compile_decode=args.compile_decode
+        ),
         learning_rate=1e-6,
         max_steps=1,
         process_reward="prm",
@@ -208,6 +210,11 @@ def main() -> None:
     )
     ap.add_argument("--profile", action="store_true", help="then profile prorag's loss part (forward and backward) once")
     ap.add_argument("--compile-norms", action="store_true", help="prorag's policy with its RMSNorms compiled (rl.compile_norms)")
+    ap.add_argument(
+        "--compile-decode",
+        action="store_true",
+        help="prorag's rollouts decode with the static step compiled whole before capture (rl.rollout.compile_decode)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

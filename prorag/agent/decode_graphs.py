@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from prorag.agent.kv_cache import SlotCache, SlotPool, additive_mask_dtype, slot_mask
+from prorag.core.kernels import compile_static_step
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +142,12 @@ class DecodeGraphs:
     ``capture=True`` (CUDA only) records each (rows, width) step as a CUDA graph on its first
     use and replays it afterwards; ``capture=False`` runs the same static step eagerly. The
     graphs share one memory pool (they never run concurrently; each result is cloned out at once).
+    ``compile=True`` compiles the step whole before it is run or captured (:mod:`prorag.core.kernels`).
     """
 
-    def __init__(self, model: Any, max_rows: int, device: torch.device, capture: bool, attention: str = "model") -> None:
+    def __init__(
+        self, model: Any, max_rows: int, device: torch.device, capture: bool, attention: str = "model", compile: bool = False
+    ) -> None:
         if capture and torch.device(device).type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, got {device}")
         self.model = model
@@ -160,6 +164,10 @@ class DecodeGraphs:
         model's own attention stays the default."""
         self.additive = additive_mask_dtype(model) if attention == "model" else None
         """The dtype of an additive mask (the model's eager attention), or None: a boolean one."""
+        self.compiled = compile
+        """Whether the step runs compiled whole (:func:`~prorag.core.kernels.compile_static_step`): the
+        graphs then record the compiled kernels, and ``capture=False`` runs them uncaptured."""
+        self._run = compile_static_step(self._step) if compile else self._step
         self.graphs: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
         self.captures = 0
         """Graphs recorded so far (a count that only grows; replays reuse them)."""
@@ -199,14 +207,14 @@ class DecodeGraphs:
         self.slots[:n].copy_(slots)
         self.shapes.add((rows, width))
         if not self.capture:
-            return self._step(cache, rows, width)[:n]
+            return self._run(cache, rows, width)[:n]
         key = (rows, width)
         if key not in self.graphs:
             try:
                 self.graphs[key] = self._record(cache, rows, width)
             except RuntimeError as err:  # e.g. an attention kernel that syncs with the host (SDPA's float32 math path)
                 self._capture_failed(err, key)
-                return self._step(cache, rows, width)[:n]
+                return self._run(cache, rows, width)[:n]
         graph, logits = self.graphs[key]
         graph.replay()
         return logits[:n].clone()
@@ -254,12 +262,12 @@ class DecodeGraphs:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            self._step(cache, rows, width)
+            self._run(cache, rows, width)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         # thread_local: CUDA calls of other threads (a data loader, a logger) cannot invalidate the capture.
         with torch.cuda.graph(graph, pool=self._mempool, capture_error_mode="thread_local"):
-            logits = self._step(cache, rows, width)
+            logits = self._run(cache, rows, width)
         if self._mempool is None:
             self._mempool = graph.pool()
         self.captures += 1

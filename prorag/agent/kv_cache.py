@@ -82,12 +82,24 @@ class _SlotLayer(CacheLayerMixin):
             self.keys.index_put_(where, key_states)
             self.values.index_put_(where, value_states)
             return self.keys[:, :, :width].index_select(0, rows), self.values[:, :, :width].index_select(0, rows)
-        B = key_states.shape[0]
-        keys, values = self.keys[:B], self.values[:B]
-        slots = self.owner.slots[:, None, :, None]
-        keys.scatter_(2, slots.expand_as(key_states), key_states)
-        values.scatter_(2, slots.expand(-1, value_states.shape[1], -1, value_states.shape[-1]), value_states)
-        return keys[:, :, :width], values[:, :, :width]
+        # The first B rows each write their (head, slot) rows, as rows of the buffers' flat
+        # (rows * heads * capacity, head_dim) views: one index_copy_ per buffer. A scatter_ along
+        # the slots wrote the same, but a compiled decode step (``compile_decode``) turned it into a
+        # copy of the whole buffer, every layer and step (2.8x slower than eager on a CPU; docs/LOG.md,
+        # 2026-11-27, compiled decode); index_copy_ into the flat view stays in place there too.
+        B, H, q = key_states.shape[:3]
+        flat = self.flat_positions(B, H, q)
+        self.keys.view(-1, self.keys.shape[-1]).index_copy_(0, flat, key_states.reshape(B * H * q, -1))
+        self.values.view(-1, self.values.shape[-1]).index_copy_(0, flat, value_states.reshape(B * H * q, -1))
+        return self.keys[:B, :, :width], self.values[:B, :, :width]
+
+    def flat_positions(self, rows: int, heads: int, q: int) -> torch.Tensor:
+        """Where row ``b``'s head ``h`` writes its ``i``-th position (slot ``owner.slots[b, i]``) in
+        the buffers' flat view, ordered as ``(b, h, i)``: ``(b * heads + h) * capacity + slot``."""
+        capacity = self.keys.shape[2]
+        device = self.owner.slots.device
+        row_head = torch.arange(rows, device=device)[:, None, None] * heads + torch.arange(heads, device=device)[None, :, None]
+        return (row_head * capacity + self.owner.slots[:rows, None, :q]).reshape(-1)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.width, 0

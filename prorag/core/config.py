@@ -356,7 +356,8 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
 #: that came before it (any number of rows gives the same loss and gradients up to float rounding,
 #: tests/stages/test_rl.py, which RL then amplifies: a changed setting). ``sample_streams`` (RFT,
 #: MCTS, ``outcome_reward.p2s``) at ``batch`` is how those stages sampled before it; an RL run that
-#: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`).
+#: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`). ``compile_decode``
+#: (rollout) at ``False`` runs the uncompiled decode step that came before it (the compiled one rounds otherwise).
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -367,6 +368,7 @@ LATER_FIELDS: dict[str, Any] = {
     "rl_worlds": 0,
     "rl_questions_per_world": 1,
     "sample_streams": "batch",
+    "compile_decode": False,
 }
 
 

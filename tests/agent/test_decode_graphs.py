@@ -125,6 +125,32 @@ def test_greedy_static_decode_equals_the_eager_slot_cache(
     assert max(abs(x - y) for a, b in zip(static, eager) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
+@pytest.mark.slow
+def test_compiled_static_decode_writes_what_the_uncompiled_step_writes(
+    world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    """``compile_decode``: the whole static step compiled (one program, no graph break, a few
+    compilations for every bucket) samples what the uncompiled step samples (per-row streams),
+    with log-probabilities that match a clean forward."""
+    import torch._dynamo.utils as dynamo_utils
+
+    model = _tiny_llama(world_tokenizer)
+    cfg = RolloutConfig(max_action_tokens=24, max_actions=4, batch_size=12, temperature=1.0, top_p=0.95, decode_graphs="eager")
+    seeds = [11 + 5 * i for i in range(len(records))]
+    static = RolloutEngine(model, world_tokenizer, tiny_retriever, cfg).rollout(records, row_seeds=seeds)
+    dynamo_utils.counters.clear()
+    engine = RolloutEngine(model, world_tokenizer, tiny_retriever, replace(cfg, compile_decode=True))
+    compiled = engine.rollout(records, row_seeds=seeds)
+    assert engine.graphs is not None and engine.graphs.compiled
+    assert len({rows for rows, _ in engine.graphs.shapes}) > 1, "rows should leave, so the batch shrinks through buckets"
+    assert not dynamo_utils.counters["graph_break"], dict(dynamo_utils.counters["graph_break"])
+    assert 1 <= dynamo_utils.counters["stats"]["unique_graphs"] <= 4
+    assert [t.completion_ids for t in compiled] == [t.completion_ids for t in static]
+    assert _logprob_drift(model, compiled) < 1e-4
+    with pytest.raises(ValueError, match="compile_decode"):
+        RolloutConfig(compile_decode=True, decode_graphs="off")
+
+
 def test_graphs_engage_only_where_they_can(world_tokenizer: Any, tiny_retriever: BM25Retriever) -> None:
     model = _tiny_llama(world_tokenizer)
     for mode, expected in (("auto", None), ("off", None)):  # auto: CUDA only; this is a CPU

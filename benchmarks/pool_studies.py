@@ -19,11 +19,8 @@ its CI and p-value, tau (the between-study standard deviation) and I2, in EM poi
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from pool_studies_data import study_seed_ems  # benchmarks/pool_studies_data.py,
 
 from prorag.core.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
 from prorag.core.metrics import mean_and_ci
+from prorag.data.jsonl import write_json
 
 #: The small model's builds: one config (configs/arms_demo.yaml) built four times.
 SMALL_MODEL = "small, build"
@@ -116,15 +114,6 @@ def show(pooled: list[dict[str, Any]]) -> None:
         )
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the pooled estimates and their inputs")
@@ -132,7 +121,7 @@ def main() -> None:
     pooled = pool(study_seed_ems())
     show(pooled)
     if args.out is not None:
-        write_json_atomic(
+        write_json(
             args.out,
             {
                 "what": "Step-reward contrasts of the process ablations pooled over studies (test EM points; "

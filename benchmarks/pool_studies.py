@@ -6,14 +6,16 @@ The README's answer table has one column per study (the tiny model on the demo a
 the small model's builds 1-4) and one row per contrast (a step-reward arm against outcome-only
 GRPO, or against its own step rewards shuffled within groups). Read cell by cell, every interval
 but a few holds zero; pooled, the question is whether the cells together show an effect that no
-one of them can. Inputs: the per-seed test EM of both arms in each study
-(``benchmarks/pool_studies_data.py``, from the committed result files, checked there against the
-README's cells). Each study enters as the mean and standard error of its per-seed paired
-differences; the contrast is pooled by random effects (DerSimonian-Laird, modified Hartung-Knapp
-interval on k - 1 degrees of freedom) and, for comparison, by fixed effect
-(:mod:`prorag.core.meta_analysis`). Printed per contrast and step (the last RL step, and the
-dev-chosen step where the studies had one): each study's mean ± 95% CI, the pooled mean with
-its CI and p-value, tau (the between-study standard deviation) and I2, in EM points.
+one of them can. Inputs: the per-seed test EM of both arms in each study, and for the oracle
+up to the first error against GRPO the oracle's verdicts on the test steps (valid searches, valid
+sub-answers) where the studies kept them (``benchmarks/pool_studies_data.py``, from the committed
+result files, checked there against the README's cells and the LOG's means). Each study enters as
+the mean and standard error of its per-seed paired differences; the contrast is pooled by random
+effects (DerSimonian-Laird, modified Hartung-Knapp interval on k - 1 degrees of freedom) and, for
+comparison, by fixed effect (:mod:`prorag.core.meta_analysis`). Printed per contrast, metric and
+step (the last RL step, and the dev-chosen step where the studies had one): each study's mean ±
+95% CI, the pooled mean with its CI and p-value, tau (the between-study standard deviation) and
+I2, in points (EM, or percent of the steps of a kind).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pool_studies_data import study_seed_ems  # benchmarks/pool_studies_data.py, beside this file
+from pool_studies_data import study_seed_ems, study_seed_validity  # benchmarks/pool_studies_data.py, beside this file
 
 from prorag.core.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
 from prorag.core.metrics import mean_and_ci
@@ -40,7 +42,7 @@ def points(x: float) -> float:
 
 
 def pooled_row(estimate: PooledEstimate) -> dict[str, Any]:
-    """A pooled estimate in EM points (variances in squared points)."""
+    """A pooled estimate in points (EM, or percent of steps)."""
     return {
         "mean": points(estimate.mean),
         "ci": [points(estimate.ci_low), points(estimate.ci_high)],
@@ -54,15 +56,23 @@ def pooled_row(estimate: PooledEstimate) -> dict[str, Any]:
     }
 
 
+def paired_values() -> list[dict[str, Any]]:
+    """Every study's paired per-seed values: test EM (``metric`` ``em``) and the oracle's valid-step
+    rates (``valid_search``, ``valid_subanswer``), as ``arm_values``/``reference_values`` fractions."""
+    rows = [r | {"metric": "em", "arm_values": r["arm_em"], "reference_values": r["reference_em"]} for r in study_seed_ems()]
+    rows += [r | {"arm_values": r["arm_rate"], "reference_values": r["reference_rate"]} for r in study_seed_validity()]
+    return rows
+
+
 def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (contrast, step, scope) with at least two studies: the studies' estimates
-    and the pooled ones. Scope ``all`` takes every study; ``small model`` only the small model's
-    builds (one config, four builds), where they are fewer than all."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """One entry per (contrast, metric, step, scope) with at least two studies: the studies'
+    estimates and the pooled ones. Scope ``all`` takes every study; ``small model`` only the small
+    model's builds (one config, four builds), where they are fewer than all."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["contrast"], r["step"]), []).append(r)
+        groups.setdefault((r["contrast"], r["metric"], r["step"]), []).append(r)
     out = []
-    for (contrast, step), rows in groups.items():
+    for (contrast, metric, step), rows in groups.items():
         scopes = {"all": rows, "small model": [r for r in rows if r["study"].startswith(SMALL_MODEL)]}
         if len(scopes["small model"]) == len(rows):
             del scopes["small model"]
@@ -71,7 +81,7 @@ def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             studies, shown = [], []
             for r in members:
-                diffs = [a - b for a, b in zip(r["arm_em"], r["reference_em"], strict=True)]
+                diffs = [a - b for a, b in zip(r["arm_values"], r["reference_values"], strict=True)]
                 studies.append(study_estimate(r["study"], diffs))
                 mean, half = mean_and_ci(diffs)
                 shown.append(
@@ -89,6 +99,7 @@ def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(
                 {
                     "contrast": contrast,
+                    "metric": metric,
                     "step": step,
                     "scope": scope,
                     "studies": shown,
@@ -101,7 +112,8 @@ def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def show(pooled: list[dict[str, Any]]) -> None:
     for entry in pooled:
-        print(f"\n{entry['contrast']} ({entry['step']} step, {entry['scope']} studies), test EM points")
+        what = "test EM" if entry["metric"] == "em" else f"{entry['metric']} rate (oracle's verdicts on test steps)"
+        print(f"\n{entry['contrast']} ({entry['step']} step, {entry['scope']} studies), {what}, points")
         for s in entry["studies"]:
             lo, hi = s["ci"]
             print(f"  {s['study']:24} {s['mean']:+6.2f} [{lo:+6.2f}, {hi:+6.2f}]  ({len(s['seeds'])} seeds)")
@@ -118,13 +130,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="JSON file for the pooled estimates and their inputs")
     args = parser.parse_args()
-    pooled = pool(study_seed_ems())
+    pooled = pool(paired_values())
     show(pooled)
     if args.out is not None:
         write_json(
             args.out,
             {
-                "what": "Step-reward contrasts of the process ablations pooled over studies (test EM points; "
+                "what": "Step-reward contrasts of the process ablations pooled over studies (points of test EM, or of "
+                "valid steps by the oracle's verdicts; "
                 "random effects: DerSimonian-Laird tau2, modified Hartung-Knapp interval on k - 1 df; fixed "
                 "effect: inverse variance, normal interval). Each study: per-seed paired differences.",
                 "command": "python benchmarks/pool_studies.py --out " + str(args.out),

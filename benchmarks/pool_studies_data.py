@@ -136,6 +136,7 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
 ]
 
 TOLERANCE = 0.06  # EM points: the README's rounding
+TOLERANCE_VALIDITY = 0.06  # points of valid steps: the LOG's one decimal
 
 
 def per_seed_em(data: dict[str, Any], schema: str, step: str, arm: str) -> dict[int, float]:
@@ -181,6 +182,62 @@ def study_seed_ems() -> list[dict]:
     return records
 
 
+# The oracle's verdicts on the test steps (`prorag.evaluation.step_errors`): valid searches and valid
+# sub-answers, in percent of the steps of that kind, per seed; where each study keeps them, and the
+# paired means over seeds its LOG entry quotes (searches, sub-answers).
+VALIDITY_METRICS = {"valid_search": ("search_valid", "search"), "valid_subanswer": ("conclude_valid", "conclude")}
+VALIDITY_CELLS: list[tuple[str, str, str, str, str, tuple[float, float]]] = [
+    # study, file, where the rates lie, arm, reference, (valid searches, valid sub-answers) in the LOG
+    (B1, B1_OFE, "counts_by_run", OFE, "grpo", (1.0, 1.3)),
+    (B3, "step_validity_build3_2026-11-27.json", "rates", "ofe", "w12", (0.5, 0.2)),
+    (B4, B4_UNSCREENED, "counts_by_arm", "nofe", "ngrpo", (5.3, 3.0)),
+]
+
+
+def per_seed_validity(data: dict[str, Any], layout: str, arm: str, metric: str) -> dict[int, float]:
+    """One arm's valid-step rate (a fraction) per seed at the last step, in one of three layouts:
+    ``rates`` (percents per seed), ``counts_by_arm`` (verdict counts per arm and seed) and
+    ``counts_by_run`` (verdict counts per ``ARM-seedS`` evaluation)."""
+    if layout == "rates":
+        return {int(seed): row[metric] / 100 for seed, row in data["arms"]["last"][arm].items()}
+    valid, total = VALIDITY_METRICS[metric]
+    if layout == "counts_by_arm":
+        runs = {int(seed): row for seed, row in data["step_validity"]["arms"][arm].items()}
+    else:
+        prefix = f"{arm}-seed"
+        counts = data["step_validity"]["systems"]["counts"]
+        runs = {int(name[len(prefix) :]): row for name, row in counts.items() if name.startswith(prefix)}
+    return {seed: row[valid] / row[total] for seed, row in runs.items()}
+
+
+def study_seed_validity() -> list[dict]:
+    """The paired per-seed valid-step rates of every study in VALIDITY_CELLS, for both metrics, at
+    the last RL step; records like :func:`study_seed_ems`' with ``metric`` and the rates in
+    ``arm_rate``/``reference_rate``."""
+    records = []
+    for study, file, layout, arm, reference, _ in VALIDITY_CELLS:
+        data = json.loads((ROOT / "results" / file).read_text())
+        for metric in VALIDITY_METRICS:
+            arm_rate = per_seed_validity(data, layout, arm, metric)
+            ref_rate = per_seed_validity(data, layout, reference, metric)
+            seeds = sorted(set(arm_rate) & set(ref_rate))
+            records.append(
+                {
+                    "contrast": OFE_GRPO,
+                    "metric": metric,
+                    "study": study,
+                    "source": f"results/{file}",
+                    "arm": arm,
+                    "reference": reference,
+                    "step": "last",
+                    "seeds": seeds,
+                    "arm_rate": [arm_rate[s] for s in seeds],
+                    "reference_rate": [ref_rate[s] for s in seeds],
+                }
+            )
+    return records
+
+
 def check(records: list[dict]) -> bool:
     """Print each record's mean paired difference beside the README's cell; True if all agree."""
     readme = {(c, s, st): v for c, s, st, *_, v in CELLS}
@@ -196,6 +253,17 @@ def check(records: list[dict]) -> bool:
             shown, good = f"{value:+.2f}", abs(mean - value) <= TOLERANCE
             ok, ok_all = ("yes" if good else "NO"), ok_all and good
         print(f"{r['contrast']:44} {r['study']:24} {r['step']:5} {len(diffs):2d} {mean:+7.2f} {shown:>7}  {ok}")
+    logged = {
+        (study, metric): v for study, *_, values in VALIDITY_CELLS for metric, v in zip(VALIDITY_METRICS, values, strict=True)
+    }
+    for r in study_seed_validity():
+        diffs = [a - b for a, b in zip(r["arm_rate"], r["reference_rate"], strict=True)]
+        mean = 100 * sum(diffs) / len(diffs)
+        value = logged[(r["study"], r["metric"])]
+        good = abs(mean - value) <= TOLERANCE_VALIDITY
+        ok_all = ok_all and good
+        label = f"{r['contrast']}, {r['metric']}"
+        print(f"{label:44} {r['study']:24} {r['step']:5} {len(diffs):2d} {mean:+7.2f} {value:+7.2f}  {'yes' if good else 'NO'}")
     return ok_all
 
 

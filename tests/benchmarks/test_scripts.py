@@ -83,9 +83,10 @@ def _served(out: dict[str, Any]) -> None:
 
 
 def _pool_studies(out: dict[str, Any]) -> None:
-    pooled = {(e["contrast"], e["step"], e["scope"]): e for e in out["pooled"]}
-    ofe = pooled[("oracle-first-error vs grpo", "last", "all")]
+    pooled = {(e["contrast"], e["metric"], e["step"], e["scope"]): e for e in out["pooled"]}
+    ofe = pooled[("oracle-first-error vs grpo", "em", "last", "all")]
     assert len(ofe["studies"]) == 6 and ofe["random_effects"]["studies"] == 6
+    assert pooled[("oracle-first-error vs grpo", "valid_subanswer", "last", "all")]["random_effects"]["studies"] == 3
     for name in ("random_effects", "fixed_effect"):
         low, high = ofe[name]["ci"]
         assert low < ofe[name]["mean"] < high

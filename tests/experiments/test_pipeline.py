@@ -311,7 +311,8 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     # A marker written after `question_filter` and `screening_file` existed and before
     # `screening_strata` (and the rollout settings added after it): it holds the first two, not the rest.
     between = _without_keys(
-        dataclasses.asdict(config), {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams"}
+        dataclasses.asdict(config),
+        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"},
     )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
@@ -335,11 +336,11 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"] and LATER_FIELDS["sample_streams"] == "batch"
     config = MCTSConfig(sample_streams="batch")
     settings = dataclasses.asdict(config)
-    before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams"})
+    before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams", "compile_decode"})
     assert before != settings
     _write_marker(tmp_path, "mcts", before)
     # A marker written after `decode_graphs` and before `resume_early`.
-    between = _without_keys(settings, {"resume_early", "sample_streams"})
+    between = _without_keys(settings, {"resume_early", "sample_streams", "compile_decode"})
     _write_marker(tmp_path, "mcts-between", between)
     calls: list[str] = []
     run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
@@ -354,7 +355,9 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     from prorag.stages.rl import RLConfig
 
     rl = RLConfig(learning_rate=2e-4)
-    old_rl = _without_keys(dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams"})
+    old_rl = _without_keys(
+        dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"}
+    )
     _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
     assert calls == []
@@ -372,7 +375,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     grpo = RLConfig(learning_rate=2e-4)
     assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
-    before = dataclasses.asdict(grpo)
+    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode"})  # which came after it
     del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
     _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
@@ -393,7 +396,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     # A P2S run from before: its candidates came from one generator per call.
     p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
-    old_p2s = dataclasses.asdict(p2s)
+    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode"})
     del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
     _write_marker(tmp_path, "rl-p2s-seed0", old_p2s)
     run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))

@@ -222,8 +222,8 @@ def test_screening_key_follows_the_weights_not_the_path(tmp_path: Path, world: W
 def test_screening_rows_keyed_before_the_rollouts_scheduling_settings_are_reused(
     tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rows an earlier version wrote (its key hashed the rollout settings without ``decode_graphs``
-    and ``resume_early``) are the rows these defaults sample: reused, not screened again; a
+    """Rows an earlier version wrote (its key hashed the rollout settings without ``decode_graphs``,
+    ``resume_early`` and ``compile_decode``) are the rows these defaults sample: reused, not screened again; a
     setting that changes what is sampled still gets a key no earlier row has."""
     import dataclasses
     import hashlib
@@ -233,12 +233,12 @@ def test_screening_rows_keyed_before_the_rollouts_scheduling_settings_are_reused
 
     config = RLConfig(policy=None, seed=3)
     keys = screening_keys(config)
-    assert keys[0] == screening_key(config) and len(keys) == len(set(keys)) == 3
+    assert keys[0] == screening_key(config) and len(keys) == len(set(keys)) == 4
     rollout = dataclasses.asdict(config.rollout)
-    old_rollout = {k: v for k, v in rollout.items() if k not in ("decode_graphs", "resume_early")}
+    old_rollout = {k: v for k, v in rollout.items() if k not in ("decode_graphs", "resume_early", "compile_decode")}
     what = {"policy": None, "seed": 3, "group_size": config.group_size, "rollout": old_rollout}
     old_key = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
-    assert keys[-1] == old_key, "the key a version before both settings wrote"
+    assert keys[-1] == old_key, "the key a version before the three settings wrote"
     hotter = RLConfig(policy=None, seed=3, rollout=dataclasses.replace(config.rollout, temperature=0.7))
     assert not set(screening_keys(hotter)) & set(keys)
 

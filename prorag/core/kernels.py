@@ -26,10 +26,10 @@ forward and backward; the modules around it stay eager,
 so the slot cache and the decode graphs are untouched (a graph records the fused kernel). Opt-in
 (``compile_norms`` of a stage): the first forward pays the compilation.
 
-**The whole decode step.** A captured decode graph replays every kernel of the step, about 700
+**The whole decode step.** A captured decode graph replays every kernel of the step, hundreds
 for a Qwen3-0.6B, most of them small elementwise ones (norms, rotary embeddings, residual adds,
-casts) that take a few microseconds each whatever their size: on an H100 the graph took 6.4 ms at
-28 rows, where reading the weights once takes a tenth of that. :func:`compile_static_step`
+casts) that take a few microseconds each whatever their size: on an H100 the graph took several
+times what reading the weights once takes (docs/LOG.md, 2026-11-24). :func:`compile_static_step`
 compiles the engine's static decode step (the one the graphs capture) as one program, so that
 the elementwise work fuses around the matrix products, and the graphs then record the compiled
 kernels (``compile_decode`` of the rollout). Dynamic shapes: a few compilations (one row, the

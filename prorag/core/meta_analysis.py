@@ -90,8 +90,8 @@ def _checked(studies: Sequence[StudyEstimate], level: float) -> None:
 
 
 def _heterogeneity(studies: Sequence[StudyEstimate]) -> tuple[float, float, float, float]:
-    """Cochran's Q about the fixed-effect mean, its chi-square p-value, I2, and the sums of the
-    inverse-variance weights and of their squares' share that DerSimonian and Laird's ``tau2`` needs."""
+    """Cochran's Q about the fixed-effect mean, its chi-square p-value, I2, and the scale of
+    DerSimonian and Laird's ``tau2``: ``sum(w) - sum(w^2) / sum(w)`` of the inverse-variance weights ``w``."""
     weights = [1 / s.se**2 for s in studies]
     total = sum(weights)
     mean = sum(w * s.mean for w, s in zip(weights, studies, strict=True)) / total

@@ -56,6 +56,9 @@ ORACLE_GRPO = "oracle every step vs grpo"
 PRM_SHUF = "learned prm vs its shuffled control"
 OFE_SHUF = "oracle-first-error vs its shuffled control"
 OFEK_GRPO = "oracle-first-error by step kind vs grpo"
+# The bare extra term in the advantage: a source's step rewards shuffled within groups, against GRPO.
+PRM_SHUF_GRPO = "learned prm shuffled vs grpo"
+OFE_SHUF_GRPO = "oracle-first-error shuffled vs grpo"
 
 TINY = "tiny model, demo world"
 WIDE = "tiny, wide world"
@@ -130,6 +133,15 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     # ofek has seeds 0-5; the README gives no dev-chosen cell for it
     (OFEK_GRPO, B3, "last", B3_OFEK, "ofek", "w12", -0.9),
     (OFEK_GRPO, B3, "dev", B3_OFEK, "ofek", "w12", None),
+    # The shuffled controls against GRPO (the bare term; no README cell: each arm's per-seed EM is
+    # checked in the rows above)
+    (PRM_SHUF_GRPO, TINY, "last", TINY_PROCESS, "prorag-shuffled", "grpo", None),
+    (PRM_SHUF_GRPO, WIDE, "last", WIDE_PROCESS, "prorag-shuffled", "grpo", None),
+    (PRM_SHUF_GRPO, B1, "last", B1_PROCESS, "prorag-shuffled", "grpo", None),
+    (PRM_SHUF_GRPO, B2, "last", B2_PROCESS, "prm_shuffled", "grpo", None),
+    (PRM_SHUF_GRPO, B3, "last", B3_PRM, "prmsh", "w12", None),
+    (OFE_SHUF_GRPO, B2, "last", B2_PROCESS, "oracle_first_error_shuffled", "grpo", None),
+    (OFE_SHUF_GRPO, B3, "last", B3_OFE, "ofesh", "w12", None),
     # small, build 4: unscreened RL questions; GRPO is ngrpo (the file's w12 is screened GRPO)
     (OFE_GRPO, B4, "last", B4_UNSCREENED, "nofe", "ngrpo", 0.36),
     (OFE_GRPO, B4, "dev", B4_UNSCREENED, "nofe", "ngrpo", -0.54),

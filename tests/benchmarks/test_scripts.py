@@ -45,6 +45,8 @@ def _decode_graphs(out: dict[str, Any]) -> None:
     assert out["device"] == "cpu" and out["batch"] == 4
     assert out["greedy_agreement"] == 1.0 and out["greedy_logprob_gap"] < 1e-4
     assert out["sampled_agreement"] == 1.0, "the static step sampled other tokens than the eager engine"
+    # The step compiled whole samples what the uncompiled one does (float32: the same tokens).
+    assert out["compiled_sampled_agreement"] == 1.0 and out["graphs-compiled"]["tokens"] == out["graphs"]["tokens"]
 
 
 def _rl_step_gpu(out: dict[str, Any]) -> None:
@@ -100,7 +102,8 @@ SCRIPTS: dict[str, tuple[list[str], Callable[[Any], None]]] = {
     "mcts.py": (["--trees", "2", "--sequential-trees", "1", "--simulations", "1"], _mcts),
     "rl_step.py": (["--questions", "1", "--group", "2", "--repeats", "1"], _rl_step),
     "decode_graphs.py": (
-        ["--shape", "tiny", "--device", "cpu", "--dtype", "float32", "--batch", "4", "--new-tokens", "8", "--repeats", "1"],
+        ["--shape", "tiny", "--device", "cpu", "--dtype", "float32", "--batch", "4", "--new-tokens", "8", "--repeats", "1"]
+        + ["--sides", "graphs-barrier,graphs-compiled"],
         _decode_graphs,
     ),
     "rl_step_gpu.py": (

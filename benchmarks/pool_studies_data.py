@@ -145,6 +145,9 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     # small, build 4: unscreened RL questions; GRPO is ngrpo (the file's w12 is screened GRPO)
     (OFE_GRPO, B4, "last", B4_UNSCREENED, "nofe", "ngrpo", 0.36),
     (OFE_GRPO, B4, "dev", B4_UNSCREENED, "nofe", "ngrpo", -0.54),
+    (OFE_SHUF, B4, "last", B4_UNSCREENED, "nofe", "nofesh", 2.89),
+    (OFE_SHUF, B4, "dev", B4_UNSCREENED, "nofe", "nofesh", -0.86),
+    (OFE_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofesh", "ngrpo", None),
 ]
 
 TOLERANCE = 0.06  # EM points: the README's rounding

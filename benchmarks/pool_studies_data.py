@@ -11,10 +11,12 @@ returns one record per (contrast, study, step):
 
 with test EM as fractions (files that store percents are divided by 100), at the last RL step
 ("last") and, where a file has it, at the dev-chosen step ("dev"); only the seeds present for
-both arms, in the same order in both lists.
+both arms, in the same order in both lists. `study_seed_validity()` does the same for the
+oracle's verdicts on the test steps (valid searches, valid sub-answers) of the oracle up to the
+first error against GRPO, in the three studies that kept them.
 
     python3 benchmarks/pool_studies_data.py            # the records as JSON
-    python3 benchmarks/pool_studies_data.py --check    # and a table against the README's cells
+    python3 benchmarks/pool_studies_data.py --check    # and a table against the README's and the LOG's numbers
 
 Pure standard library.
 """

@@ -88,18 +88,10 @@ class _SlotLayer(CacheLayerMixin):
         # copy of the whole buffer, every layer and step (docs/LOG.md, 2026-11-27, compiled decode);
         # index_copy_ into the flat view stays in place there too.
         B, H, q = key_states.shape[:3]
-        flat = self.flat_positions(B, H, q)
+        flat = self.owner.flat_positions(B, H, q)
         self.keys.view(-1, self.keys.shape[-1]).index_copy_(0, flat, key_states.reshape(B * H * q, -1))
         self.values.view(-1, self.values.shape[-1]).index_copy_(0, flat, value_states.reshape(B * H * q, -1))
         return self.keys[:B, :, :width], self.values[:B, :, :width]
-
-    def flat_positions(self, rows: int, heads: int, q: int) -> torch.Tensor:
-        """Where row ``b``'s head ``h`` writes its ``i``-th position (slot ``owner.slots[b, i]``) in
-        the buffers' flat view, ordered as ``(b, h, i)``: ``(b * heads + h) * capacity + slot``."""
-        capacity = self.keys.shape[2]
-        device = self.owner.slots.device
-        row_head = torch.arange(rows, device=device)[:, None, None] * heads + torch.arange(heads, device=device)[None, :, None]
-        return (row_head * capacity + self.owner.slots[:rows, None, :q]).reshape(-1)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.width, 0
@@ -164,6 +156,7 @@ class SlotCache(Cache):
         """Slots a row is expected to need at most: growth by doubling stops there (unless more is needed)."""
         self.width = 0
         self.seen = 0
+        self._flat: tuple[tuple[int, int, int, int], torch.Tensor] | None = None
         self.slots = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.fed_rows: torch.Tensor | None = None
         """The rows a forward feeds when not all of them (``slots`` then has one row per fed row)."""
@@ -172,6 +165,30 @@ class SlotCache(Cache):
     @property
     def capacity(self) -> int:
         return self.pool.capacity
+
+    @property
+    def slots(self) -> torch.Tensor:
+        """The slot of each position a forward feeds, ``(rows, q)`` (set before each forward)."""
+        return self._slots
+
+    @slots.setter
+    def slots(self, value: torch.Tensor) -> None:
+        self._slots = value
+        self._flat = None  # new slots, new write positions
+
+    def flat_positions(self, rows: int, heads: int, q: int) -> torch.Tensor:
+        """Where row ``b``'s head ``h`` writes its ``i``-th position (slot ``slots[b, i]``) in a
+        layer's flat ``(rows * heads * capacity, head_dim)`` view, ordered as ``(b, h, i)``:
+        ``(b * heads + h) * capacity + slot``. The same for every layer of a forward, so computed
+        once per forward (each assignment of :attr:`slots`), not once per layer."""
+        key = (rows, heads, q, self.capacity)
+        if self._flat is None or self._flat[0] != key:
+            device = self._slots.device
+            row_head = (
+                torch.arange(rows, device=device)[:, None, None] * heads + torch.arange(heads, device=device)[None, :, None]
+            )
+            self._flat = key, (row_head * self.capacity + self._slots[:rows, None, :q]).reshape(-1)
+        return self._flat[1]
 
     @property
     def forward_rows(self) -> torch.Tensor:

@@ -73,6 +73,7 @@ def is_rms_norm(module: Any) -> bool:
 #: same ``forward``, and each input rank (hidden states, per-head queries and keys), each size-1
 #: dimension (one row, one position: decode steps) and each grad mode is a variant of its own: a
 #: Qwen3 in inference alone met 8 (tests), and past the limit dynamo falls back to the eager norm.
+#: :func:`compile_static_step` raises it too (a decode step meets a few variants of its own).
 NORM_RECOMPILE_LIMIT = 64
 
 

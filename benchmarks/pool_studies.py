@@ -59,9 +59,7 @@ def pooled_row(estimate: PooledEstimate) -> dict[str, Any]:
 def paired_values() -> list[dict[str, Any]]:
     """Every study's paired per-seed values: test EM (``metric`` ``em``) and the oracle's valid-step
     rates (``valid_search``, ``valid_subanswer``), as ``arm_values``/``reference_values`` fractions."""
-    rows = [r | {"metric": "em", "arm_values": r["arm_em"], "reference_values": r["reference_em"]} for r in study_seed_ems()]
-    rows += [r | {"arm_values": r["arm_rate"], "reference_values": r["reference_rate"]} for r in study_seed_validity()]
-    return rows
+    return study_seed_ems() + study_seed_validity()
 
 
 def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

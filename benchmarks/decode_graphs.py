@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import tempfile
 import time
@@ -54,6 +53,7 @@ import torch
 
 from prorag.agent.decode_graphs import SLOT_ATTENTION, DecodeGraphs
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.data.jsonl import write_json
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
@@ -226,6 +226,18 @@ def agreement(a: list[Any], b: list[Any]) -> tuple[float, float]:
     return same / len(a), gap
 
 
+def progress(result: dict[str, Any], name: str, side: dict[str, Any], out: Path | None) -> None:
+    """Print one line as a side finishes and save what is measured so far: a run stopped by its time
+    limit (a device is lent for minutes) still leaves the sides it finished, in the log and in ``out``."""
+    rate = side["tokens"] / side["seconds"]
+    extra = ""
+    if "graphs_after" in side:
+        extra = f", {side['graphs_after']} graphs, {side['capture_failures']} failed captures"
+    print(f"done: {name}, {side['tokens']} tokens in {side['seconds']:.2f} s ({rate:,.0f} tokens/s{extra})", flush=True)
+    if out:
+        write_json(out, result | {"finished": False})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen3-0.6b", choices=sorted(SHAPES))
@@ -294,6 +306,7 @@ def main() -> None:
     time_generate(model, prompts[:2], tokenizer.pad_token_id, 8, device)  # warm-up
     best = min(time_generate(model, prompts, tokenizer.pad_token_id, args.new_tokens, device) for _ in range(args.repeats))
     result["generate"] = {"seconds": best[0], "tokens": best[1], "tokens_per_s": best[1] / best[0]}
+    progress(result, "HF generate", result["generate"], args.out)
     if args.compile_norms:
         from prorag.core.kernels import compile_norms
 
@@ -331,6 +344,7 @@ def main() -> None:
             side["graphs_after"] = engine.graphs.captures
             side["capture_failures"] = engine.graphs.capture_failures
         result[name] = side
+        progress(result, name, side, args.out)
 
     result["sampled_agreement"], result["sampled_logprob_gap"] = agreement(trajectories["eager"], trajectories["graphs"])
     if "graphs-compiled" in trajectories:
@@ -403,7 +417,7 @@ def main() -> None:
         rest = seconds - sum(clock.seconds.values())
         print(f"  {'the loop itself':<24}{rest:>8.2f} s{rest / seconds:>8.1%}")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+        write_json(args.out, result | {"finished": True})
 
 
 if __name__ == "__main__":

@@ -6,15 +6,16 @@
 # Runs from the repository root (prorag importable: installed, or PYTHONPATH set). In order, until
 # BUDGET_SECONDS (default 420) are spent; each check gets at most what is left:
 #   1. benchmarks/rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing      (the step, by part)
-#   2. benchmarks/decode_graphs.py --repeats 1 --sides graphs-compiled                   (decode: eager, graphs, compiled step)
-#   3. 1 with --compile-norms --compile-decode                                           (fused norms, compiled decode step)
-#   4. benchmarks/compile_norms.py --device cuda                                         (norms alone)
-#   5. benchmarks/rl_step_gpu.py --sides trl --steps 3                                   (stock TRL, same machine)
+#   2. benchmarks/rl_step_gpu.py --sides trl --steps 3                                   (stock TRL, same machine)
+#   3. benchmarks/decode_graphs.py --repeats 1 --sides graphs-compiled                   (decode: eager, graphs, compiled step)
+#   4. 1 with --compile-norms --compile-decode                                           (fused norms, compiled decode step)
+#   5. benchmarks/compile_norms.py --device cuda                                         (norms alone)
+# The baseline (stock TRL) runs second, so that a budget cut short still leaves both sides of the ratio.
 # Each finished check writes OUT_DIR/NAME.json; every check's output goes to OUT_DIR/checks.log (six files
 # at most: a device call returns eight); the tail of each check's output goes to stdout.
 set -uo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 OUT=$1 BUDGET=${2:-420}
@@ -42,7 +43,7 @@ check() {  # NAME SCRIPT ARGS...: run under the time left, keep its log and JSON
 }
 
 check rl_prorag rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing
+check rl_trl rl_step_gpu.py --sides trl --steps 3
 check decode decode_graphs.py --repeats 1 --sides graphs-compiled
 check rl_prorag_compiled rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing --compile-norms --compile-decode
 check norms compile_norms.py --device cuda
-check rl_trl rl_step_gpu.py --sides trl --steps 3

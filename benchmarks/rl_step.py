@@ -57,6 +57,7 @@ from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside th
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.core.kernels import training_attention
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import save_policy
@@ -86,8 +87,12 @@ def time_step(
     batch = trainer._generate_and_score_completions([dict(r) for r in rows])
     end("scoring")
     t1 = time.perf_counter()
-    loss = trainer.compute_loss(trainer.model, batch)
-    loss.backward()
+    # The loss's forward and backward under the attention kernels the trainer's own training_step
+    # gives them (TrainerKernels): with gradient checkpointing the backward recomputes forwards,
+    # which must pick the same kernels as the forward did.
+    with training_attention(getattr(trainer, "cudnn_attention", True)):
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
     end("loss")
     t2 = time.perf_counter()
     optimizer.step()

@@ -50,8 +50,12 @@ VARIABLE_SHAPE_KERNELS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 @contextlib.contextmanager
 def variable_shape_attention() -> Iterator[None]:
     """Inside the block, scaled-dot-product attention runs without cuDNN's kernel (see the module
-    docstring). The choice holds for the backward of what the block computes too: autograd
-    records the kernel the forward ran. On a CPU it changes nothing (cuDNN attention is CUDA-only)."""
+    docstring). The choice holds for the backward of what the block computes too (autograd records
+    the kernel the forward ran), except where gradient checkpointing recomputes a forward during the
+    backward: the recomputation picks its kernel afresh, so the backward must run inside the block as
+    well, or the recomputed tensors differ from the saved ones and the backward fails (an H200, cuDNN
+    chosen on recomputation). The trainers' ``training_step`` holds both (``TrainerKernels``).
+    On a CPU it changes nothing (cuDNN attention is CUDA-only)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel([getattr(SDPBackend, name) for name in VARIABLE_SHAPE_KERNELS]):

@@ -47,6 +47,7 @@ def _decode_graphs(out: dict[str, Any]) -> None:
     assert out["sampled_agreement"] == 1.0, "the static step sampled other tokens than the eager engine"
     # The step compiled whole samples what the uncompiled one does (float32: the same tokens).
     assert out["compiled_sampled_agreement"] == 1.0 and out["graphs-compiled"]["tokens"] == out["graphs"]["tokens"]
+    assert out["finished"] is True, "the last write marks the file complete (each side's partial write says False)"
 
 
 def _rl_step_gpu(out: dict[str, Any]) -> None:

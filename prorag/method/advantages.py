@@ -13,7 +13,9 @@ Pieces, each usable alone (the trainer gathers groups across processes between t
 :func:`group_normalize`, :func:`agreeing_group_share`, :func:`grpo_advantages`, :func:`process_advantages`,
 :func:`advantage_composition` (what a batch's advantages are made of: logged by the trainer),
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
-:func:`dual_granularity_advantages` (composed), :func:`cpgrpo_advantages` (docs/METHOD.md §5), and
+:func:`dual_granularity_advantages` (composed; ``process_rows`` limits the step term to some rows:
+the ``dual_silent`` estimator gives it only to groups whose outcomes all agree), :func:`cpgrpo_advantages`
+(docs/METHOD.md §5), :func:`agreeing_rows`, and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
 Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
 verl), a one-value group gets advantage 0, never NaN; ``scale=False`` only centres (Dr. GRPO).
@@ -105,6 +107,18 @@ def agreeing_group_share(values: torch.Tensor, group_ids: torch.Tensor) -> float
     return float(_agreeing(values.to(torch.float32), index, n_groups).float().mean())
 
 
+def agreeing_rows(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` booleans: whether the row's group has values that all agree (``values`` and
+    ``group_ids`` ``(N,)``). Over outcome rewards these are the rows of the questions outcome-only
+    GRPO is silent on (advantage 0 on every row)."""
+    if values.dim() != 1 or group_ids.shape != values.shape:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    if values.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool, device=values.device)
+    _, index = torch.unique(group_ids.to(values.device), return_inverse=True)
+    return _agreeing(values.to(torch.float32), index, int(index.max()) + 1)[index]
+
+
 def disagreeing_groups(values: torch.Tensor, group_ids: torch.Tensor) -> list[int]:
     """The ids of the groups whose values do not all agree, ascending (``values`` and
     ``group_ids`` ``(N,)``).
@@ -168,9 +182,7 @@ def advantage_composition(
         return {"advantage_abs_mean": 0.0, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}
     total = float(a.abs().sum())
     extra = float((a - a_out).abs().sum())
-    _, index = torch.unique(group_ids.to(a.device), return_inverse=True)
-    silent_rows = _agreeing(outcome.to(a.device, torch.float32), index, int(index.max()) + 1)[index]
-    silent = float(a[silent_rows].abs().sum())
+    silent = float(a[agreeing_rows(outcome.to(a.device), group_ids.to(a.device))].abs().sum())
     pushed = float(a_out.abs().sum()) + extra
     return {
         "advantage_abs_mean": total / tokens,
@@ -248,6 +260,7 @@ def dual_step_advantages(
     scale: bool = True,
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
+    process_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Eq. 8 per step: returns ``A_out`` ``(B,)`` and, per trajectory, ``A_out[i] + beta *
     A_proc[i, t]`` for each of its steps ``(S_i,)``.
@@ -255,10 +268,18 @@ def dual_step_advantages(
     These are scalars per trajectory and per step; :func:`broadcast_to_tokens` puts them on the
     tokens. The split lets a distributed trainer compute them on the gathered groups and
     broadcast only its own rows. ``beta = 0`` gives ``A_out`` on every step: plain GRPO.
+    ``process_rows`` (``(B,)`` booleans, default all) names the rows that get the process term; the
+    others get ``A_out`` on every step. Step rewards are standardised within groups, so leaving out
+    whole groups changes nothing in the others.
     """
     a_out = grpo_advantages(outcome, group_ids, scale=scale, eps=eps)
     a_proc = process_advantages(step_rewards, group_ids, step_lengths, process_norm, scale=scale, eps=eps, step_kinds=step_kinds)
-    return a_out, [a_out[i] + beta * p for i, p in enumerate(a_proc)]
+    if process_rows is None:
+        return a_out, [a_out[i] + beta * p for i, p in enumerate(a_proc)]
+    if process_rows.shape != a_out.shape:
+        raise ValueError(f"process_rows {tuple(process_rows.shape)} must be ({a_out.numel()},)")
+    on = process_rows.tolist()
+    return a_out, [a_out[i] + beta * p if on[i] else a_out[i].expand(p.numel()) for i, p in enumerate(a_proc)]
 
 
 def broadcast_to_tokens(
@@ -305,6 +326,7 @@ def dual_granularity_advantages(
     scale: bool = True,
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
+    process_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ProRAG's token-level advantages ``(B, T)`` (Eq. 7-8), from ``(B,)`` outcome rewards, the
     step rewards ``(S_i,)`` and step spans of each row, the ``(B, T)`` loss mask (1 on tokens the
@@ -314,11 +336,20 @@ def dual_granularity_advantages(
     ``"token"`` over the group's generated tokens (the reference code: a step weighs its token
     count, :func:`step_token_counts`); ``"step_kind"`` over the group's steps of the same kind
     (``step_kinds``). ``beta = 0`` equals :func:`grpo_advantages` broadcast
-    to the generated tokens.
+    to the generated tokens. ``process_rows`` as in :func:`dual_step_advantages`.
     """
     lengths = step_token_counts(step_spans, loss_mask) if process_norm == "token" else None
     a_out, per_step = dual_step_advantages(
-        outcome, step_rewards, group_ids, beta, process_norm, lengths, scale=scale, eps=eps, step_kinds=step_kinds
+        outcome,
+        step_rewards,
+        group_ids,
+        beta,
+        process_norm,
+        lengths,
+        scale=scale,
+        eps=eps,
+        step_kinds=step_kinds,
+        process_rows=process_rows,
     )
     return broadcast_to_tokens(a_out, per_step, step_spans, loss_mask)
 
@@ -417,6 +448,37 @@ def cpgrpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return broadcast_to_tokens(a_out, signed, spans, inputs.loss_mask)
 
 
+@ADVANTAGE_ESTIMATORS.register("dual_silent")
+def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """``dual`` on the groups outcome-only GRPO is silent on (outcome rewards all equal: ``A_out = 0``
+    on every row, so the step term is the only push), plain GRPO on the others.
+
+    Why: added to every group, the step term has a cost of its own: with the oracle's verdicts
+    shuffled within groups (same distribution, no information) it trained worse than GRPO on
+    unscreened questions, by about as much as the oracle's real verdicts gained over that control
+    (docs/LOG.md, 2026-11-27, unscreened control), so the oracle's arm landed on GRPO. Where the outcomes disagree,
+    GRPO already says which trajectories to prefer and the step term can only dilute or flip that
+    signal on some steps; where they agree (all right, or all wrong: most groups before the policy
+    learns) it is the only signal there is. Kept out of the informative groups, the step term
+    leaves GRPO's advantages there exactly as they were, so a step reward without information
+    costs at most what noise on otherwise silent groups costs. Without step rewards, or ``beta = 0``,
+    it equals ``grpo``."""
+    rewards, spans = inputs.steps()
+    return dual_granularity_advantages(
+        inputs.outcome,
+        rewards,
+        spans,
+        inputs.loss_mask,
+        inputs.group_ids,
+        inputs.beta,
+        inputs.process_norm,
+        scale=inputs.scale,
+        eps=inputs.eps,
+        step_kinds=inputs.step_kinds,
+        process_rows=agreeing_rows(inputs.outcome, inputs.group_ids),
+    )
+
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "DEFAULT_EPS",
@@ -425,9 +487,11 @@ __all__ = [
     "PROCESS_NORMS",
     "ProcessNorm",
     "advantage_composition",
+    "agreeing_rows",
     "broadcast_to_tokens",
     "cpgrpo_advantages",
     "cpgrpo_estimator",
+    "dual_silent_estimator",
     "dual_estimator",
     "dual_granularity_advantages",
     "dual_step_advantages",

@@ -1,6 +1,7 @@
 """The registered advantage estimators on one hand-computed batch: ``grpo`` (outcome only),
-``dual`` (Eq. 7-8) and ``cpgrpo`` (``|A| * pr``); ``dual`` without step rewards or with beta 0
-is ``grpo``; environment tokens and padding get 0; an unknown name lists the known ones."""
+``dual`` (Eq. 7-8), ``cpgrpo`` (``|A| * pr``) and ``dual_silent`` (``dual`` on the groups whose
+outcomes agree, ``grpo`` elsewhere); ``dual`` without step rewards or with beta 0 is ``grpo``;
+environment tokens and padding get 0; an unknown name lists the known ones."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def inputs(beta: float = 0.5, with_steps: bool = True) -> AdvantageInputs:
     )
 
 
-def test_registry_holds_the_three_built_in_estimators() -> None:
-    assert ADVANTAGE_ESTIMATORS.names()[:3] == ["grpo", "dual", "cpgrpo"]
+def test_registry_holds_the_built_in_estimators() -> None:
+    assert ADVANTAGE_ESTIMATORS.names()[:4] == ["grpo", "dual", "cpgrpo", "dual_silent"]
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'dula'.*'grpo', 'dual', 'cpgrpo'.*did you mean 'dual'"):
         ADVANTAGE_ESTIMATORS.get("dula")
 
@@ -82,3 +83,39 @@ def test_dual_standardises_within_group_and_step_kind() -> None:
     assert not torch.allclose(plain, want, atol=1e-3)  # over all steps, the answer's 3 is compared with the searches
     with pytest.raises(ValueError, match="needs step_kinds"):
         ADVANTAGE_ESTIMATORS.get("dual")(AdvantageInputs(**{**inputs().__dict__, "process_norm": "step_kind"}))
+
+
+def test_dual_silent_gives_the_step_term_only_to_groups_whose_outcomes_agree() -> None:
+    # Group 0 is inputs()'s batch (outcomes [1, 0]: GRPO has a signal); group 1 (rows 2, 3) has
+    # outcomes [0, 0] (all wrong: GRPO is silent), steps of reward 4 (row 2, tokens 0-1) and 1, 2
+    # (row 3, tokens 0 and 1-2). Group 1's steps [4, 1, 2]: mean 7/3, sample std sqrt(7/3).
+    two = AdvantageInputs(
+        outcome=torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        loss_mask=torch.cat([MASK, MASK]),
+        step_rewards=[torch.tensor([2.0]), torch.tensor([-1.0, 3.0]), torch.tensor([4.0]), torch.tensor([1.0, 2.0])],
+        step_spans=[[(0, 2)], [(0, 1), (1, 3)]] * 2,
+        beta=0.5,
+        eps=0.0,
+    )
+    std = math.sqrt(7 / 3)
+    p = [(4 - 7 / 3) / std, (1 - 7 / 3) / std, (2 - 7 / 3) / std]
+    want = torch.tensor(
+        [
+            [A, A, 0.0, A],  # group 0: GRPO's advantages, untouched by its step rewards
+            [-A, -A, -A, 0.0],
+            [0.5 * p[0], 0.5 * p[0], 0.0, 0.0],  # group 1: the step term alone (A_out = 0)
+            [0.5 * p[1], 0.5 * p[2], 0.5 * p[2], 0.0],
+        ]
+    )
+    got = ADVANTAGE_ESTIMATORS.get("dual_silent")(two)
+    assert torch.allclose(got, want, atol=1e-6)
+    # dual differs on group 0 only: its silent group gets the same step term.
+    dual = ADVANTAGE_ESTIMATORS.get("dual")(two)
+    assert torch.allclose(dual[2:], got[2:]) and not torch.allclose(dual[:2], got[:2])
+    # Without step rewards, or at beta 0, it is grpo.
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")(two)
+    assert torch.equal(ADVANTAGE_ESTIMATORS.get("dual_silent")(AdvantageInputs(**{**two.__dict__, "beta": 0.0})), grpo)
+    assert torch.equal(
+        ADVANTAGE_ESTIMATORS.get("dual_silent")(inputs(with_steps=False)), ADVANTAGE_ESTIMATORS.get("grpo")(inputs())
+    )

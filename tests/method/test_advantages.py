@@ -12,6 +12,7 @@ import torch
 from prorag.method.advantages import (
     advantage_composition,
     agreeing_group_share,
+    agreeing_rows,
     broadcast_to_tokens,
     cpgrpo_advantages,
     disagreeing_groups,
@@ -240,3 +241,36 @@ def test_advantage_composition_by_hand() -> None:
     assert empty == {"advantage_abs_mean": 0.0, "advantage_process_share": 0.0, "advantage_silent_share": 0.0}
     with pytest.raises(ValueError, match="must be equal"):
         advantage_composition(advantages, torch.ones(4), torch.zeros(4), mask[:, :2])
+
+
+def test_agreeing_rows_mark_the_rows_of_groups_with_nothing_to_compare() -> None:
+    # Groups 0 [1, 0] (disagree), 1 [5, 5] (agree), 2 [3] (one row: agrees with itself).
+    values = torch.tensor([1.0, 5.0, 0.0, 5.0, 3.0])
+    groups = torch.tensor([0, 1, 0, 1, 2])
+    assert agreeing_rows(values, groups).tolist() == [False, True, False, True, True]
+    assert agreeing_rows(torch.zeros(0), torch.zeros(0, dtype=torch.long)).tolist() == []
+
+
+def test_process_rows_leave_the_other_rows_with_their_outcome_advantage() -> None:
+    # Only row 0 (A) gets the step term, standardised over all of group 0's steps as in the paper's
+    # norm above (A_proc [-1, 1]); B's step gets A_out alone.
+    rows = torch.tensor([True, False, False, False])
+    got = dual_granularity_advantages(
+        OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, process_norm="step", eps=0.0, process_rows=rows
+    )
+    want = _expected(0.5, {(0, 0): -1.0, (0, 1): 1.0, (2, 0): 0.0, (1, 0): 0.0})
+    assert torch.allclose(got, want, atol=1e-6)
+    all_rows = dual_granularity_advantages(
+        OUTCOME,
+        STEP_REWARDS,
+        SPANS,
+        MASK,
+        GROUPS,
+        beta=0.5,
+        process_norm="step",
+        eps=0.0,
+        process_rows=torch.ones(4, dtype=torch.bool),
+    )
+    assert torch.equal(all_rows, dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, eps=0.0))
+    with pytest.raises(ValueError, match="process_rows"):
+        dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, process_rows=torch.ones(3, dtype=torch.bool))

@@ -7,10 +7,12 @@
 # BUDGET_SECONDS (default 420) are spent; each check gets at most what is left:
 #   1. benchmarks/rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing      (the step, by part)
 #   2. benchmarks/rl_step_gpu.py --sides trl --steps 3                                   (stock TRL, same machine)
-#   3. benchmarks/decode_graphs.py --repeats 1 --sides graphs-compiled                   (decode: eager, graphs, compiled step)
-#   4. 1 with --compile-norms --compile-decode                                           (fused norms, compiled decode step)
+#   3. 1 with --compile-decode                                                           (the decode step compiled whole)
+#   4. benchmarks/decode_graphs.py --repeats 1 --sides graphs-compiled                   (decode: eager, graphs, compiled step)
 #   5. benchmarks/compile_norms.py --device cuda                                         (norms alone)
-# The baseline (stock TRL) runs second, so that a budget cut short still leaves both sides of the ratio.
+# The baseline (stock TRL) runs second, so that a budget cut short still leaves both sides of the ratio;
+# the decode check, the longest (HF generate's run and seven engine rollouts of 64 rows, two of them eager),
+# saves each side as it finishes.
 # Each finished check writes OUT_DIR/NAME.json; every check's output goes to OUT_DIR/checks.log (six files
 # at most: a device call returns eight); the tail of each check's output goes to stdout.
 set -uo pipefail
@@ -44,6 +46,6 @@ check() {  # NAME SCRIPT ARGS...: run under the time left, keep its log and JSON
 
 check rl_prorag rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing
 check rl_trl rl_step_gpu.py --sides trl --steps 3
+check rl_prorag_compiled rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing --compile-decode
 check decode decode_graphs.py --repeats 1 --sides graphs-compiled
-check rl_prorag_compiled rl_step_gpu.py --sides prorag --steps 3 --gradient-checkpointing --compile-norms --compile-decode
 check norms compile_norms.py --device cuda

@@ -422,6 +422,11 @@ def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """ProRAG's Eq. 7-8, :func:`dual_granularity_advantages`: ``A_out + beta * A_proc`` on the
     tokens of each scored step, ``A_out`` on the other generated tokens. Without step rewards
     (or ``beta = 0``) it equals ``grpo``."""
+    return _dual(inputs)
+
+
+def _dual(inputs: AdvantageInputs, process_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`dual_granularity_advantages` of ``inputs``, the step term on ``process_rows`` (default all)."""
     rewards, spans = inputs.steps()
     return dual_granularity_advantages(
         inputs.outcome,
@@ -434,6 +439,7 @@ def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
         scale=inputs.scale,
         eps=inputs.eps,
         step_kinds=inputs.step_kinds,
+        process_rows=process_rows,
     )
 
 
@@ -463,20 +469,7 @@ def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     leaves GRPO's advantages there exactly as they were, so a step reward without information
     costs at most what noise on otherwise silent groups costs. Without step rewards, or ``beta = 0``,
     it equals ``grpo``."""
-    rewards, spans = inputs.steps()
-    return dual_granularity_advantages(
-        inputs.outcome,
-        rewards,
-        spans,
-        inputs.loss_mask,
-        inputs.group_ids,
-        inputs.beta,
-        inputs.process_norm,
-        scale=inputs.scale,
-        eps=inputs.eps,
-        step_kinds=inputs.step_kinds,
-        process_rows=agreeing_rows(inputs.outcome, inputs.group_ids),
-    )
+    return _dual(inputs, process_rows=agreeing_rows(inputs.outcome, inputs.group_ids))
 
 
 __all__ = [

@@ -208,6 +208,9 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     early = ablation_arms(arms, "process")
     assert early.rl["grpo-early"] == ("select_policy=best_dev",)
     assert early.controls["prorag-oracle-first-error-early"] == "grpo-early"
+    # the step term only where GRPO is silent, tested against the same term shuffled
+    assert early.rl["prorag-oracle-first-error-silent"] == ("process_reward=oracle-first-error", "advantage=dual_silent")
+    assert early.controls["prorag-oracle-first-error-silent"] == "prorag-oracle-first-error-silent-shuffled"
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

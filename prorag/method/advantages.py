@@ -91,6 +91,16 @@ def _agreeing(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch
     return high == low
 
 
+def _group_agreement(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The checks and the work the three functions below share: ``(ids, index, agree)``, the
+    distinct group ids ascending, each row's position among them and, per group, whether its
+    values all agree (``values`` and ``group_ids`` ``(N,)``, on ``values``' device)."""
+    if values.dim() != 1 or group_ids.shape != values.shape:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    ids, index = torch.unique(group_ids.to(values.device), return_inverse=True)
+    return ids, index, _agreeing(values.to(torch.float32), index, ids.numel())
+
+
 def agreeing_group_share(values: torch.Tensor, group_ids: torch.Tensor) -> float:
     """The share of groups whose values all agree (``values`` and ``group_ids`` ``(N,)``).
 
@@ -98,25 +108,16 @@ def agreeing_group_share(values: torch.Tensor, group_ids: torch.Tensor) -> float
     advantage 0); over exact match, the share where all G samples were right or all wrong, the
     quantity that says whether a group size and a policy's accuracy leave anything to learn from.
     0.0 for an empty batch."""
-    if values.dim() != 1 or group_ids.shape != values.shape:
-        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
-    if values.numel() == 0:
-        return 0.0
-    _, index = torch.unique(group_ids, return_inverse=True)
-    n_groups = int(index.max()) + 1
-    return float(_agreeing(values.to(torch.float32), index, n_groups).float().mean())
+    _, _, agree = _group_agreement(values, group_ids)
+    return float(agree.float().mean()) if agree.numel() else 0.0
 
 
 def agreeing_rows(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """``(N,)`` booleans: whether the row's group has values that all agree (``values`` and
     ``group_ids`` ``(N,)``). Over outcome rewards these are the rows of the questions outcome-only
     GRPO is silent on (advantage 0 on every row)."""
-    if values.dim() != 1 or group_ids.shape != values.shape:
-        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
-    if values.numel() == 0:
-        return torch.zeros(0, dtype=torch.bool, device=values.device)
-    _, index = torch.unique(group_ids.to(values.device), return_inverse=True)
-    return _agreeing(values.to(torch.float32), index, int(index.max()) + 1)[index]
+    _, index, agree = _group_agreement(values, group_ids)
+    return agree[index]
 
 
 def disagreeing_groups(values: torch.Tensor, group_ids: torch.Tensor) -> list[int]:
@@ -126,12 +127,7 @@ def disagreeing_groups(values: torch.Tensor, group_ids: torch.Tensor) -> list[in
     Over exact match these are the questions with a pass rate strictly between 0 and 1: the
     only ones where outcome-only GRPO has a non-zero advantage (DAPO's dynamic-sampling
     criterion; :func:`agreeing_group_share` is the share of the others)."""
-    if values.dim() != 1 or group_ids.shape != values.shape:
-        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
-    if values.numel() == 0:
-        return []
-    ids, index = torch.unique(group_ids, return_inverse=True)
-    agree = _agreeing(values.to(torch.float32), index, ids.numel())
+    ids, _, agree = _group_agreement(values, group_ids)
     return [int(g) for g in ids[~agree]]
 
 

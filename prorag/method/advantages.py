@@ -14,7 +14,8 @@ Pieces, each usable alone (the trainer gathers groups across processes between t
 :func:`advantage_composition` (what a batch's advantages are made of: logged by the trainer),
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
 :func:`dual_granularity_advantages` (composed; ``process_rows`` limits the step term to some rows:
-the ``dual_silent`` estimator gives it only to groups whose outcomes all agree), :func:`cpgrpo_advantages`
+the ``dual_silent`` estimator gives it only to groups whose outcomes all agree, ``dual_informative``
+only to the others), :func:`cpgrpo_advantages`
 (docs/METHOD.md §5), :func:`agreeing_rows`, and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
 Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
@@ -468,6 +469,21 @@ def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, process_rows=agreeing_rows(inputs.outcome, inputs.group_ids))
 
 
+@ADVANTAGE_ESTIMATORS.register("dual_informative")
+def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """The complement of ``dual_silent``: ``dual`` on the groups whose outcome rewards disagree
+    (the ones outcome-only GRPO already ranks), plain GRPO (advantage 0) on the silent ones.
+
+    Why: ``dual_silent`` kept the step term off the informative groups and, with it, the oracle's
+    worth over its shuffled control (docs/LOG.md, 2026-11-27, silent groups). Where the outcomes
+    differ, a right trajectory's wrong step and a wrong trajectory's right step are the credit the
+    outcome cannot assign; where they all agree, the step term alone moves a policy that has
+    nothing to learn from its outcome, which is where a reward without information costs most.
+    This arm keeps the first and drops the second. Without step rewards, or ``beta = 0``, it
+    equals ``grpo``."""
+    return _dual(inputs, process_rows=~agreeing_rows(inputs.outcome, inputs.group_ids))
+
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "DEFAULT_EPS",
@@ -480,6 +496,7 @@ __all__ = [
     "broadcast_to_tokens",
     "cpgrpo_advantages",
     "cpgrpo_estimator",
+    "dual_informative_estimator",
     "dual_silent_estimator",
     "dual_estimator",
     "dual_granularity_advantages",

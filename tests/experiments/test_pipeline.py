@@ -211,6 +211,9 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     # the step term only where GRPO is silent, tested against the same term shuffled
     assert early.rl["prorag-oracle-first-error-silent"] == ("process_reward=oracle-first-error", "advantage=dual_silent")
     assert early.controls["prorag-oracle-first-error-silent"] == "prorag-oracle-first-error-silent-shuffled"
+    # and its complement, the step term only where the outcomes disagree
+    assert early.rl["prorag-oracle-first-error-informative"] == ("process_reward=oracle-first-error", "advantage=dual_informative")
+    assert early.controls["prorag-oracle-first-error-informative"] == "prorag-oracle-first-error-informative-shuffled"
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

@@ -1,6 +1,6 @@
 """The registered advantage estimators on one hand-computed batch: ``grpo`` (outcome only),
-``dual`` (Eq. 7-8), ``cpgrpo`` (``|A| * pr``) and ``dual_silent`` (``dual`` on the groups whose
-outcomes agree, ``grpo`` elsewhere); ``dual`` without step rewards or with beta 0 is ``grpo``;
+``dual`` (Eq. 7-8), ``cpgrpo`` (``|A| * pr``), ``dual_silent`` (``dual`` on the groups whose
+outcomes agree, ``grpo`` elsewhere) and ``dual_informative`` (its complement); ``dual`` without step rewards or with beta 0 is ``grpo``;
 environment tokens and padding get 0; an unknown name lists the known ones."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def inputs(beta: float = 0.5, with_steps: bool = True) -> AdvantageInputs:
 
 
 def test_registry_holds_the_built_in_estimators() -> None:
-    assert ADVANTAGE_ESTIMATORS.names()[:4] == ["grpo", "dual", "cpgrpo", "dual_silent"]
+    assert ADVANTAGE_ESTIMATORS.names()[:5] == ["grpo", "dual", "cpgrpo", "dual_silent", "dual_informative"]
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'dula'.*'grpo', 'dual', 'cpgrpo'.*did you mean 'dual'"):
         ADVANTAGE_ESTIMATORS.get("dula")
 
@@ -85,11 +85,11 @@ def test_dual_standardises_within_group_and_step_kind() -> None:
         ADVANTAGE_ESTIMATORS.get("dual")(AdvantageInputs(**{**inputs().__dict__, "process_norm": "step_kind"}))
 
 
-def test_dual_silent_gives_the_step_term_only_to_groups_whose_outcomes_agree() -> None:
-    # Group 0 is inputs()'s batch (outcomes [1, 0]: GRPO has a signal); group 1 (rows 2, 3) has
-    # outcomes [0, 0] (all wrong: GRPO is silent), steps of reward 4 (row 2, tokens 0-1) and 1, 2
-    # (row 3, tokens 0 and 1-2). Group 1's steps [4, 1, 2]: mean 7/3, sample std sqrt(7/3).
-    two = AdvantageInputs(
+def two_groups() -> AdvantageInputs:
+    """Group 0 is inputs()'s batch (outcomes [1, 0]: GRPO has a signal); group 1 (rows 2, 3) has
+    outcomes [0, 0] (all wrong: GRPO is silent), steps of reward 4 (row 2, tokens 0-1) and 1, 2
+    (row 3, tokens 0 and 1-2). Group 1's steps [4, 1, 2]: mean 7/3, sample std sqrt(7/3)."""
+    return AdvantageInputs(
         outcome=torch.tensor([1.0, 0.0, 0.0, 0.0]),
         group_ids=torch.tensor([0, 0, 1, 1]),
         loss_mask=torch.cat([MASK, MASK]),
@@ -98,6 +98,10 @@ def test_dual_silent_gives_the_step_term_only_to_groups_whose_outcomes_agree() -
         beta=0.5,
         eps=0.0,
     )
+
+
+def test_dual_silent_gives_the_step_term_only_to_groups_whose_outcomes_agree() -> None:
+    two = two_groups()
     std = math.sqrt(7 / 3)
     p = [(4 - 7 / 3) / std, (1 - 7 / 3) / std, (2 - 7 / 3) / std]
     want = torch.tensor(
@@ -119,3 +123,27 @@ def test_dual_silent_gives_the_step_term_only_to_groups_whose_outcomes_agree() -
     assert torch.equal(
         ADVANTAGE_ESTIMATORS.get("dual_silent")(inputs(with_steps=False)), ADVANTAGE_ESTIMATORS.get("grpo")(inputs())
     )
+
+
+def test_dual_informative_gives_the_step_term_only_to_groups_whose_outcomes_disagree() -> None:
+    two = two_groups()
+    # Group 0's steps [2, -1, 3]: mean 4/3, sample std sqrt(13/3); A_out = [+A, -A].
+    std = math.sqrt(13 / 3)
+    p = [(2 - 4 / 3) / std, (-1 - 4 / 3) / std, (3 - 4 / 3) / std]
+    want = torch.tensor(
+        [
+            [A + 0.5 * p[0], A + 0.5 * p[0], 0.0, A],  # group 0: Eq. 8, A_out + beta * A_proc on each step
+            [-A + 0.5 * p[1], -A + 0.5 * p[2], -A + 0.5 * p[2], 0.0],
+            [0.0, 0.0, 0.0, 0.0],  # group 1 (outcomes agree): GRPO's 0, its step rewards unused
+            [0.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    got = ADVANTAGE_ESTIMATORS.get("dual_informative")(two)
+    assert torch.allclose(got, want, atol=1e-6)
+    # dual differs on the silent group only; with dual_silent the two split dual between them.
+    dual = ADVANTAGE_ESTIMATORS.get("dual")(two)
+    assert torch.allclose(dual[:2], got[:2]) and not torch.allclose(dual[2:], got[2:])
+    silent = ADVANTAGE_ESTIMATORS.get("dual_silent")(two)
+    assert torch.allclose(torch.cat([got[:2], silent[2:]]), dual)
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")(two)
+    assert torch.equal(ADVANTAGE_ESTIMATORS.get("dual_informative")(AdvantageInputs(**{**two.__dict__, "beta": 0.0})), grpo)

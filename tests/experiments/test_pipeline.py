@@ -212,7 +212,10 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     assert early.rl["prorag-oracle-first-error-silent"] == ("process_reward=oracle-first-error", "advantage=dual_silent")
     assert early.controls["prorag-oracle-first-error-silent"] == "prorag-oracle-first-error-silent-shuffled"
     # and its complement, the step term only where the outcomes disagree
-    assert early.rl["prorag-oracle-first-error-informative"] == ("process_reward=oracle-first-error", "advantage=dual_informative")
+    assert early.rl["prorag-oracle-first-error-informative"] == (
+        "process_reward=oracle-first-error",
+        "advantage=dual_informative",
+    )
     assert early.controls["prorag-oracle-first-error-informative"] == "prorag-oracle-first-error-informative-shuffled"
 
 

@@ -453,7 +453,11 @@ def rl_cmd(
         ),
     ] = None,
     advantage: Annotated[
-        str | None, typer.Option(help="Advantage estimator (ADVANTAGE_ESTIMATORS): dual (ProRAG), grpo, cpgrpo.")
+        str | None,
+        typer.Option(
+            help="Advantage estimator (ADVANTAGE_ESTIMATORS): dual (ProRAG), grpo, cpgrpo, dual_silent (the step term only on "
+            "groups whose outcomes agree), dual_informative (only on groups whose outcomes disagree)."
+        ),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
     exclude: Annotated[

@@ -15,7 +15,8 @@ Pieces, each usable alone (the trainer gathers groups across processes between t
 :func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
 :func:`dual_granularity_advantages` (composed; ``process_rows`` limits the step term to some rows:
 the ``dual_silent`` estimator gives it only to groups whose outcomes all agree, ``dual_informative``
-only to the others), :func:`cpgrpo_advantages`
+only to the others; ``bound_sign``, the ``dual_signed`` estimator, keeps it from reversing an outcome
+advantage's sign, :func:`sign_bounded`), :func:`cpgrpo_advantages`
 (docs/METHOD.md §5), :func:`agreeing_rows`, and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
 Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
@@ -246,6 +247,23 @@ def process_advantages(
     return list(normalized.split(counts))
 
 
+def sign_bounded(a_out: torch.Tensor, step_values: torch.Tensor) -> torch.Tensor:
+    """Step advantages ``step_values`` ``(S,)`` of one trajectory held on the side of its outcome
+    advantage ``a_out`` (a 0-d tensor): ``max(v, 0)`` where ``a_out > 0``, ``min(v, 0)`` where
+    ``a_out < 0``, 0 where ``a_out == 0``.
+
+    Why: Eq. 8 adds ``beta * A_proc`` to ``A_out``, and in a group with one right answer of eight
+    the wrong rows' ``A_out`` is about -0.35, so a step term of ``beta = 0.3`` times one standard
+    deviation and a bit reverses it: a step of a wrong trajectory is then pushed up. Bounded, the
+    step term can weaken or strengthen the outcome's push on a step, never reverse it, and it
+    cannot move a group the outcome is silent on (``A_out = 0`` on every row)."""
+    if a_out > 0:
+        return step_values.clamp(min=0.0)
+    if a_out < 0:
+        return step_values.clamp(max=0.0)
+    return torch.zeros_like(step_values)
+
+
 def dual_step_advantages(
     outcome: torch.Tensor,
     step_rewards: Sequence[torch.Tensor],
@@ -258,6 +276,7 @@ def dual_step_advantages(
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
     process_rows: torch.Tensor | None = None,
+    bound_sign: bool = False,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Eq. 8 per step: returns ``A_out`` ``(B,)`` and, per trajectory, ``A_out[i] + beta *
     A_proc[i, t]`` for each of its steps ``(S_i,)``.
@@ -267,16 +286,18 @@ def dual_step_advantages(
     broadcast only its own rows. ``beta = 0`` gives ``A_out`` on every step: plain GRPO.
     ``process_rows`` (``(B,)`` booleans, default all) names the rows that get the process term; the
     others get ``A_out`` on every step. Step rewards are standardised within groups, so leaving out
-    whole groups changes nothing in the others.
+    whole groups changes nothing in the others. ``bound_sign`` holds each step's value on its
+    row's side of 0 (:func:`sign_bounded`).
     """
     a_out = grpo_advantages(outcome, group_ids, scale=scale, eps=eps)
     a_proc = process_advantages(step_rewards, group_ids, step_lengths, process_norm, scale=scale, eps=eps, step_kinds=step_kinds)
-    if process_rows is None:
-        return a_out, [a_out[i] + beta * p for i, p in enumerate(a_proc)]
-    if process_rows.shape != a_out.shape:
+    if process_rows is not None and process_rows.shape != a_out.shape:
         raise ValueError(f"process_rows {tuple(process_rows.shape)} must be ({a_out.numel()},)")
-    on = process_rows.tolist()
-    return a_out, [a_out[i] + beta * p if on[i] else a_out[i].expand(p.numel()) for i, p in enumerate(a_proc)]
+    on = [True] * a_out.numel() if process_rows is None else process_rows.tolist()
+    per_step = [a_out[i] + beta * p if on[i] else a_out[i].expand(p.numel()) for i, p in enumerate(a_proc)]
+    if bound_sign:
+        per_step = [sign_bounded(a_out[i], v) for i, v in enumerate(per_step)]
+    return a_out, per_step
 
 
 def broadcast_to_tokens(
@@ -324,6 +345,7 @@ def dual_granularity_advantages(
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
     process_rows: torch.Tensor | None = None,
+    bound_sign: bool = False,
 ) -> torch.Tensor:
     """ProRAG's token-level advantages ``(B, T)`` (Eq. 7-8), from ``(B,)`` outcome rewards, the
     step rewards ``(S_i,)`` and step spans of each row, the ``(B, T)`` loss mask (1 on tokens the
@@ -333,7 +355,7 @@ def dual_granularity_advantages(
     ``"token"`` over the group's generated tokens (the reference code: a step weighs its token
     count, :func:`step_token_counts`); ``"step_kind"`` over the group's steps of the same kind
     (``step_kinds``). ``beta = 0`` equals :func:`grpo_advantages` broadcast
-    to the generated tokens. ``process_rows`` as in :func:`dual_step_advantages`.
+    to the generated tokens. ``process_rows`` and ``bound_sign`` as in :func:`dual_step_advantages`.
     """
     lengths = step_token_counts(step_spans, loss_mask) if process_norm == "token" else None
     a_out, per_step = dual_step_advantages(
@@ -347,6 +369,7 @@ def dual_granularity_advantages(
         eps=eps,
         step_kinds=step_kinds,
         process_rows=process_rows,
+        bound_sign=bound_sign,
     )
     return broadcast_to_tokens(a_out, per_step, step_spans, loss_mask)
 
@@ -422,7 +445,7 @@ def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs)
 
 
-def _dual(inputs: AdvantageInputs, process_rows: torch.Tensor | None = None) -> torch.Tensor:
+def _dual(inputs: AdvantageInputs, process_rows: torch.Tensor | None = None, bound_sign: bool = False) -> torch.Tensor:
     """:func:`dual_granularity_advantages` of ``inputs``, the step term on ``process_rows`` (default all)."""
     rewards, spans = inputs.steps()
     return dual_granularity_advantages(
@@ -437,6 +460,7 @@ def _dual(inputs: AdvantageInputs, process_rows: torch.Tensor | None = None) -> 
         eps=inputs.eps,
         step_kinds=inputs.step_kinds,
         process_rows=process_rows,
+        bound_sign=bound_sign,
     )
 
 
@@ -484,6 +508,20 @@ def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, process_rows=~agreeing_rows(inputs.outcome, inputs.group_ids))
 
 
+@ADVANTAGE_ESTIMATORS.register("dual_signed")
+def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """``dual`` with each step's advantage held on its trajectory's side of 0 (:func:`sign_bounded`):
+    the step term can weaken or strengthen the outcome's push on a step, never reverse it, and
+    the groups whose outcome rewards all agree get GRPO's 0.
+
+    Why: on the informative groups alone (``dual_informative``) the oracle's verdicts still beat
+    their shuffled control, and the shuffled term still cost EM against GRPO (docs/LOG.md,
+    2026-11-27, informative groups). There the only harm a step term without information can do
+    beyond noise is to reverse the outcome's sign on some steps; this form forbids that. Without
+    step rewards, or ``beta = 0``, it equals ``grpo``."""
+    return _dual(inputs, bound_sign=True)
+
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "DEFAULT_EPS",
@@ -497,6 +535,7 @@ __all__ = [
     "cpgrpo_advantages",
     "cpgrpo_estimator",
     "dual_informative_estimator",
+    "dual_signed_estimator",
     "dual_silent_estimator",
     "dual_estimator",
     "dual_granularity_advantages",
@@ -506,5 +545,6 @@ __all__ = [
     "grpo_estimator",
     "kind_groups",
     "process_advantages",
+    "sign_bounded",
     "step_token_counts",
 ]

@@ -217,6 +217,7 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
         "advantage=dual_informative",
     )
     assert early.controls["prorag-oracle-first-error-informative"] == "prorag-oracle-first-error-informative-shuffled"
+    assert early.controls["prorag-oracle-first-error-signed"] == "prorag-oracle-first-error-signed-shuffled"
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

@@ -1,6 +1,7 @@
 """The registered advantage estimators on one hand-computed batch: ``grpo`` (outcome only),
 ``dual`` (Eq. 7-8), ``cpgrpo`` (``|A| * pr``), ``dual_silent`` (``dual`` on the groups whose
-outcomes agree, ``grpo`` elsewhere) and ``dual_informative`` (its complement); ``dual`` without step rewards or with beta 0 is ``grpo``;
+outcomes agree, ``grpo`` elsewhere), ``dual_informative`` (its complement) and ``dual_signed`` (the
+step term never reversing an outcome advantage's sign); ``dual`` without step rewards or with beta 0 is ``grpo``;
 environment tokens and padding get 0; an unknown name lists the known ones."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def inputs(beta: float = 0.5, with_steps: bool = True) -> AdvantageInputs:
 
 
 def test_registry_holds_the_built_in_estimators() -> None:
-    assert ADVANTAGE_ESTIMATORS.names()[:5] == ["grpo", "dual", "cpgrpo", "dual_silent", "dual_informative"]
+    assert ADVANTAGE_ESTIMATORS.names()[:6] == ["grpo", "dual", "cpgrpo", "dual_silent", "dual_informative", "dual_signed"]
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'dula'.*'grpo', 'dual', 'cpgrpo'.*did you mean 'dual'"):
         ADVANTAGE_ESTIMATORS.get("dula")
 
@@ -147,3 +148,29 @@ def test_dual_informative_gives_the_step_term_only_to_groups_whose_outcomes_disa
     assert torch.allclose(torch.cat([got[:2], silent[2:]]), dual)
     grpo = ADVANTAGE_ESTIMATORS.get("grpo")(two)
     assert torch.equal(ADVANTAGE_ESTIMATORS.get("dual_informative")(AdvantageInputs(**{**two.__dict__, "beta": 0.0})), grpo)
+
+
+def test_dual_signed_never_reverses_an_outcome_advantage() -> None:
+    # beta 2 so that the step term reverses a sign: group 0's steps [2, -1, 3] standardise to
+    # p = (r - 4/3) / sqrt(13/3); row 1's second step, -A + 2 * p[2] = +0.894 under dual, is held at 0.
+    two = AdvantageInputs(**{**two_groups().__dict__, "beta": 2.0})
+    std = math.sqrt(13 / 3)
+    p = [(2 - 4 / 3) / std, (-1 - 4 / 3) / std, (3 - 4 / 3) / std]
+    assert -A + 2 * p[2] > 0  # the reversal dual would make
+    want = torch.tensor(
+        [
+            [A + 2 * p[0], A + 2 * p[0], 0.0, A],  # same sign as A_out: kept
+            [-A + 2 * p[1], 0.0, 0.0, 0.0],  # the reversed step held at 0
+            [0.0, 0.0, 0.0, 0.0],  # group 1 (outcomes agree): 0, its step term dropped
+            [0.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    got = ADVANTAGE_ESTIMATORS.get("dual_signed")(two)
+    assert torch.allclose(got, want, atol=1e-6)
+    dual = ADVANTAGE_ESTIMATORS.get("dual")(two)
+    assert dual[1, 1] > 0 and torch.allclose(dual[0], got[0])
+    # At the paper's beta no step of this batch reverses: dual_signed is dual_informative there.
+    half = two_groups()
+    assert torch.allclose(ADVANTAGE_ESTIMATORS.get("dual_signed")(half), ADVANTAGE_ESTIMATORS.get("dual_informative")(half))
+    grpo = ADVANTAGE_ESTIMATORS.get("grpo")(two)
+    assert torch.equal(ADVANTAGE_ESTIMATORS.get("dual_signed")(AdvantageInputs(**{**two.__dict__, "beta": 0.0})), grpo)

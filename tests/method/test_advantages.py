@@ -20,6 +20,7 @@ from prorag.method.advantages import (
     group_normalize,
     grpo_advantages,
     process_advantages,
+    sign_bounded,
 )
 
 
@@ -274,3 +275,11 @@ def test_process_rows_leave_the_other_rows_with_their_outcome_advantage() -> Non
     assert torch.equal(all_rows, dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, beta=0.5, eps=0.0))
     with pytest.raises(ValueError, match="process_rows"):
         dual_granularity_advantages(OUTCOME, STEP_REWARDS, SPANS, MASK, GROUPS, process_rows=torch.ones(3, dtype=torch.bool))
+
+
+def test_sign_bounded_holds_steps_on_the_outcomes_side() -> None:
+    steps = torch.tensor([1.5, -0.2, 0.0, 0.4])
+    assert torch.equal(sign_bounded(torch.tensor(0.5), steps), torch.tensor([1.5, 0.0, 0.0, 0.4]))
+    assert torch.equal(sign_bounded(torch.tensor(-0.5), steps), torch.tensor([0.0, -0.2, 0.0, 0.0]))
+    assert torch.equal(sign_bounded(torch.tensor(0.0), steps), torch.zeros(4))
+    assert sign_bounded(torch.tensor(1.0), torch.zeros(0)).numel() == 0

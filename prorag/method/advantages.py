@@ -257,11 +257,9 @@ def sign_bounded(a_out: torch.Tensor, step_values: torch.Tensor) -> torch.Tensor
     deviation and a bit reverses it: a step of a wrong trajectory is then pushed up. Bounded, the
     step term can weaken or strengthen the outcome's push on a step, never reverse it, and it
     cannot move a group the outcome is silent on (``A_out = 0`` on every row)."""
-    if a_out > 0:
-        return step_values.clamp(min=0.0)
-    if a_out < 0:
-        return step_values.clamp(max=0.0)
-    return torch.zeros_like(step_values)
+    # torch.where, not Python branches: no host sync per row when the advantages live on a GPU.
+    held = torch.where(a_out > 0, step_values.clamp(min=0.0), step_values.clamp(max=0.0))
+    return torch.where(a_out != 0, held, torch.zeros_like(step_values))
 
 
 def dual_step_advantages(
@@ -516,8 +514,8 @@ def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
 
     Why: on the informative groups alone (``dual_informative``) the oracle's verdicts still beat
     their shuffled control, and the shuffled term still cost EM against GRPO (docs/LOG.md,
-    2026-11-27, informative groups). There the only harm a step term without information can do
-    beyond noise is to reverse the outcome's sign on some steps; this form forbids that. Without
+    2026-11-27, informative groups). Beyond adding noise, one way a step term without information
+    harms there is by reversing the outcome's sign on some steps; this form forbids that. Without
     step rewards, or ``beta = 0``, it equals ``grpo``."""
     return _dual(inputs, bound_sign=True)
 

@@ -455,9 +455,8 @@ def rl_cmd(
     advantage: Annotated[
         str | None,
         typer.Option(
-            help="Advantage estimator (ADVANTAGE_ESTIMATORS): dual (ProRAG), grpo, cpgrpo, dual_silent (the step term only on "
-            "groups whose outcomes agree), dual_informative (only on groups whose outcomes disagree), dual_signed (never "
-            "reversing the outcome advantage's sign)."
+            help="Advantage estimator, a name in ADVANTAGE_ESTIMATORS: dual (ProRAG), grpo, cpgrpo, dual_silent, "
+            "dual_informative, dual_signed (RLConfig.advantage says what each does)."
         ),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,

@@ -292,9 +292,10 @@ def dual_step_advantages(
     if process_rows is not None and process_rows.shape != a_out.shape:
         raise ValueError(f"process_rows {tuple(process_rows.shape)} must be ({a_out.numel()},)")
     on = [True] * a_out.numel() if process_rows is None else process_rows.tolist()
-    per_step = [a_out[i] + beta * p if on[i] else a_out[i].expand(p.numel()) for i, p in enumerate(a_proc)]
-    if bound_sign:
-        per_step = [sign_bounded(a_out[i], v) for i, v in enumerate(per_step)]
+    per_step = []
+    for i, p in enumerate(a_proc):
+        values = a_out[i] + beta * p if on[i] else a_out[i].expand(p.numel())
+        per_step.append(sign_bounded(a_out[i], values) if bound_sign else values)
     return a_out, per_step
 
 
@@ -499,9 +500,9 @@ def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     Why: ``dual_silent`` kept the step term off the informative groups and, with it, the oracle's
     worth over its shuffled control (docs/LOG.md, 2026-11-27, silent groups). Where the outcomes
     differ, a right trajectory's wrong step and a wrong trajectory's right step are the credit the
-    outcome cannot assign; where they all agree, the step term alone moves a policy that has
-    nothing to learn from its outcome, which is where a reward without information costs most.
-    This arm keeps the first and drops the second. Without step rewards, or ``beta = 0``, it
+    outcome cannot assign; where they all agree, the step term is the only push, so a reward
+    without information moves the policy there unchecked. This arm keeps the first and drops the
+    second. Without step rewards, or ``beta = 0``, it
     equals ``grpo``."""
     return _dual(inputs, process_rows=~agreeing_rows(inputs.outcome, inputs.group_ids))
 

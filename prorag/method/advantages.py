@@ -502,8 +502,7 @@ def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     differ, a right trajectory's wrong step and a wrong trajectory's right step are the credit the
     outcome cannot assign; where they all agree, the step term is the only push, so a reward
     without information moves the policy there unchecked. This arm keeps the first and drops the
-    second. Without step rewards, or ``beta = 0``, it
-    equals ``grpo``."""
+    second. Without step rewards, or ``beta = 0``, it equals ``grpo``."""
     return _dual(inputs, process_rows=~agreeing_rows(inputs.outcome, inputs.group_ids))
 
 

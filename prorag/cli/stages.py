@@ -351,7 +351,10 @@ def prm_audit(
     data: Annotated[Path, typer.Option(help="Records with gold decompositions (built-in world, MuSiQue) no stage trained on.")],
     index: IndexOption,
     out: Annotated[Path, typer.Option("--out", "-o", help="JSON file for the audit.")],
-    samples: Annotated[int, typer.Option(help="Trajectories sampled per question.")] = 2,
+    samples: Annotated[
+        int,
+        typer.Option(help="Trajectories sampled per question (the within-question AUCs need 2 or more; RL's groups are 8)."),
+    ] = 2,
     limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
     top_k: Annotated[int, typer.Option(help="Documents per search.")] = 3,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,

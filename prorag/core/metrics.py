@@ -12,7 +12,8 @@ scripts give EM 1 there): an empty answer is never correct, and containment woul
 :func:`yes_no_scores` (EM on yes/no questions beside a constant guess's),
 :func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
 :func:`mean_and_spread` and :func:`mean_and_ci` (over seeds), :func:`permutation_test` (two sets of runs whose
-seeds are not paired) and :func:`ranking_auc` (a step scorer's valid-over-invalid ranking) complete the set.
+seeds are not paired), :func:`ranking_auc` (a step scorer's valid-over-invalid ranking) and
+:func:`grouped_ranking_auc` (the same within groups only) complete the set.
 """
 
 from __future__ import annotations
@@ -316,6 +317,29 @@ def ranking_auc(positive_scores: Sequence[float], negative_scores: Sequence[floa
     ranks = stats.rankdata(np.concatenate([pos, neg]))  # average ranks: a tie shares its ranks
     u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
     return u / (pos.size * neg.size)
+
+
+def grouped_ranking_auc(groups: Iterable[tuple[Sequence[float], Sequence[float]]]) -> float:
+    """:func:`ranking_auc` over the (positive, negative) pairs that share a group only: each group
+    is ``(positive_scores, negative_scores)``, and the result is the share of within-group pairs
+    the scores order right (ties one half), pooled over groups (each group weighs by its number
+    of pairs, ``n_pos * n_neg``). Groups with no score on one side have no pair and drop out.
+
+    Why it exists beside the global AUC: a step reward enters the advantage only through
+    comparisons inside one question's group of samples (:mod:`prorag.method.advantages`), so a
+    scorer that ranks steps well across questions (say, by how hard the question is) but not
+    within one tells the policy nothing. This is the ranking the advantage sees. Raises
+    ``ValueError`` when no group has a pair."""
+    wins = 0.0
+    pairs = 0
+    for positive, negative in groups:
+        if len(positive) and len(negative):
+            n = len(positive) * len(negative)
+            wins += ranking_auc(positive, negative) * n
+            pairs += n
+    if pairs == 0:
+        raise ValueError("grouped_ranking_auc needs a group with scores on both sides")
+    return wins / pairs
 
 
 @dataclass(frozen=True)

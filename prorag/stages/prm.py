@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ from trl import RewardConfig, RewardTrainer
 from prorag.agent.rollout import Trajectory
 from prorag.core.config import setting
 from prorag.core.errors import DataError
-from prorag.core.metrics import ranking_auc
+from prorag.core.metrics import grouped_ranking_auc, ranking_auc
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, read_jsonl_numbered, write_json
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer
@@ -631,20 +631,32 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     (``trajectories[i]`` answers ``records[i]``; fresh samples of pi_sft): every action is
     labelled by the oracle judge in its context (:func:`prorag.supervision.judge.trajectory_verdicts`), then
     the PRM's logits of the valid ones are compared with those of the invalid ones by ROC AUC.
-    Also the share of each class the PRM scores above 0 (the RFT filter's threshold)."""
+    Also the share of each class the PRM scores above 0 (the RFT filter's threshold), and
+    ``within_question_auc`` / ``within_question_kind_auc`` (:func:`~prorag.core.metrics.grouped_ranking_auc`
+    over the steps of one question's samples, and of one step kind among them, with their
+    ``_pairs`` counts): the rankings the RL advantage uses, which the global AUC can overstate
+    when a scorer mostly tells easy questions from hard ones. NaN where no question has both a
+    valid and an invalid step (one sample per question rarely does)."""
     from prorag.supervision.judge import trajectory_verdicts
 
     logits = scorer.score_trajectories(trajectories)
     valid: list[float] = []
     invalid: list[float] = []
+    # (valid, invalid) scores per question and per (question, step kind): the comparisons the
+    # advantage makes (process_norm "group" and "step_kind").
+    by_question: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    by_kind: dict[tuple[str, str | None], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     skipped = 0
     for traj, record, scores in zip(trajectories, records, logits, strict=True):
         verdicts = trajectory_verdicts(record, traj.text)
-        if len(verdicts) != len(scores):  # a lossy decode: do not pair scores with other actions
+        if len(verdicts) != len(scores) or len(traj.actions) != len(scores):  # a lossy decode: no pairing
             skipped += 1
             continue
-        for (ok, _), score in zip(verdicts, scores, strict=True):
+        for (ok, _), score, action in zip(verdicts, scores, traj.actions, strict=True):
+            side = 0 if ok else 1
             (valid if ok else invalid).append(float(score))
+            by_question[record.id][side].append(float(score))
+            by_kind[(record.id, action.kind)][side].append(float(score))
     out = {
         "trajectories": float(len(trajectories) - skipped),
         "valid_steps": float(len(valid)),
@@ -653,6 +665,10 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
         "invalid_above_0": sum(x > 0 for x in invalid) / len(invalid) if invalid else float("nan"),
     }
     out["auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    for name, groups in (("within_question", by_question), ("within_question_kind", by_kind)):
+        pairs = sum(len(v) * len(x) for v, x in groups.values())
+        out[f"{name}_pairs"] = float(pairs)
+        out[f"{name}_auc"] = grouped_ranking_auc(groups.values()) if pairs else float("nan")
     return out
 
 
@@ -672,7 +688,8 @@ def fresh_sample_audit(
     invalid steps of trajectories that no stage trained on (questions neither SFT, MCTS nor the
     PRM saw). Also ``policy_likelihood_auc``: the same steps ranked by the policy's own mean
     step log-probability, as recorded at sampling time (the baseline of
-    ``eval_policy_likelihood_auc``)."""
+    ``eval_policy_likelihood_auc``), and ``policy_likelihood_within_question_auc``, its ranking
+    within each question's samples."""
     from prorag.agent.rollout import RolloutConfig, RolloutEngine
     from prorag.agent.sampling import stream_seed
     from prorag.models.checkpoints import load_policy
@@ -685,7 +702,9 @@ def fresh_sample_audit(
     trajectories = engine.rollout(repeated, row_seeds=streams, progress=True)
     del engine, model
     audit = step_ranking_audit(scorer, trajectories, repeated)
-    audit["policy_likelihood_auc"] = step_ranking_audit(SampledLikelihood(), trajectories, repeated)["auc"]
+    baseline = step_ranking_audit(SampledLikelihood(), trajectories, repeated)
+    audit["policy_likelihood_auc"] = baseline["auc"]
+    audit["policy_likelihood_within_question_auc"] = baseline["within_question_auc"]
     return audit
 
 

@@ -170,9 +170,10 @@ class RLConfig(TrainingConfig):
         help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM), `none` "
         "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
         "+1/-1 verdict per step: needs gold decompositions), `oracle-first-error` (the oracle's verdicts up to a "
-        "trajectory's first wrong step, none after), `shuffled` (the PRM's scores permuted within each "
-        "group: the control arm), `oracle-first-error-shuffled` (the oracle's, permuted the same way: the oracle's "
-        "control) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
+        "trajectory's first wrong step, none after), `prm-first-error` (the PRM's scores up to the first step it "
+        "scores below 0, none after), `shuffled` (the PRM's scores permuted within each "
+        "group: the control arm), `oracle-first-error-shuffled` / `prm-first-error-shuffled` (the first-error "
+        "scores, permuted the same way: their controls) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
         "pair with `advantage: cpgrpo`).",
     )
     advantage: str = setting(
@@ -1205,7 +1206,9 @@ def train_rl(
         model, tokenizer = load_policy(config.policy, dtype=config.dtype)
     elif tokenizer is None:
         raise ValueError("a `model` needs its `tokenizer`")
-    if config.process_reward in ("prm", "shuffled") and scorer is None and not config.prm and config.beta == 0:
+    from prorag.supervision.step_rewards import LEARNED_PRM_SOURCES
+
+    if config.process_reward in LEARNED_PRM_SOURCES and scorer is None and not config.prm and config.beta == 0:
         log.info("beta = 0 and no PRM: the outcome-only GRPO baseline (process_reward='none')")
         config = replace(config, process_reward="none")
     if config.uses_prm and scorer is None:

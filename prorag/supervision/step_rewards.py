@@ -1,8 +1,9 @@
 """The step-reward sources backed by the supervision layer: ``"prm"`` (the learned PRM),
 ``"oracle"`` (the oracle judge's verdict on every step), ``"oracle-first-error"`` (its verdicts up to
-a trajectory's first wrong step, none after), ``"shuffled"`` (the PRM's scores permuted within
-each group: the control arm) and ``"oracle-first-error-shuffled"`` (the oracle's, permuted the same
-way: the oracle's control).
+a trajectory's first wrong step, none after), ``"prm-first-error"`` (the PRM's scores up to the first
+step it scores below 0, none after), ``"shuffled"`` (the PRM's scores permuted within each group:
+the control arm), and ``"oracle-first-error-shuffled"`` / ``"prm-first-error-shuffled"`` (the first-error
+sources' scores, permuted the same way: their controls).
 
 Imported by :data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES` on its first look-up, so
 that ``RLConfig.process_reward: prm`` (or ``oracle``, ``shuffled``) finds the factory below
@@ -18,7 +19,9 @@ misread sub-answer the policy's next search, which correctly follows what it wro
 open hop" and gets -1 too, so the blame for one reading error lands on every later step and the
 cheapest way to avoid it is to stop searching (docs/LOG.md). Labelling up to the first error (as
 PRM800K and Math-Shepherd label solutions) puts the blame on the step that made the error; the
-later steps keep the outcome advantage alone.
+later steps keep the outcome advantage alone. ``prm-first-error`` asks the same of the learned PRM,
+which scores every step as ``oracle`` does: its first step scored below 0 (its own decision boundary,
+the RFT filter's) is taken for the first error, and the steps after it get no step reward.
 """
 
 from __future__ import annotations
@@ -28,11 +31,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from prorag.agent.rollout import Trajectory
-from prorag.method.rewards.sources import STEP_REWARD_SOURCES, GroupIds, Records, ScorerSteps, ShuffledSteps, StepScores
+from prorag.method.rewards.sources import (
+    STEP_REWARD_SOURCES,
+    GroupIds,
+    Records,
+    ScorerSteps,
+    ShuffledSteps,
+    StepRewardSource,
+    StepScores,
+)
 
 #: The oracle source's raw score of a valid step, an invalid one, and one it cannot place (a
 #: trajectory whose decoded text parses into other actions than its token-level ones).
 ORACLE_VALID, ORACLE_INVALID, ORACLE_UNDECIDED = 1.0, -1.0, 0.0
+#: The sources that score with the learned PRM at ``config.prm``.
+LEARNED_PRM_SOURCES: tuple[str, ...] = ("prm", "shuffled", "prm-first-error", "prm-first-error-shuffled")
 
 
 def _learned_prm(config: Any, device: str | None, name: str) -> ScorerSteps:
@@ -69,10 +82,6 @@ class OracleSteps:
     Needs every record's gold decomposition (``metadata.decomposition``: the built-in world,
     MuSiQue)."""
 
-    def __init__(self, first_error_only: bool = False) -> None:
-        #: Steps after a trajectory's first invalid one get NaN (:func:`up_to_first_error`).
-        self.first_error_only = first_error_only
-
     def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
         from prorag.supervision.judge import trajectory_verdicts
 
@@ -89,21 +98,38 @@ class OracleSteps:
             if len(verdicts) != len(traj.actions):
                 out.append([ORACLE_UNDECIDED] * len(traj.actions))
             else:
-                scores = [ORACLE_VALID if ok else ORACLE_INVALID for ok, _ in verdicts]
-                out.append(up_to_first_error(scores) if self.first_error_only else scores)
+                out.append([ORACLE_VALID if ok else ORACLE_INVALID for ok, _ in verdicts])
         return out
 
 
-def up_to_first_error(scores: Sequence[float]) -> list[float]:
-    """``scores`` up to and including the first :data:`ORACLE_INVALID`, NaN after it: a step that
-    follows an error is judged against a history already off the gold path, so its verdict says
-    more about the earlier error than about itself; NaN is "no process reward" (the trainer
-    leaves those tokens the outcome advantage alone)."""
+def up_to_first_error(scores: Sequence[float], threshold: float = 0.0) -> list[float]:
+    """``scores`` up to and including the first one below ``threshold`` (the first error: the
+    oracle's :data:`ORACLE_INVALID`, -1; a PRM logit below 0), NaN after it: a step that follows
+    an error is judged against a history already off the gold path, so its verdict says more
+    about the earlier error than about itself; NaN is "no process reward" (the trainer leaves
+    those tokens the outcome advantage alone). A score equal to ``threshold`` is no error (the
+    oracle's :data:`ORACLE_UNDECIDED`, 0), nor is a NaN.
+
+    >>> up_to_first_error([1.0, -1.0, 1.0])
+    [1.0, -1.0, nan]
+    """
     out = list(scores)
-    first = next((i for i, s in enumerate(out) if s == ORACLE_INVALID), None)
+    first = next((i for i, s in enumerate(out) if s < threshold), None)
     if first is not None:
         out[first + 1 :] = [math.nan] * (len(out) - first - 1)
     return out
+
+
+class FirstErrorSteps:
+    """Another source's scores cut at each trajectory's first error (:func:`up_to_first_error`
+    with ``threshold``): the first step scored below it keeps its score, the later ones get NaN."""
+
+    def __init__(self, inner: StepRewardSource, threshold: float = 0.0) -> None:
+        self.inner = inner
+        self.threshold = float(threshold)
+
+    def __call__(self, trajectories: Sequence[Trajectory], records: Records = None, group_ids: GroupIds = None) -> StepScores:
+        return [up_to_first_error(row, self.threshold) for row in self.inner(trajectories, records, group_ids)]
 
 
 @STEP_REWARD_SOURCES.register("oracle")
@@ -116,7 +142,7 @@ def oracle_step_rewards(config: Any, *, device: str | None = None) -> OracleStep
 def oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -> OracleSteps:
     """The oracle's +1 / -1 up to a trajectory's first wrong step, no process reward after it
     (:func:`up_to_first_error`): the blame of an error on the step that made it."""
-    return OracleSteps(first_error_only=True)
+    return FirstErrorSteps(OracleSteps())
 
 
 @STEP_REWARD_SOURCES.register("oracle-first-error-shuffled")
@@ -126,18 +152,40 @@ def shuffled_oracle_first_error_step_rewards(config: Any, *, device: str | None 
     rewards change what RL does, this tells the verdicts' information apart from what any extra
     bounded term of the same distribution would do to the advantage (damp the outcome term, add
     variance); it needs no PRM."""
-    return ShuffledSteps(OracleSteps(first_error_only=True), seed=int(getattr(config, "seed", 0)))
+    return ShuffledSteps(FirstErrorSteps(OracleSteps()), seed=int(getattr(config, "seed", 0)))
+
+
+@STEP_REWARD_SOURCES.register("prm-first-error")
+def prm_first_error_step_rewards(config: Any, *, device: str | None = None) -> FirstErrorSteps:
+    """The learned PRM's logits up to each trajectory's first step it scores below 0, no process
+    reward after it: ``oracle-first-error`` with the PRM's verdicts in place of the oracle's. The
+    PRM scores every step as ``oracle`` does, and the oracle on every step, which blames one
+    misread on every later step, was the weaker of the two oracle placements (docs/LOG.md)."""
+    return FirstErrorSteps(_learned_prm(config, device, "prm-first-error"))
+
+
+@STEP_REWARD_SOURCES.register("prm-first-error-shuffled")
+def shuffled_prm_first_error_step_rewards(config: Any, *, device: str | None = None) -> ShuffledSteps:
+    """``prm-first-error``'s control: its scores (NaN after a first error included) permuted within
+    each group, seeded by ``config.seed``, as ``oracle-first-error-shuffled`` is the oracle's."""
+    return ShuffledSteps(
+        FirstErrorSteps(_learned_prm(config, device, "prm-first-error-shuffled")), seed=int(getattr(config, "seed", 0))
+    )
 
 
 __all__ = [
+    "LEARNED_PRM_SOURCES",
     "ORACLE_INVALID",
     "ORACLE_UNDECIDED",
     "ORACLE_VALID",
+    "FirstErrorSteps",
     "OracleSteps",
     "oracle_first_error_step_rewards",
     "oracle_step_rewards",
+    "prm_first_error_step_rewards",
     "prm_step_rewards",
     "shuffled_oracle_first_error_step_rewards",
+    "shuffled_prm_first_error_step_rewards",
     "shuffled_step_rewards",
     "up_to_first_error",
 ]

@@ -19,6 +19,7 @@ from prorag.core.metrics import (
     cover_exact_match,
     exact_match,
     f1_score,
+    grouped_ranking_auc,
     is_yes_no_question,
     mean_and_ci,
     mean_and_spread,
@@ -544,6 +545,18 @@ def test_ranking_auc_hand_computed() -> None:
     assert ranking_auc([5.0, 6.0], [1.0, 2.0, 3.0]) == 1.0
     assert ranking_auc([1.0], [2.0, 3.0]) == 0.0
     assert ranking_auc([0.5, 0.5], [0.5]) == 0.5
+
+
+def test_grouped_ranking_auc_counts_only_pairs_inside_a_group() -> None:
+    # group a: positives {3, 1} against {2, 0}: 3 of 4 pairs; group b: {10} against {20, 30}: 0 of 2;
+    # group c has no negative and drops out. Pooled over the 6 within-group pairs: 3/6. Across
+    # groups (ranking_auc of everything) {3, 1, 10} against {2, 0, 20, 30} would be 5/12.
+    groups = [([3.0, 1.0], [2.0, 0.0]), ([10.0], [20.0, 30.0]), ([5.0], [])]
+    assert grouped_ranking_auc(groups) == pytest.approx(3 / 6)
+    assert ranking_auc([3.0, 1.0, 10.0], [2.0, 0.0, 20.0, 30.0]) == pytest.approx(5 / 12)
+    assert grouped_ranking_auc([([1.0], [1.0])]) == 0.5  # a tie is one half
+    with pytest.raises(ValueError, match="both sides"):
+        grouped_ranking_auc([([1.0], []), ([], [2.0])])
 
 
 def test_ranking_auc_rejects_empty_or_nan() -> None:

@@ -218,6 +218,10 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
     )
     assert early.controls["prorag-oracle-first-error-informative"] == "prorag-oracle-first-error-informative-shuffled"
     assert early.controls["prorag-oracle-first-error-signed"] == "prorag-oracle-first-error-signed-shuffled"
+    # the learned PRM held on the outcome's sign, on every step and up to its first error
+    assert early.rl["prorag-first-error-signed"] == ("process_reward=prm-first-error", "advantage=dual_signed")
+    assert early.controls["prorag-first-error-signed"] == "prorag-first-error-signed-shuffled"
+    assert early.controls["prorag-signed"] == "prorag-signed-shuffled"
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:

@@ -536,15 +536,16 @@ def test_prm_audit_command_scores_fresh_samples(policy_dir: Path, pairs_file: Pa
     assert result.exit_code == 0, result.output
     audit = json.loads(out.read_text())
     assert audit["trajectories"] <= 6 and audit["valid_steps"] + audit["invalid_steps"] > 0
-    assert {"auc", "policy_likelihood_auc", "valid_above_0", "invalid_above_0"} <= audit.keys()
+    assert {"auc", "policy_likelihood_auc", "valid_above_0", "invalid_above_0", "within_question_auc"} <= audit.keys()
+    assert "policy_likelihood_within_question_auc" in audit
 
 
-def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
-    """Valid steps (oracle) scored 2, 1, -1 and invalid ones 0, 3: of the 6 (valid, invalid) score
-    pairs the valid one wins 2 (2 > 0, 1 > 0), so the AUC is 2/6."""
+def _audited_trajectory(kinds: tuple[str, ...] = ("search",) * 5) -> Any:
+    """One trajectory of the judge tests' chain whose five actions the oracle labels valid, valid,
+    invalid (a redundant search), invalid (an unsupported sub-answer), invalid (a right answer the
+    history has not worked out)."""
     from prorag.agent.rollout import ActionRecord, Trajectory
     from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
-    from prorag.stages.prm import step_ranking_audit
     from tests.supervision.test_judge import CHAIN
 
     docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
@@ -557,11 +558,19 @@ def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
         + render_env_turn(docs)
         + render_conclude("I guess.", "Tamal")[len(step_opener()) :]  # invalid: unsupported
         + render_env_turn()
-        + " So the answer is Krirek. </step><answer> Krirek </answer>"  # valid
+        + " So the answer is Krirek. </step><answer> Krirek </answer>"  # invalid: right, but a guess
     )
-    traj = Trajectory(
-        "w4-q1", CHAIN.question, [1], [2], [1], [0.0], [ActionRecord("search", (0, 1), True)] * 5, [], "answer", text=text
-    )
+    actions = [ActionRecord(kind, (0, 1), True) for kind in kinds]
+    return Trajectory("w4-q1", CHAIN.question, [1], [2], [1], [0.0], actions, [], "answer", text=text)
+
+
+def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
+    """Valid steps (oracle) scored 2, 1 and invalid ones 0, 3, -1: of the 6 (valid, invalid) score
+    pairs the valid one wins 4 (2 and 1 each beat 0 and -1), so the AUC is 4/6."""
+    from prorag.stages.prm import step_ranking_audit
+    from tests.supervision.test_judge import CHAIN
+
+    traj = _audited_trajectory()
 
     class Fake:
         def score_trajectories(self, trajectories: Any) -> list[list[float]]:
@@ -571,6 +580,32 @@ def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
     assert (audit["valid_steps"], audit["invalid_steps"]) == (2, 3)
     assert audit["auc"] == pytest.approx(4 / 6)  # valid 2.0 and 1.0 each beat 0.0 and -1.0, lose to 3.0
     assert audit["valid_above_0"] == pytest.approx(1.0) and audit["invalid_above_0"] == pytest.approx(1 / 3)
+    assert audit["within_question_auc"] == pytest.approx(4 / 6) and audit["within_question_pairs"] == 6
+
+
+def test_step_ranking_audit_ranks_within_a_question_and_a_step_kind() -> None:
+    """Two questions, the second's scores the first's plus 10: across questions the valid {2, 1, 12,
+    11} beat the invalid {0, 3, -1, 10, 13, 9} in 2 + 2 + 5 + 5 = 14 of 24 pairs, but the advantage
+    compares within a question, where each wins 4 of 6 (AUC 8/12). Within a step kind (search,
+    conclude, search, conclude, answer) only search 2 > 0 (won) and conclude 1 < 3 (lost) pair up."""
+    from dataclasses import replace
+
+    from prorag.stages.prm import step_ranking_audit
+    from tests.supervision.test_judge import CHAIN
+
+    traj = _audited_trajectory(("search", "conclude", "search", "conclude", "answer"))
+    base = [2.0, 1.0, 0.0, 3.0, -1.0]
+
+    class Fake:
+        def score_trajectories(self, trajectories: Any) -> list[list[float]]:
+            return [[x + 10 * i for x in base] for i, _ in enumerate(trajectories)]
+
+    audit = step_ranking_audit(Fake(), [traj, traj], [CHAIN, replace(CHAIN, id="other")])
+    assert audit["auc"] == pytest.approx(14 / 24)
+    assert audit["within_question_auc"] == pytest.approx(8 / 12) and audit["within_question_pairs"] == 12
+    assert audit["within_question_kind_auc"] == pytest.approx(0.5) and audit["within_question_kind_pairs"] == 4
+    one = step_ranking_audit(Fake(), [traj], [CHAIN])  # the first question alone: its two same-kind pairs
+    assert one["within_question_kind_pairs"] == 2 and one["within_question_kind_auc"] == pytest.approx(0.5)
 
 
 # ----------------------------------------------------------------------------- pointwise labels, a larger backbone, the verdict

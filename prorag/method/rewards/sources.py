@@ -8,7 +8,7 @@ is built by a factory registered under its name (``RLConfig.process_reward``), c
 ``factory(config, device=...)`` with the RL config; a factory returning ``None`` means no step
 rewards (``"none"``: outcome only). The registry lives here, in the method layer, so that the
 trainer (stages) and sources of any layer above (:mod:`prorag.supervision.step_rewards`, which
-registers ``"prm"``, ``"oracle"``, ``"oracle-first-error"`` and ``"shuffled"`` on first look-up; :mod:`prorag.method.rewards.cpsearch`,
+registers ``"prm"``, ``"oracle"``, ``"shuffled"`` and the first-error sources on first look-up; :mod:`prorag.method.rewards.cpsearch`,
 ``"cpsearch"``) reach it. A source whose ``final`` attribute is true returns step rewards, not
 logits: the trainer applies no Eq. 5 to them, and reads a ``NaN`` score as "no step reward".
 """

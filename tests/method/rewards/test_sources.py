@@ -30,7 +30,7 @@ class Batched:
 
 
 def test_built_in_sources_and_errors() -> None:
-    assert {"none", "prm", "oracle", "oracle-first-error", "shuffled", "oracle-first-error-shuffled"} <= set(
+    assert {"none", "prm", "oracle", "oracle-first-error", "shuffled", "oracle-first-error-shuffled", "prm-first-error"} <= set(
         STEP_REWARD_SOURCES.names()
     )
     assert STEP_REWARD_SOURCES.get("none")(SimpleNamespace()) is None
@@ -91,6 +91,28 @@ def test_oracle_first_error_labels_up_to_the_first_wrong_step() -> None:
     assert up_to_first_error([0.0, -1.0, 1.0])[:2] == [0.0, -1.0], "undecided (0) is not an error"
     # undecided trajectories stay undecided
     assert source([_chain_trajectory(actions=4)], [CHAIN]) == [[0.0] * 4]
+
+
+def test_prm_first_error_cuts_the_learned_prms_scores_at_its_first_logit_below_zero() -> None:
+    """PRM logits 2.0, 0.5, -0.3, 1.2, -2.0: the first below 0 (step 3) keeps its logit, the two
+    after it get no step reward; a trajectory the PRM never scores below 0 keeps every logit, and
+    one whose first step is below 0 keeps that step only. Without a PRM the factory says so."""
+    from prorag.supervision.step_rewards import FirstErrorSteps, up_to_first_error
+
+    logits = [[2.0, 0.5, -0.3, 1.2, -2.0], [0.1, 0.0, 3.0], [-1.5, 4.0]]
+    seen: list[Any] = []
+
+    def prm(trajectories: Sequence[Any], records: Any = None, group_ids: Any = None) -> list[list[float]]:
+        seen.append((len(trajectories), records, group_ids))
+        return [list(row) for row in logits]
+
+    cut = FirstErrorSteps(prm)(["t"] * 3, None, group_ids=[0, 0, 1])
+    assert seen == [(3, None, [0, 0, 1])]  # the inner source gets the call's arguments
+    assert _comparable(cut) == [[2.0, 0.5, -0.3, "nan", "nan"], [0.1, 0.0, 3.0], [-1.5, "nan"]]
+    assert _comparable([up_to_first_error([0.4, 0.2, 0.9], threshold=0.5)]) == [[0.4, "nan", "nan"]]
+    for name in ("prm-first-error", "prm-first-error-shuffled"):
+        with pytest.raises(ValueError, match=f"'{name}' needs a PRM"):
+            STEP_REWARD_SOURCES.get(name)(SimpleNamespace(prm=None, prm_batch_size=4, seed=0))
 
 
 def test_shuffled_source_permutes_scores_within_groups_only() -> None:

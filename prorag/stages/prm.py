@@ -636,8 +636,14 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     over the steps of one question's samples, and of one step kind among them, with their
     ``_pairs`` counts): the rankings the RL advantage uses, which the global AUC can overstate
     when a scorer mostly tells easy questions from hard ones. NaN where no question has both a
-    valid and an invalid step (one sample per question rarely does)."""
+    valid and an invalid step (one sample per question rarely does).
+
+    ``first_error_same`` / ``_prm_earlier`` / ``_prm_later``: the shares of trajectories where the
+    first step the PRM scores below 0 is the oracle's first invalid step (none on both sides counts
+    as the same), comes before it, or after it (or never): how well ``process_reward:
+    prm-first-error`` places the cut that ``oracle-first-error`` places from the gold path."""
     from prorag.supervision.judge import trajectory_verdicts
+    from prorag.supervision.step_rewards import first_error_index
 
     logits = scorer.score_trajectories(trajectories)
     valid: list[float] = []
@@ -646,12 +652,18 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     # advantage makes (process_norm "group" and "step_kind").
     by_question: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     by_kind: dict[tuple[str, str | None], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    first_errors = Counter[str]()
     skipped = 0
     for traj, record, scores in zip(trajectories, records, logits, strict=True):
         verdicts = trajectory_verdicts(record, traj.text)
         if len(verdicts) != len(scores) or len(traj.actions) != len(scores):  # a lossy decode: no pairing
             skipped += 1
             continue
+        never = len(scores)  # "no error" sorts after every step
+        prm_first = first_error_index([float(x) for x in scores])
+        oracle_first = next((i for i, (ok, _) in enumerate(verdicts) if not ok), None)
+        prm_at, oracle_at = never if prm_first is None else prm_first, never if oracle_first is None else oracle_first
+        first_errors["same" if prm_at == oracle_at else "prm_earlier" if prm_at < oracle_at else "prm_later"] += 1
         for (ok, _), score, action in zip(verdicts, scores, traj.actions, strict=True):
             side = 0 if ok else 1
             (valid if ok else invalid).append(float(score))
@@ -665,6 +677,9 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
         "invalid_above_0": sum(x > 0 for x in invalid) / len(invalid) if invalid else float("nan"),
     }
     out["auc"] = ranking_auc(valid, invalid) if valid and invalid else float("nan")
+    audited = sum(first_errors.values())
+    for name in ("same", "prm_earlier", "prm_later"):
+        out[f"first_error_{name}"] = first_errors[name] / audited if audited else float("nan")
     for name, groups in (("within_question", by_question), ("within_question_kind", by_kind)):
         pairs = sum(len(v) * len(x) for v, x in groups.values())
         out[f"{name}_pairs"] = float(pairs)

@@ -102,6 +102,11 @@ class OracleSteps:
         return out
 
 
+def first_error_index(scores: Sequence[float], threshold: float = 0.0) -> int | None:
+    """The index of the first score below ``threshold`` (a trajectory's first error), or None."""
+    return next((i for i, s in enumerate(scores) if s < threshold), None)
+
+
 def up_to_first_error(scores: Sequence[float], threshold: float = 0.0) -> list[float]:
     """``scores`` up to and including the first one below ``threshold`` (the first error: the
     oracle's :data:`ORACLE_INVALID`, -1; a PRM logit below 0), NaN after it: a step that follows
@@ -114,7 +119,7 @@ def up_to_first_error(scores: Sequence[float], threshold: float = 0.0) -> list[f
     [1.0, -1.0, nan]
     """
     out = list(scores)
-    first = next((i for i, s in enumerate(out) if s < threshold), None)
+    first = first_error_index(out, threshold)
     if first is not None:
         out[first + 1 :] = [math.nan] * (len(out) - first - 1)
     return out
@@ -187,5 +192,6 @@ __all__ = [
     "shuffled_oracle_first_error_step_rewards",
     "shuffled_prm_first_error_step_rewards",
     "shuffled_step_rewards",
+    "first_error_index",
     "up_to_first_error",
 ]

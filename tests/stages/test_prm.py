@@ -581,6 +581,8 @@ def test_step_ranking_audit_pairs_oracle_labels_with_prm_logits() -> None:
     assert audit["auc"] == pytest.approx(4 / 6)  # valid 2.0 and 1.0 each beat 0.0 and -1.0, lose to 3.0
     assert audit["valid_above_0"] == pytest.approx(1.0) and audit["invalid_above_0"] == pytest.approx(1 / 3)
     assert audit["within_question_auc"] == pytest.approx(4 / 6) and audit["within_question_pairs"] == 6
+    # the oracle's first error is step 3 (index 2); the PRM's first logit below 0 is the last step
+    assert (audit["first_error_same"], audit["first_error_prm_later"], audit["first_error_prm_earlier"]) == (0.0, 1.0, 0.0)
 
 
 def test_step_ranking_audit_ranks_within_a_question_and_a_step_kind() -> None:
@@ -604,6 +606,15 @@ def test_step_ranking_audit_ranks_within_a_question_and_a_step_kind() -> None:
     assert audit["auc"] == pytest.approx(14 / 24)
     assert audit["within_question_auc"] == pytest.approx(8 / 12) and audit["within_question_pairs"] == 12
     assert audit["within_question_kind_auc"] == pytest.approx(0.5) and audit["within_question_kind_pairs"] == 4
+    # first errors: oracle at index 2; PRM none below 0 in question 1 (later), none in question 2 either
+    assert audit["first_error_prm_later"] == 1.0
+
+    class Early:
+        def score_trajectories(self, trajectories: Any) -> list[list[float]]:
+            return [[-1.0, 1.0, 0.5, 0.5, 0.5], [1.0, 1.0, -0.5, -2.0, 1.0]][: len(trajectories)]
+
+    first = step_ranking_audit(Early(), [traj, traj], [CHAIN, CHAIN])  # PRM's first error at 0, then at 2
+    assert (first["first_error_prm_earlier"], first["first_error_same"], first["first_error_prm_later"]) == (0.5, 0.5, 0.0)
     one = step_ranking_audit(Fake(), [traj], [CHAIN])  # the first question alone: its two same-kind pairs
     assert one["within_question_kind_pairs"] == 2 and one["within_question_kind_auc"] == pytest.approx(0.5)
 

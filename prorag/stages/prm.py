@@ -643,7 +643,7 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
     as the same), comes before it, or after it (or never): how well ``process_reward:
     prm-first-error`` places the cut that ``oracle-first-error`` places from the gold path."""
     from prorag.supervision.judge import trajectory_verdicts
-    from prorag.supervision.step_rewards import first_error_index
+    from prorag.supervision.step_rewards import ORACLE_INVALID, ORACLE_VALID, first_error_index
 
     logits = scorer.score_trajectories(trajectories)
     valid: list[float] = []
@@ -661,7 +661,7 @@ def step_ranking_audit(scorer: StepScorer, trajectories: Sequence[Trajectory], r
             continue
         never = len(scores)  # "no error" sorts after every step
         prm_first = first_error_index([float(x) for x in scores])
-        oracle_first = next((i for i, (ok, _) in enumerate(verdicts) if not ok), None)
+        oracle_first = first_error_index([ORACLE_VALID if ok else ORACLE_INVALID for ok, _ in verdicts])
         prm_at, oracle_at = never if prm_first is None else prm_first, never if oracle_first is None else oracle_first
         first_errors["same" if prm_at == oracle_at else "prm_earlier" if prm_at < oracle_at else "prm_later"] += 1
         for (ok, _), score, action in zip(verdicts, scores, traj.actions, strict=True):

@@ -1,4 +1,4 @@
-"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``), table1 and report.
+"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``), compare, table1 and report.
 
 ``pipeline`` and ``ablate`` take ``--config FILE`` and ``--set KEY=VALUE`` over any field of the
 pipeline's config, stage sections included (``--set rl.beta=0.5``).
@@ -129,6 +129,45 @@ def ablate_cmd(
             workers=workers,
         )
     )
+
+
+@app.command("compare")
+@friendly_errors
+def compare_cmd(
+    arm: Annotated[
+        list[str],
+        typer.Option(
+            help="NAME=PATTERN, repeated: an arm and its evaluation folders (`prorag eval --out`), with {seed} where the "
+            "seed goes, e.g. grpo='runs/test-grpo-s{seed}'."
+        ),
+    ],
+    seeds: Annotated[str, typer.Option(help="Seeds to read: 0-4, 0,2,5 or 0-2,5 (ranges inclusive).")],
+    reference: Annotated[str | None, typer.Option(help="The arm every other is tested against (default: the first).")] = None,
+    control: Annotated[
+        list[str] | None,
+        typer.Option(help="ARM=CONTROL, repeated: also test ARM against CONTROL (e.g. its shuffled step rewards)."),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the statistics, arms, seeds and command as JSON here.")] = None,
+) -> None:
+    """Compare arms from their evaluation folders, one per seed: EM and F1 mean ± 95% CI over seeds, and
+    each arm against the reference (and its control) paired by seed and by seed-averaged question, as
+    `prorag ablate --what process` does, for runs made one at a time."""
+    import shlex
+
+    from prorag.data.jsonl import write_json
+    from prorag.experiments.ablations import process_table
+    from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
+
+    result = compare_arms(parse_pairs(arm, "--arm"), parse_seeds(seeds), reference, parse_pairs(control or [], "--control"))
+    for name, absent in result["missing"].items():
+        typer.echo(f"{name}: no evaluation for seeds {', '.join(map(str, absent))} (left out)")
+    typer.echo(process_table(result["stats"], reference=result["reference"]))
+    if out is not None:
+        words = ["prorag", "compare", *(w for a in arm for w in ("--arm", a)), "--seeds", seeds]
+        words += ["--reference", reference] if reference is not None else []
+        words += [w for c in control or [] for w in ("--control", c)]
+        write_json(out, {**result, "command": shlex.join([*words, "--out", str(out)])})
+        typer.echo(f"-> {out}")
 
 
 @config_command(app, "table1", "prorag.experiments.table1:Table1Config", "table1", {}, expand=False)

@@ -255,13 +255,25 @@ def _group_means(
     return out
 
 
+def _seed_averaged(em_by_seed: Mapping[str, Mapping[str, float]], seeds: Sequence[str]) -> dict[str, float]:
+    """Per-question EM averaged over ``seeds`` (the questions every one of those seeds answered)."""
+    questions = set.intersection(*(set(em_by_seed[s]) for s in seeds))
+    return {q: sum(em_by_seed[s][q] for s in seeds) / len(seeds) for q in questions}
+
+
 def _versus(
-    stats: Mapping[str, Any], averaged: Mapping[str, Mapping[str, float]], arm: str, other: str
+    stats: Mapping[str, Any], em_by_seed: Mapping[str, Mapping[str, Mapping[str, float]]], arm: str, other: str
 ) -> dict[str, dict[str, Any]]:
-    """The tests of ``arm`` against ``other`` under ``vs_OTHER*`` keys (see :func:`process_statistics`)."""
+    """The tests of ``arm`` against ``other`` under ``vs_OTHER*`` keys (see :func:`process_statistics`).
+
+    The per-question test averages each arm over the seeds both ran: where one arm has seeds the
+    other lacks (a study that finished its arms unevenly), averaging each over its own seeds would
+    pair a question's score under some rollout streams with its score under others."""
     out: dict[str, dict[str, Any]] = {}
-    shared = sorted(averaged[arm].keys() & averaged[other].keys())
-    out[f"vs_{other}"] = asdict(paired_t_test([averaged[arm][q] for q in shared], [averaged[other][q] for q in shared]))
+    common = sorted(em_by_seed[arm].keys() & em_by_seed[other].keys()) or None
+    mine, theirs = (_seed_averaged(em_by_seed[a], common or sorted(em_by_seed[a])) for a in (arm, other))
+    shared = sorted(mine.keys() & theirs.keys())
+    out[f"vs_{other}"] = asdict(paired_t_test([mine[q] for q in shared], [theirs[q] for q in shared]))
     # Over the seeds both have: EM, and EM on the questions whose answer has to be found
     # (not yes/no), where a gain is not a gain in the answer's form.
     for metric, suffix in (("em", "by_seed"), ("non_yes_no_em", "non_yes_no_by_seed")):
@@ -269,7 +281,10 @@ def _versus(
         both = sorted(s for s in pair[0].keys() & pair[1].keys() if all(metric in p[s] for p in pair))
         if len(both) >= 2:
             values = [[p[s][metric] for s in both] for p in pair]
-            out[f"vs_{other}_{suffix}"] = asdict(paired_t_test(*values))
+            # The paired difference's own 95% CI (t over the seeds' differences): what a reader
+            # quotes as "+x ± y EM", beside the test's p-value.
+            _, ci95 = mean_and_ci(a - b for a, b in zip(*values, strict=True))
+            out[f"vs_{other}_{suffix}"] = asdict(paired_t_test(*values)) | {"ci95": ci95, "seeds": both}
     # The runs as two sets, unpaired: runs whose float paths part within a few steps share a
     # seed in name only (docs/LOG.md, 2026-11-25), so this test does not lean on the pairing.
     runs = [[v["em"] for v in stats[a]["per_seed"].values()] for a in (arm, other)]
@@ -289,11 +304,13 @@ def process_statistics(
     Per arm: per-seed EM/F1, their mean ± 95% CI over seeds (:func:`mean_and_ci`), EM by question
     ``type`` and ``hops`` (of the seed-averaged per-question EM) and, for every arm but
     ``reference``, a paired t-test of seed-averaged per-question EM against it (over the questions
-    both have). Averaging over seeds first takes the seed noise out of each question's score.
+    both have, each averaged over the seeds both ran). Averaging over seeds first takes the seed
+    noise out of each question's score.
     That test treats the questions as the sample and so ignores how much a whole run varies with
     its seed, which is the larger noise here (one seed that collapses moves every question), so
     each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
-    have (the same seed gives both arms the same rollout streams), the test to read first, and
+    have (the same seed gives both arms the same rollout streams), the test to read first, with the
+    differences' 95% CI (``ci95``) and the seeds it pairs (``seeds``), and
     ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no, and
     ``vs_REFERENCE_runs``, an exact permutation test of the two arms' per-seed EM as unpaired sets
     (:func:`permutation_test`; the same seed's runs part within a few RL steps, so the pairing may
@@ -304,7 +321,7 @@ def process_statistics(
     ``controls`` (arm -> its control arm, e.g. :data:`CONTROLS`) adds the same tests against the
     arm's control, under ``vs_CONTROL*`` keys, and names it under ``control``, where both ran."""
     out: dict[str, Any] = {}
-    averaged: dict[str, dict[str, float]] = {}
+    em_by_seed: dict[str, dict[str, dict[str, float]]] = {}
     for arm, by_seed in predictions.items():
         per_seed = {
             str(s): {m: sum(float(r[m]) for r in rows) / len(rows) for m in ("em", "f1")}
@@ -326,20 +343,21 @@ def process_statistics(
                 for key in meta:
                     if key in r:
                         meta[key][str(r["id"])] = str(r[key])
-        averaged[arm] = {q: sum(v) / len(v) for q, v in scores.items()}
+        em_by_seed[arm] = {str(s): {str(r["id"]): float(r["em"]) for r in rows} for s, rows in by_seed.items()}
+        averaged = {q: sum(v) / len(v) for q, v in scores.items()}
         searches = {q: sum(v) / len(v) for q, v in steps.items() if len(v) == len(scores[q])}
         out[arm] = {"per_seed": per_seed, "em": em, "em_ci95": em_ci, "f1": f1, "f1_ci95": f1_ci}
         for key in sorted({k for v in per_seed.values() for k in v} - {"em", "f1"}):
             values = [v[key] for v in per_seed.values() if key in v]
             out[arm][key], out[arm][f"{key}_ci95"] = mean_and_ci(values) if len(values) > 1 else (values[0], 0.0)
-        out[arm] |= {f"by_{key}": _group_means(averaged[arm], meta[key], searches) for key in meta if meta[key]}
+        out[arm] |= {f"by_{key}": _group_means(averaged, meta[key], searches) for key in meta if meta[key]}
     for arm in out:
-        if arm != reference and reference in averaged:
-            out[arm] |= _versus(out, averaged, arm, reference)
+        if arm != reference and reference in em_by_seed:
+            out[arm] |= _versus(out, em_by_seed, arm, reference)
         control = (controls or {}).get(arm)
         if control in out:
             out[arm]["control"] = control
-            out[arm] |= _versus(out, averaged, arm, control)
+            out[arm] |= _versus(out, em_by_seed, arm, control)
     return out
 
 
@@ -348,7 +366,11 @@ def _versus_text(row: Mapping[str, Any], other: str) -> str:
     test, by_seed = row.get(f"vs_{other}"), row.get(f"vs_{other}_by_seed")
     runs, rest = row.get(f"vs_{other}_runs"), row.get(f"vs_{other}_non_yes_no_by_seed")
     text = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else ""
-    text += f"  (over seeds p={by_seed['p_value']:.3f})" if by_seed else ""
+    text += (
+        f"  (over seeds {100 * by_seed['mean_diff']:+.1f} ± {100 * by_seed['ci95']:.1f}, p={by_seed['p_value']:.3f})"
+        if by_seed
+        else ""
+    )
     text += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
     text += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
     return text
@@ -479,6 +501,15 @@ def select_arms(
     return {a: v for a, v in arms.items() if a in names}, {a: v for a, v in offline.items() if a in names}
 
 
+def read_evaluation(folder: Path, metrics: Sequence[str] = ()) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """One evaluation folder (``prorag eval --out``) as an arm's seed: its prediction rows, and the
+    ``metrics`` its ``metrics.json`` holds, ``None`` where not measured (no over-search without
+    re-asking; no ``metrics.json`` at all where only the predictions were kept)."""
+    rows = list(read_jsonl(folder / "predictions.jsonl"))
+    measured = read_json(folder / "metrics.json") if (folder / "metrics.json").is_file() else {}
+    return rows, {m: measured.get(m) for m in metrics}
+
+
 def arms_ablation(
     run: Run,
     arms: Mapping[str, Arm],
@@ -522,10 +553,7 @@ def arms_ablation(
             ev_dir = evaluate_on_test(run, name, train(seed), ev)
             if train_only:
                 continue
-            predictions[arm][seed] = list(read_jsonl(ev_dir / "predictions.jsonl"))
-            measured = read_json(ev_dir / "metrics.json")
-            # None where not measured: no over-search without re-asking, no RL step for an offline arm.
-            extras[arm][seed] = {m: measured.get(m) for m in metrics}
+            predictions[arm][seed], extras[arm][seed] = read_evaluation(ev_dir, metrics)
             extras[arm][seed] |= training_signals(run.path("rl", name, "metrics.jsonl"))
             # The step whose weights were evaluated, for an arm that stops early on dev (select_policy).
             chosen = dev_selection(run.path("rl", name))

@@ -106,6 +106,8 @@ def test_each_arm_is_tested_against_its_control_by_hand() -> None:
     test = prm["vs_prorag-shuffled_by_seed"]
     assert (test["n"], test["mean_diff"]) == (3, pytest.approx(1 / 3))
     assert test["t"] == pytest.approx(4.0) and test["p_value"] == pytest.approx(0.057191, abs=1e-6)
+    # the differences' 95% CI: t_{0.975, 2} = 4.302653 times s / sqrt 3 = 0.083333 -> 0.358554
+    assert test["ci95"] == pytest.approx(0.358554, abs=1e-6) and test["seeds"] == ["0", "1", "2"]
     # seed-averaged per question: PRM (1, 1, 2/3, 2/3), control (2/3, 2/3, 2/3, 0): differences
     # (1/3, 1/3, 0, 2/3) -> mean 1/3, s = 0.272166, t = 2.449490 on 3 df, p = 0.091721
     per_question = prm["vs_prorag-shuffled"]
@@ -118,10 +120,10 @@ def test_each_arm_is_tested_against_its_control_by_hand() -> None:
     assert prm["vs_grpo_by_seed"]["mean_diff"] == pytest.approx(0.5)
     assert "control" not in ablations.process_statistics(preds)["prorag"]
     table = ablations.process_table(stats)
-    assert "prorag vs prorag-shuffled: dEM +33.3  p=0.092  (over seeds p=0.057)  (runs unpaired p=0.100)" in table
+    assert "prorag vs prorag-shuffled: dEM +33.3  p=0.092  (over seeds +33.3 ± 35.9, p=0.057)  (runs unpaired p=0.100)" in table
     [_, controls, *_] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
     assert controls[0].startswith("Each arm against its control")
-    assert controls[2] == [["prorag", "prorag-shuffled", "+33.3 (p=0.092)", "+33.3 (p=0.057)", "+33.3 (p=0.100)", ""]]
+    assert controls[2] == [["prorag", "prorag-shuffled", "+33.3 (p=0.092)", "+33.3 ± 35.9 (p=0.057)", "+33.3 (p=0.100)", ""]]
     # without a control arm in the ablation the table is not there
     del preds["prorag-shuffled"]
     tables = process_tables(
@@ -177,7 +179,7 @@ def test_the_test_on_the_non_yes_no_questions_by_hand() -> None:
     assert "vs_grpo_non_yes_no_by_seed" not in stats["grpo"]
     [main, *_] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
     assert main[1][-1] == "ΔEM on non-yes/no vs GRPO (t over seeds)"
-    assert [r[-1] for r in main[2]] == ["reference", "+50.0 (p=0.000)"]
+    assert [r[-1] for r in main[2]] == ["reference", "+50.0 ± 0.0 (p=0.000)"]
     assert "non-yes/no dEM +50.0 p=0.000" in ablations.process_table(stats)
 
 
@@ -195,7 +197,9 @@ def test_the_test_over_seeds_by_hand() -> None:
     # sum >= 1.75 or <= 1.0 reach |difference| 0.25: 3 (two 0.5s and the 0.75) + 3 (both 0.25s and a 0.5) -> p = 0.3
     assert stats["vs_grpo_runs"]["p_value"] == pytest.approx(0.3)
     assert test["t"] == pytest.approx(1.732051, abs=1e-6) and test["p_value"] == pytest.approx(0.225403, abs=1e-6)
-    assert "over seeds p=0.225" in ablations.process_table(ablations.process_statistics(preds))
+    # the differences' 95% CI: t_{0.975, 2} = 4.302653 times 0.25 / sqrt 3 -> 0.621034
+    assert test["ci95"] == pytest.approx(0.621034, abs=1e-6)
+    assert "over seeds +25.0 ± 62.1, p=0.225" in ablations.process_table(ablations.process_statistics(preds))
 
 
 def test_arms_differ_only_in_the_step_rewards_and_reuse_the_pipeline_runs(tmp_path: Path) -> None:

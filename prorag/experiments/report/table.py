@@ -206,7 +206,12 @@ def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
 
 
 def _test_cell(test: Mapping[str, Any] | None) -> str:
-    return f"{100 * test['mean_diff']:+.1f} (p={test['p_value']:.3f})" if test else ""
+    """A test as "+x.x (p=...)", with the difference's 95% CI ("+x.x ± y.y") where the test has one
+    (those over seeds)."""
+    if not test:
+        return ""
+    spread = f" ± {100 * test['ci95']:.1f}" if "ci95" in test else ""
+    return f"{100 * test['mean_diff']:+.1f}{spread} (p={test['p_value']:.3f})"
 
 
 def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str], list[list[str]]]:

@@ -107,6 +107,13 @@ FAMILY_METRICS: tuple[str, ...] = (
 #: each arm searches, and how many of its steps the oracle finds valid (step rewards are meant to
 #: change the steps, so a change shows here first).
 PROCESS_METRICS: tuple[str, ...] = ("format_valid_rate", "mean_retrieval_steps", "searches_below_hops_rate", *STEP_VALIDITY_RATES)
+#: Per-seed values an arm is tested on against its reference and its control, paired over the seeds
+#: both ran: ``(per-seed key, suffix of the vs_OTHER_SUFFIX result)``.
+PAIRED_OVER_SEEDS: tuple[tuple[str, str], ...] = (
+    ("em", "by_seed"),
+    ("non_yes_no_em", "non_yes_no_by_seed"),
+    *((rate, f"{rate}_by_seed") for rate in STEP_VALIDITY_RATES),
+)
 ABLATIONS: tuple[str, ...] = ("table2", "beta", "topk", "process", "family")
 Ablation = Literal["table2", "beta", "topk", "process", "family"]
 
@@ -274,9 +281,10 @@ def _versus(
     mine, theirs = (_seed_averaged(em_by_seed[a], common or sorted(em_by_seed[a])) for a in (arm, other))
     shared = sorted(mine.keys() & theirs.keys())
     out[f"vs_{other}"] = asdict(paired_t_test([mine[q] for q in shared], [theirs[q] for q in shared]))
-    # Over the seeds both have: EM, and EM on the questions whose answer has to be found
-    # (not yes/no), where a gain is not a gain in the answer's form.
-    for metric, suffix in (("em", "by_seed"), ("non_yes_no_em", "non_yes_no_by_seed")):
+    # Over the seeds both have: EM, EM on the questions whose answer has to be found (not yes/no),
+    # where a gain is not a gain in the answer's form, and the oracle's step-validity rates, where
+    # step rewards show first (PAIRED_OVER_SEEDS).
+    for metric, suffix in PAIRED_OVER_SEEDS:
         pair = [stats[a]["per_seed"] for a in (arm, other)]
         both = sorted(s for s in pair[0].keys() & pair[1].keys() if all(metric in p[s] for p in pair))
         if len(both) >= 2:
@@ -311,7 +319,9 @@ def process_statistics(
     each arm also gets ``vs_REFERENCE_by_seed``: a paired t-test of per-seed EM over the seeds both
     have (the same seed gives both arms the same rollout streams), the test to read first, with the
     differences' 95% CI (``ci95``) and the seeds it pairs (``seeds``), and
-    ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no, and
+    ``vs_REFERENCE_non_yes_no_by_seed``, the same on the EM of the questions that are not yes/no,
+    ``vs_REFERENCE_valid_search_rate_by_seed`` (and sub-answers, answers) the same on the oracle's
+    step-validity rates where the evaluations measured them (:data:`PAIRED_OVER_SEEDS`), and
     ``vs_REFERENCE_runs``, an exact permutation test of the two arms' per-seed EM as unpaired sets
     (:func:`permutation_test`; the same seed's runs part within a few RL steps, so the pairing may
     buy nothing).
@@ -373,6 +383,11 @@ def _versus_text(row: Mapping[str, Any], other: str) -> str:
     )
     text += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
     text += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
+    steps = [row[key] for rate in STEP_VALIDITY_RATES if (key := f"vs_{other}_{rate}_by_seed") in row]
+    if len(steps) == len(STEP_VALIDITY_RATES):
+        diffs = "/".join(f"{100 * test['mean_diff']:+.1f}" for test in steps)
+        p_values = "/".join(f"{test['p_value']:.2f}" for test in steps)
+        text += f"  valid search/sub-answer/answer {diffs} pts (p={p_values})"
     return text
 
 

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prorag.cli import app
+from prorag.experiments.ablations import process_table
 from prorag.experiments.compare import compare_arms, evaluation_folder, parse_pairs, parse_seeds
 
 
@@ -23,10 +24,12 @@ def _evaluation(folder: Path, ems: list[int], metrics: dict[str, float] | None =
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
     # Arm a: seeds 0-2; arm b: seeds 0-1 (its seed 2 never finished).
-    _evaluation(tmp_path / "a-s0", [1, 1, 0, 0], {"valid_search_rate": 0.5})
-    _evaluation(tmp_path / "a-s1", [1, 0, 1, 0], {"valid_search_rate": 0.7})
-    _evaluation(tmp_path / "a-s2", [1, 1, 1, 1], {"valid_search_rate": 0.6})
-    _evaluation(tmp_path / "b-s0", [1, 0, 0, 0])
+    # The oracle's step-validity rates as `prorag eval` writes them to metrics.json (b's seed 1 has none).
+    rates = {"valid_subanswer_rate": 0.5, "valid_answer_rate": 0.25}
+    _evaluation(tmp_path / "a-s0", [1, 1, 0, 0], {"valid_search_rate": 0.5, **rates})
+    _evaluation(tmp_path / "a-s1", [1, 0, 1, 0], {"valid_search_rate": 0.7, **rates})
+    _evaluation(tmp_path / "a-s2", [1, 1, 1, 1], {"valid_search_rate": 0.6, **rates})
+    _evaluation(tmp_path / "b-s0", [1, 0, 0, 0], {"valid_search_rate": 0.4, **rates})
     _evaluation(tmp_path / "b-s1", [0, 0, 0, 0])
     return tmp_path
 
@@ -65,6 +68,22 @@ def test_uneven_seeds_pair_only_the_seeds_both_arms_ran(study: Path) -> None:
     assert per_question["mean_diff"] == pytest.approx(0.375) and per_question["t"] == pytest.approx(3.0)
     assert per_question["p_value"] == pytest.approx(0.057669, abs=1e-6)
     assert a["control"] == "b" and result["reference"] == "a"
+    # step validity is paired over the seeds both measured: seed 0 only here, too few for a test
+    assert "vs_b_valid_search_rate_by_seed" not in a and result["stats"]["b"]["valid_search_rate"] == pytest.approx(0.4)
+
+
+def test_step_validity_is_paired_over_seeds(study: Path) -> None:
+    (study / "b-s1" / "metrics.json").write_text(
+        json.dumps({"valid_search_rate": 0.6, "valid_subanswer_rate": 0.5, "valid_answer_rate": 0.25})
+    )
+    arms = {"a": str(study / "a-s{seed}"), "b": str(study / "b-s{seed}")}
+    stats = compare_arms(arms, [0, 1], reference="b")["stats"]["a"]
+    # valid searches a (0.5, 0.7), b (0.4, 0.6): differences 0.1 and 0.1 -> no spread, p = 0
+    searches = stats["vs_b_valid_search_rate_by_seed"]
+    assert (searches["mean_diff"], searches["p_value"], searches["ci95"]) == (pytest.approx(0.1), 0.0, pytest.approx(0.0))
+    assert stats["vs_b_valid_answer_rate_by_seed"]["mean_diff"] == 0.0
+    table = process_table(compare_arms(arms, [0, 1], reference="b")["stats"], "b")
+    assert "valid search/sub-answer/answer +10.0/+0.0/+0.0 pts (p=0.00/1.00/1.00)" in table
 
 
 def test_compare_refuses_what_it_cannot_compare(study: Path) -> None:

@@ -277,7 +277,7 @@ def _versus(
     other lacks (a study that finished its arms unevenly), averaging each over its own seeds would
     pair a question's score under some rollout streams with its score under others."""
     out: dict[str, dict[str, Any]] = {}
-    common = sorted(em_by_seed[arm].keys() & em_by_seed[other].keys()) or None
+    common = sorted(em_by_seed[arm].keys() & em_by_seed[other].keys())
     mine, theirs = (_seed_averaged(em_by_seed[a], common or sorted(em_by_seed[a])) for a in (arm, other))
     shared = sorted(mine.keys() & theirs.keys())
     out[f"vs_{other}"] = asdict(paired_t_test([mine[q] for q in shared], [theirs[q] for q in shared]))

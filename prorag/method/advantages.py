@@ -20,7 +20,9 @@ advantage's sign, :func:`sign_bounded`), :func:`cpgrpo_advantages`
 (docs/METHOD.md §5), :func:`agreeing_rows`, and
 :data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
 Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
-verl), a one-value group gets advantage 0, never NaN; ``scale=False`` only centres (Dr. GRPO).
+verl), a one-value group gets advantage 0, never NaN; ``scale`` (:data:`ADVANTAGE_SCALES`) picks the
+divisor: each group's std (``"group"`` or ``True``, GRPO), one std over the whole batch's values
+(``"batch"``), or none (``"none"`` or ``False``: Dr. GRPO).
 Token positions are completion coordinates, spans ``(start, end)`` end-exclusive.
 """
 
@@ -36,6 +38,13 @@ from prorag.core.registry import Registry
 
 ProcessNorm = Literal["step", "token", "step_kind"]
 
+#: What a group's centred values are divided by (:func:`group_normalize`); ``True`` and ``False``
+#: are accepted for ``"group"`` and ``"none"``.
+AdvantageScale = Literal["group", "batch", "none"]
+
+#: The divisors :func:`group_normalize` knows.
+ADVANTAGE_SCALES: tuple[str, ...] = ("group", "batch", "none")
+
 #: The ways :func:`process_advantages` normalises the step rewards.
 PROCESS_NORMS: tuple[str, ...] = ("step", "token", "step_kind")
 
@@ -43,15 +52,36 @@ PROCESS_NORMS: tuple[str, ...] = ("step", "token", "step_kind")
 DEFAULT_EPS = 1e-6
 
 
+def scale_name(scale: bool | str) -> str:
+    """The name in :data:`ADVANTAGE_SCALES` of a ``scale`` argument: ``True`` is ``"group"``,
+    ``False`` is ``"none"`` (the boolean form older configs and TRL's ``scale_rewards`` use)."""
+    if scale is True or scale is False:
+        return "group" if scale else "none"
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale must be a bool or one of {ADVANTAGE_SCALES}, got {scale!r}")
+    return str(scale)
+
+
 def group_normalize(
     values: torch.Tensor,
     group_ids: torch.Tensor,
     weights: torch.Tensor | None = None,
     *,
-    scale: bool = True,
+    scale: bool | AdvantageScale = True,
     eps: float = DEFAULT_EPS,
 ) -> torch.Tensor:
     """Each value minus its group's mean, divided by its group's standard deviation (plus ``eps``).
+
+    ``scale`` picks the divisor (:func:`scale_name`): ``"group"`` (``True``), each group's own std,
+    GRPO's choice; ``"none"`` (``False``), nothing, Dr. GRPO's; ``"batch"``, the std of every
+    value in the call (the group mean as baseline, the batch std as scale: the normalisation
+    Liu et al. 2025 recommend for "LitePPO", and TRL's ``scale_rewards="batch"``). Why ``"batch"``: a group's own std
+    gives every group the same push whatever its spread, so a group of eight wrong answers that
+    differ only by partial-F1 or format credit (a spread of 0.1) pushes as hard as one whose
+    answers are right and wrong (0.5). ``"none"`` keeps the groups' proportions but shrinks the
+    whole step with the rewards' scale; ``"batch"`` keeps the proportions and divides by one
+    number of the rewards' own size, so the update stays near GRPO's size while the questions
+    that drive it change.
 
     ``values``, ``group_ids`` and ``weights`` are ``(N,)``. ``weights`` are frequency weights:
     a value of weight ``w`` counts as ``w`` copies of itself, so the mean is
@@ -73,8 +103,16 @@ def group_normalize(
     total = torch.zeros(n_groups, device=v.device).index_add_(0, index, w)
     mean = torch.zeros(n_groups, device=v.device).index_add_(0, index, w * v) / total.clamp(min=torch.finfo(v.dtype).tiny)
     centred = v - mean[index]
-    if not scale:
+    how = scale_name(scale)
+    if how == "none":
         return centred
+    if how == "batch":
+        # One std of every value in the call (frequency-weighted, unbiased as the groups' own), as
+        # TRL's scale_rewards="batch"; a batch whose values all agree is all 0.
+        n = float(w.sum())
+        batch_mean = float((w * v).sum()) / n
+        spread = (float((w * (v - batch_mean).square()).sum()) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        return centred / (spread + eps) if spread > 0 else torch.zeros_like(centred)
     squares = torch.zeros(n_groups, device=v.device).index_add_(0, index, w * centred.square())
     var = torch.where(total > 1, squares / (total - 1).clamp(min=torch.finfo(v.dtype).tiny), torch.zeros_like(total))
     denom = var.sqrt()[index] + eps
@@ -133,7 +171,9 @@ def disagreeing_groups(values: torch.Tensor, group_ids: torch.Tensor) -> list[in
     return [int(g) for g in ids[~agree]]
 
 
-def grpo_advantages(outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool = True, eps: float = DEFAULT_EPS) -> torch.Tensor:
+def grpo_advantages(
+    outcome: torch.Tensor, group_ids: torch.Tensor, scale: bool | AdvantageScale = True, eps: float = DEFAULT_EPS
+) -> torch.Tensor:
     """Plain GRPO: each trajectory's outcome reward standardised within its group, ``(B,)``
     (the same value then goes to every generated token of the trajectory)."""
     return group_normalize(outcome, group_ids, scale=scale, eps=eps)
@@ -145,7 +185,7 @@ def advantage_composition(
     group_ids: torch.Tensor,
     loss_mask: torch.Tensor,
     *,
-    scale: bool = True,
+    scale: bool | AdvantageScale = True,
     eps: float = DEFAULT_EPS,
 ) -> dict[str, float]:
     """What a batch's token advantages are made of, against outcome-only GRPO on the same outcomes.
@@ -211,7 +251,7 @@ def process_advantages(
     step_lengths: Sequence[torch.Tensor] | None = None,
     process_norm: ProcessNorm = "step",
     *,
-    scale: bool = True,
+    scale: bool | AdvantageScale = True,
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
 ) -> list[torch.Tensor]:
@@ -270,7 +310,7 @@ def dual_step_advantages(
     process_norm: ProcessNorm = "step",
     step_lengths: Sequence[torch.Tensor] | None = None,
     *,
-    scale: bool = True,
+    scale: bool | AdvantageScale = True,
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
     process_rows: torch.Tensor | None = None,
@@ -340,7 +380,7 @@ def dual_granularity_advantages(
     group_ids: torch.Tensor,
     beta: float = 0.3,
     process_norm: ProcessNorm = "step",
-    scale: bool = True,
+    scale: bool | AdvantageScale = True,
     eps: float = DEFAULT_EPS,
     step_kinds: Sequence[Sequence[str | None]] | None = None,
     process_rows: torch.Tensor | None = None,
@@ -409,7 +449,7 @@ class AdvantageInputs:
     step_spans: Sequence[Sequence[tuple[int, int]]] | None = None
     beta: float = 0.3
     process_norm: ProcessNorm = "step"
-    scale: bool = True
+    scale: bool | AdvantageScale = True
     eps: float = DEFAULT_EPS
     step_kinds: Sequence[Sequence[str | None]] | None = None
 
@@ -522,6 +562,8 @@ def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_SCALES",
+    "AdvantageScale",
     "DEFAULT_EPS",
     "AdvantageEstimator",
     "AdvantageInputs",
@@ -543,6 +585,7 @@ __all__ = [
     "grpo_estimator",
     "kind_groups",
     "process_advantages",
+    "scale_name",
     "sign_bounded",
     "step_token_counts",
 ]

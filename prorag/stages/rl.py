@@ -68,11 +68,14 @@ from prorag.data.records import Record, read_records
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
 from prorag.method.advantages import (
     ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_SCALES,
     PROCESS_NORMS,
     AdvantageInputs,
+    AdvantageScale,
     ProcessNorm,
     advantage_composition,
     agreeing_group_share,
+    scale_name,
 )
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
 from prorag.method.rewards.cpsearch import CPSearchConfig
@@ -198,8 +201,11 @@ class RLConfig(TrainingConfig):
         "group's generated tokens (the reference code; long steps weigh more); `step_kind`: over the group's "
         "steps of the same kind (search, conclude, answer).",
     )
-    scale_advantages: bool = setting(
-        True, help="Divide by the group's standard deviation (`False`: only subtract the mean, Dr. GRPO)."
+    scale_advantages: bool | AdvantageScale = setting(
+        True,
+        help="What the group-centred rewards are divided by: `group` (or `true`), each group's std (GRPO, Eq. 7); "
+        "`batch`, the std of the whole batch's rewards (LitePPO; TRL's `scale_rewards: batch`): groups whose "
+        "rewards barely differ push less; `none` (or `false`): nothing (Dr. GRPO).",
     )
     outcome_reward: OutcomeRewardConfig = setting(
         factory=OutcomeRewardConfig, help="Eq. 6's form (`paper`: F1 + nu2 I_traj; `reference`: the code's thresholded form)."
@@ -298,6 +304,10 @@ class RLConfig(TrainingConfig):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RLConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not isinstance(self.scale_advantages, bool) and self.scale_advantages not in ADVANTAGE_SCALES:
+            raise ValueError(
+                f"RLConfig.scale_advantages must be true, false or one of {ADVANTAGE_SCALES}, got {self.scale_advantages!r}"
+            )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"RLConfig.limit must be >= 1 (or null: every question), got {self.limit}")
         if self.screening_strata is not None and (self.question_filter == "none" or self.limit is None):
@@ -1068,7 +1078,7 @@ def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
         loss_type=TRL_LOSS_TYPES[config.loss_aggregation],
         mask_truncated_completions=config.mask_truncated_completions,
         # The advantages are replaced wholesale; TRL's own (logged as its "advantages") use this.
-        scale_rewards="group" if config.scale_advantages else "none",
+        scale_rewards=scale_name(config.scale_advantages),
         remove_unused_columns=False,
         log_completions=False,
     )

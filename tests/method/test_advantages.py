@@ -20,6 +20,7 @@ from prorag.method.advantages import (
     group_normalize,
     grpo_advantages,
     process_advantages,
+    scale_name,
     sign_bounded,
 )
 
@@ -37,6 +38,34 @@ def test_grpo_standardises_within_each_group_with_the_sample_std() -> None:
     # Without scaling (Dr. GRPO) only the mean is subtracted.
     assert torch.allclose(grpo_advantages(outcome, groups, scale=False), torch.tensor([-1.0, 0.0, 0.0, 0.0, 1.0]))
     assert torch.allclose(grpo_advantages(outcome * 3, groups, scale=False), torch.tensor([-3.0, 0.0, 0.0, 0.0, 3.0]))
+
+
+def test_batch_scale_divides_every_group_by_one_std_of_the_batch() -> None:
+    # Group 0: one right answer of four, [1, 0, 0, 0]; group 1: four wrong answers, one with a
+    # format bonus of 0.2, [0.2, 0, 0, 0]. Centred: [0.75, -0.25 x3] and [0.15, -0.05 x3].
+    # Batch mean 1.2 / 8 = 0.15; squared deviations 0.85^2 + 3 * 0.15^2 + 0.05^2 + 3 * 0.15^2
+    # = 0.86, unbiased variance 0.86 / 7, std 0.350510.
+    values = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.2, 0.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    spread = math.sqrt(0.86 / 7)
+    centred = torch.tensor([0.75, -0.25, -0.25, -0.25, 0.15, -0.05, -0.05, -0.05])
+    assert torch.allclose(group_normalize(values, groups, scale="batch", eps=0.0), centred / spread)
+    # Each group's own std gives both groups the same push ([1.5, -0.5 x3]); the batch's keeps
+    # their proportion (5 : 1), as no scaling does.
+    by_group = group_normalize(values, groups, scale="group", eps=0.0)
+    assert torch.allclose(by_group[:4], by_group[4:])
+    by_batch = group_normalize(values, groups, scale="batch", eps=0.0)
+    assert torch.allclose(by_batch[:4], 5 * by_batch[4:])
+    # True and False are the group and no scaling; a batch whose values all agree is all 0.
+    assert torch.equal(group_normalize(values, groups, scale=True, eps=0.0), by_group)
+    assert torch.equal(group_normalize(values, groups, scale=False), group_normalize(values, groups, scale="none"))
+    assert torch.equal(group_normalize(torch.full((8,), 0.2), groups, scale="batch"), torch.zeros(8))
+
+
+def test_scale_names_refuse_an_unknown_divisor() -> None:
+    assert [scale_name(s) for s in (True, False, "group", "batch", "none")] == ["group", "none", "group", "batch", "none"]
+    with pytest.raises(ValueError, match="scale must be"):
+        group_normalize(torch.ones(2), torch.zeros(2, dtype=torch.long), scale="global")
 
 
 def test_a_group_of_one_gets_zero_not_nan() -> None:

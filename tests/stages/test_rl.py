@@ -475,6 +475,25 @@ def test_unknown_registry_names_are_clear_errors() -> None:
         RLConfig(process_reward="orcale")
 
 
+def test_scale_advantages_reaches_the_estimator_and_trl(
+    tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
+) -> None:
+    # `scale_advantages: batch` (LitePPO) is handed to the advantage estimator and to TRL's own
+    # `scale_rewards`; a name neither knows is refused when the config is made.
+    cfg = fast_config(rollout=GOLD_ROLLOUT, scale_advantages="batch")
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records[:2], tiny_retriever, FakePRM()
+    )
+    seen: list[Any] = []
+    estimator = trainer.estimator
+    trainer.estimator = lambda inputs: (seen.append(inputs), estimator(inputs))[1]
+    adv = trainer._generate_and_score_completions(two_groups(trainer))["advantages"]
+    assert [i.scale for i in seen] == ["batch"] and trainer.args.scale_rewards == "batch"
+    assert torch.isfinite(adv).all() and (adv != 0).any()
+    with pytest.raises(ValueError, match="RLConfig.scale_advantages must be"):
+        RLConfig(scale_advantages="global")
+
+
 def test_oracle_source_by_name_with_step_kind_norm(
     tmp_path: Path, replayed: None, world_tokenizer: Any, tiny_retriever: BM25Retriever, records: list[Record]
 ) -> None:

@@ -75,10 +75,11 @@ def group_normalize(
     ``scale`` picks the divisor (:func:`scale_name`): ``"group"`` (``True``), each group's own std,
     GRPO's choice; ``"none"`` (``False``), nothing, Dr. GRPO's; ``"batch"``, the std of every
     value in the call (the group mean as baseline, the batch std as scale: the normalisation
-    Liu et al. 2025 recommend for "LitePPO", and TRL's ``scale_rewards="batch"``). Why ``"batch"``: a group's own std
-    gives every group the same push whatever its spread, so a group of eight wrong answers that
-    differ only by partial-F1 or format credit (a spread of 0.1) pushes as hard as one whose
-    answers are right and wrong (0.5). ``"none"`` keeps the groups' proportions but shrinks the
+    Liu et al. 2025 recommend for "LitePPO", and TRL's ``scale_rewards="batch"``).
+
+    Why ``"batch"``: a group's own std gives every group the same push whatever its spread, so a
+    group of eight wrong answers that differ only by partial-F1 or format credit (a spread of
+    0.1) pushes as hard as one whose answers are right and wrong (0.5). ``"none"`` keeps the groups' proportions but shrinks the
     whole step with the rewards' scale; ``"batch"`` keeps the proportions and divides by one
     number of the rewards' own size, so the update stays near GRPO's size while the questions
     that drive it change.

@@ -304,10 +304,12 @@ class RLConfig(TrainingConfig):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"RLConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if not isinstance(self.scale_advantages, bool) and self.scale_advantages not in ADVANTAGE_SCALES:
+        try:
+            scale_name(self.scale_advantages)
+        except ValueError:
             raise ValueError(
                 f"RLConfig.scale_advantages must be true, false or one of {ADVANTAGE_SCALES}, got {self.scale_advantages!r}"
-            )
+            ) from None
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"RLConfig.limit must be >= 1 (or null: every question), got {self.limit}")
         if self.screening_strata is not None and (self.question_filter == "none" or self.limit is None):

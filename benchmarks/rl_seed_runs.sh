@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The RL arms of the small model's builds (configs/arms_demo.yaml), one (arm, seed) at a time, each
+# run tested on the held-out test world at its last step and at its dev-chosen step. The commands
+# behind docs/LOG.md's entries "builds 6 and 7" and "build 8" (and build 5's, run then from copies
+# of these lines), kept here so that a wiped scratch folder loses nothing but the runs.
+#
+#   prorag pipeline --config configs/arms_demo.yaml --run-dir RUN --set seed=3     # a build
+#   OMP_NUM_THREADS=1 bash benchmarks/rl_seed_runs.sh RUN prmfesgn:0 prmfesgn:1 ...  # one lane
+#   python benchmarks/rl_seed_runs.py RUN --arms prmfesgn prmfesgnsh --out results/X.json
+#
+# Per ARM:SEED, in RUN: `prorag rl` into probes/ARM-sSEED (RL from pi_rft on the first 192 RL
+# questions unscreened: lr 2e-4, no KL, 48 steps of 8 questions x G 8, two optimisation steps per
+# rollout batch, dev EM on 200 dev questions every 12 steps, policy/ = the dev-chosen weights), then
+# `prorag eval` on splits/test.jsonl of checkpoints/checkpoint-48 (probes/test-ARM-sSEED-last) and of
+# policy/ (probes/test-ARM-sSEED-best). A run folder without policy/ (a stopped run: RL saves no
+# checkpoint before step 48) is removed and started again; finished runs and evaluations are kept.
+#
+# ARMs (every one the same schedule; same seed -> same questions and rollout streams):
+#   ngrpo       outcome-only GRPO
+#   ngrpob      the same, advantages divided by the batch's std instead of each group's
+#   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
+#   prmsgn      the learned PRM on every step, dual_signed
+#   prmfesgn    the learned PRM up to its first step below 0, dual_signed
+#   ...sh       (nofesgnsh, prmsgnsh, prmfesgnsh) the same step rewards permuted within each group
+set -euo pipefail
+RUN=${1:?usage: rl_seed_runs.sh RUN ARM:SEED ...}; shift
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+cd "$RUN"
+
+SCHEDULE=(--set prm_scope=reasoning --set per_device_batch_size=64 --set eval_file=splits/dev.jsonl
+    --set eval_every=12 --set eval_questions=200 --set learning_rate=0.0002 --set num_iterations=2
+    --set max_steps=48 --set outcome_reward.nu2=0.2 --set limit=192 --set question_filter=none
+    --set scoring_rows=null --set beta_kl=0 --set select_policy=best_dev)
+
+arm_flags() {  # the flags that make ARM
+    case $1 in
+        ngrpo) echo --process-reward none --set beta=0 ;;
+        ngrpob) echo --process-reward none --set beta=0 --set scale_advantages=batch ;;
+        nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
+        nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;
+        prmsgn) echo --prm prm/prm --process-reward prm --set advantage=dual_signed ;;
+        prmsgnsh) echo --prm prm/prm --process-reward shuffled --set advantage=dual_signed ;;
+        prmfesgn) echo --prm prm/prm --process-reward prm-first-error --set advantage=dual_signed ;;
+        prmfesgnsh) echo --prm prm/prm --process-reward prm-first-error-shuffled --set advantage=dual_signed ;;
+        *) echo "rl_seed_runs.sh: unknown arm '$1' (see the list at the top of this script)" >&2; return 2 ;;
+    esac
+}
+
+test_eval() {  # test_eval POLICY OUT
+    [ -f "$2/metrics.json" ] || prorag eval --policy "$1" --data splits/test.jsonl --index index --out "$2" --max-actions 11
+}
+
+for job in "$@"; do
+    arm=${job%%:*} seed=${job##*:}
+    [[ $job == *:* && $seed =~ ^[0-9]+$ ]] || { echo "rl_seed_runs.sh: expected ARM:SEED, got '$job'" >&2; exit 2; }
+    flags=$(arm_flags "$arm")
+    dir=probes/$arm-s$seed
+    [ -d "$dir/policy" ] || rm -rf "$dir"
+    echo "$(date -u +%H:%M:%S) $arm seed $seed: rl -> $RUN/$dir"
+    # shellcheck disable=SC2086  # the arm's flags are words
+    [ -d "$dir/policy" ] || prorag rl --policy policies/rft/policy --data splits/rl.jsonl --index index \
+        --run-dir "$dir" --seed "$seed" $flags "${SCHEDULE[@]}"
+    test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"
+    test_eval "$dir/policy" "probes/test-$arm-s$seed-best"
+    echo "$(date -u +%H:%M:%S) $arm seed $seed: done"
+done

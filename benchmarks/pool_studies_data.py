@@ -61,10 +61,14 @@ OFEK_GRPO = "oracle-first-error by step kind vs grpo"
 # The bare extra term in the advantage: a source's step rewards shuffled within groups, against GRPO.
 PRM_SHUF_GRPO = "learned prm shuffled vs grpo"
 OFE_SHUF_GRPO = "oracle-first-error shuffled vs grpo"
+# The learned PRM up to the first step it scores below 0 (`prm-first-error`, advantage dual_signed).
+PRMFE_SHUF = "learned prm to its first error vs its shuffled control"
+PRMFE_GRPO = "learned prm to its first error vs grpo"
 
 TINY = "tiny model, demo world"
 WIDE = "tiny, wide world"
 B1, B2, B3, B4 = "small, build 1", "small, build 2", "small, build 3", "small, build 4"
+B5, B7 = "small, build 5", "small, build 7"
 
 # The result files (under results/) and their schemas.
 TINY_PROCESS = "process_2026-11-23.json"
@@ -78,6 +82,8 @@ B3_OFE = "process_ofe_third_rft_2026-11-26.json"
 B3_PRM = "process_prm_third_rft_2026-11-27.json"  # repeats B3_OFE's w12/ofe/ofesh runs unchanged
 B3_OFEK = "process_norm_step_kind_2026-11-27.json"
 B4_UNSCREENED = "rl_unscreened_2026-11-27.json"
+B5_RUNS = "rl_build5_2026-11-27.json"
+B7_RUNS = "rl_build7_2026-11-28.json"  # written by benchmarks/rl_seed_runs.py's predecessor; the same runs schema
 
 FILE_SCHEMA: dict[str, str] = {
     TINY_PROCESS: "ablate",
@@ -91,6 +97,8 @@ FILE_SCHEMA: dict[str, str] = {
     B3_PRM: "runs",
     B3_OFEK: "step_kind",
     B4_UNSCREENED: "runs",
+    B5_RUNS: "runs",
+    B7_RUNS: "runs",
 }
 
 OFE = "prorag-oracle-first-error"  # the arm's name in `prorag ablate` output
@@ -150,6 +158,14 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (OFE_SHUF, B4, "last", B4_UNSCREENED, "nofe", "nofesh", 2.89),
     (OFE_SHUF, B4, "dev", B4_UNSCREENED, "nofe", "nofesh", -0.86),
     (OFE_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofesh", "ngrpo", -2.54),
+    # the learned PRM to its first error (builds 5 and 7; unscreened, dual_signed; GRPO only on build 5);
+    # the dev-chosen cells are the LOG's (the README gives the last step's)
+    (PRMFE_GRPO, B5, "last", B5_RUNS, "prmfesgn", "ngrpo", 3.61),
+    (PRMFE_GRPO, B5, "dev", B5_RUNS, "prmfesgn", "ngrpo", -0.82),
+    (PRMFE_SHUF, B5, "last", B5_RUNS, "prmfesgn", "prmfesgnsh", 3.75),
+    (PRMFE_SHUF, B5, "dev", B5_RUNS, "prmfesgn", "prmfesgnsh", -0.57),
+    (PRMFE_SHUF, B7, "last", B7_RUNS, "prmfesgn", "prmfesgnsh", 2.58),
+    (PRMFE_SHUF, B7, "dev", B7_RUNS, "prmfesgn", "prmfesgnsh", -2.25),
 ]
 
 TOLERANCE = 0.06  # points: the rounding of the README's and the LOG's numbers

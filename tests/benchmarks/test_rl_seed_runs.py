@@ -1,0 +1,115 @@
+"""`benchmarks/rl_seed_runs.py` turns a build's run folder into its results file: per-run scores in the
+schema `pool_studies_data.py` reads, per-question EM strings in one question order, and the arms
+compared over seeds. Tested on a hand-made folder whose numbers are known."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks.test_scripts import BENCHMARKS, _run
+
+QUESTIONS = ["q0", "q1", "q2", "q3"]
+GOLD = {"q0": "paris", "q1": "yes", "q2": "1926", "q3": "no"}
+
+
+def write_eval(folder: Path, correct: set[str], *, valid_searches: int = 1) -> None:
+    """An evaluation folder whose predictions are right exactly on ``correct`` (written in reverse
+    order, so the collector has to put them back in the test file's order)."""
+    folder.mkdir(parents=True)
+    rows = []
+    for q in reversed(QUESTIONS):
+        right = q in correct
+        rows.append(
+            {
+                "id": q,
+                "prediction": GOLD[q] if right else "london",
+                "golden_answers": [GOLD[q]],
+                "em": float(right),
+                "f1": float(right),
+                "hops": 1 if q in ("q0", "q1") else 2,
+                "judged_searches": 2,
+                "valid_searches": valid_searches,
+            }
+        )
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    em = len(correct) / len(QUESTIONS)
+    (folder / "metrics.json").write_text(json.dumps({"em": em, "f1": em, "format_valid_rate": 1.0}))
+
+
+def write_run(probes: Path, arm: str, seed: int, last: set[str], best: set[str], chosen: int) -> None:
+    run = probes / f"{arm}-s{seed}"
+    (run / "dev_eval").mkdir(parents=True)
+    evaluations = [{"step": s, "eval_em": 0.5 if s == chosen else 0.25, "eval_f1": 0.0} for s in (0, 12, 24)]
+    best_entry = next(e for e in evaluations if e["step"] == chosen)
+    (run / "dev_eval" / "best.json").write_text(json.dumps({"best": best_entry, "evaluations": evaluations}))
+    rows = [{"step": s, "reward": float(s), "answer_em": 0.1} for s in range(1, 11)] + [{"step": 10, "eval_em": 0.5}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_eval(probes / f"test-{arm}-s{seed}-last", last, valid_searches=2 if arm == "a" else 1)
+    write_eval(probes / f"test-{arm}-s{seed}-best", best)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "splits").mkdir(parents=True)
+    (run / "splits" / "test.jsonl").write_text("".join(json.dumps({"id": q}) + "\n" for q in QUESTIONS))
+    write_eval(run / "eval" / "rft", {"q0"})
+    probes = run / "probes"
+    # arm a: right on q0, q1 (+ q2 in seed 1) at the last step; arm b: right on q0 only
+    write_run(probes, "a", 0, {"q0", "q1"}, {"q0"}, chosen=12)
+    write_run(probes, "a", 1, {"q0", "q1", "q2"}, {"q0"}, chosen=0)
+    write_run(probes, "b", 0, {"q0"}, {"q0", "q3"}, chosen=24)
+    write_run(probes, "b", 1, {"q0"}, {"q0"}, chosen=0)
+    return run
+
+
+def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--control", "a=b", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["question_ids"] == QUESTIONS
+    assert data["seeds_by_arm"] == {"a": ["0", "1"], "b": ["0", "1"]}
+    a0, a1 = data["runs"]["a"]["0"], data["runs"]["a"]["1"]
+    assert a0["test_last"]["em"] == 0.5 and a1["test_last"]["em"] == 0.75
+    assert a0["test_last"]["em_by_question"] == "1100" and a1["test_last"]["em_by_question"] == "1110"
+    assert data["runs"]["b"]["0"]["test_best"]["em_by_question"] == "1001"
+    assert a0["selected_step"] == 12 and a0["dev_em_by_step"] == {"0": 0.25, "12": 0.5, "24": 0.25}
+    # first and last five training rows; the dev-evaluation row is not a training row
+    assert a0["reward_first5"] == 3.0 and a0["reward_last5"] == 8.0 and a0["kl_to_init_first5"] is None
+    assert a0["test_last"]["em_by_hops"] == {"1": {"n": 2, "em": 1.0}, "2": {"n": 2, "em": 0.0}}
+    assert a0["test_last"]["yes_no_n"] == 2 and a0["test_last"]["yes_no_em"] == 0.5
+    assert data["step_validity"]["a"]["0"] == {
+        "judged_searches": 8,
+        "valid_searches": 8,
+        "judged_subanswers": 0,
+        "valid_subanswers": 0,
+        "judged_answers": 0,
+        "valid_answers": 0,
+    }
+    assert data["step_validity"]["pi_rft"]["valid_searches"] == 4
+    last = data["compare"]["last"]["stats"]["a"]["vs_b_by_seed"]
+    assert [str(s) for s in last["seeds"]] == ["0", "1"]
+    assert last["mean_diff"] == pytest.approx(0.375)  # seed 0: 0.50 - 0.25, seed 1: 0.75 - 0.25
+    assert data["compare"]["best"]["stats"]["a"]["vs_b_by_seed"]["mean_diff"] == pytest.approx(-0.125)
+    # the pooling script's schema reads the same numbers
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from pool_studies_data import FILE_SCHEMA, per_seed_em
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert "runs" in FILE_SCHEMA.values()
+    assert per_seed_em(data, "runs", "last", "a") == {0: 0.5, 1: 0.75}
+    assert per_seed_em(data, "runs", "dev", "b") == {0: 0.5, 1: 0.25}
+
+
+def test_rl_seed_runs_names_the_missing_question(run_dir: Path, tmp_path: Path) -> None:
+    lines = (run_dir / "probes" / "test-a-s0-last" / "predictions.jsonl").read_text().splitlines()
+    (run_dir / "probes" / "test-a-s0-last" / "predictions.jsonl").write_text("\n".join(lines[1:]) + "\n")
+    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--out", str(tmp_path / "o.json")])
+    assert done.returncode != 0
+    assert "test-a-s0-last/predictions.jsonl" in done.stderr and "q3" in done.stderr

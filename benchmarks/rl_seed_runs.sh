@@ -12,8 +12,9 @@
 # questions unscreened: lr 2e-4, no KL, 48 steps of 8 questions x G 8, two optimisation steps per
 # rollout batch, dev EM on 200 dev questions every 12 steps, policy/ = the dev-chosen weights), then
 # `prorag eval` on splits/test.jsonl of checkpoints/checkpoint-48 (probes/test-ARM-sSEED-last) and of
-# policy/ (probes/test-ARM-sSEED-best). A run folder without policy/ (a stopped run: RL saves no
-# checkpoint before step 48) is removed and started again; finished runs and evaluations are kept.
+# policy/ (probes/test-ARM-sSEED-best; a copy of -last where dev chose step 48). A run folder
+# without policy/ (a stopped run: RL saves no checkpoint before step 48) is removed and started
+# again; finished runs and evaluations are kept.
 #
 # ARMs (every one the same schedule; same seed -> same questions and rollout streams):
 #   ngrpo       outcome-only GRPO
@@ -61,6 +62,10 @@ for job in "$@"; do
     [ -d "$dir/policy" ] || prorag rl --policy policies/rft/policy --data splits/rl.jsonl --index index \
         --run-dir "$dir" --seed "$seed" $flags "${SCHEDULE[@]}"
     test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"
+    chosen=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["best"]["step"])' "$dir/dev_eval/best.json")
+    if [ "$chosen" = 48 ] && [ ! -e "probes/test-$arm-s$seed-best" ]; then  # dev chose the last step: the same weights
+        cp -r "probes/test-$arm-s$seed-last" "probes/test-$arm-s$seed-best"
+    fi
     test_eval "$dir/policy" "probes/test-$arm-s$seed-best"
     echo "$(date -u +%H:%M:%S) $arm seed $seed: done"
 done

@@ -68,7 +68,7 @@ PRMFE_GRPO = "learned prm to its first error vs grpo"
 TINY = "tiny model, demo world"
 WIDE = "tiny, wide world"
 B1, B2, B3, B4 = "small, build 1", "small, build 2", "small, build 3", "small, build 4"
-B5, B7 = "small, build 5", "small, build 7"
+B5, B7, B8 = "small, build 5", "small, build 7", "small, build 8"
 
 # The result files (under results/) and their schemas.
 TINY_PROCESS = "process_2026-11-23.json"
@@ -84,6 +84,7 @@ B3_OFEK = "process_norm_step_kind_2026-11-27.json"
 B4_UNSCREENED = "rl_unscreened_2026-11-27.json"
 B5_RUNS = "rl_build5_2026-11-27.json"
 B7_RUNS = "rl_build7_2026-11-28.json"  # written by benchmarks/rl_seed_runs.py's predecessor; the same runs schema
+B8_RUNS = "rl_build8_2026-11-28.json"  # benchmarks/rl_seed_runs.py
 
 FILE_SCHEMA: dict[str, str] = {
     TINY_PROCESS: "ablate",
@@ -99,6 +100,7 @@ FILE_SCHEMA: dict[str, str] = {
     B4_UNSCREENED: "runs",
     B5_RUNS: "runs",
     B7_RUNS: "runs",
+    B8_RUNS: "runs",
 }
 
 OFE = "prorag-oracle-first-error"  # the arm's name in `prorag ablate` output
@@ -158,7 +160,7 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (OFE_SHUF, B4, "last", B4_UNSCREENED, "nofe", "nofesh", 2.89),
     (OFE_SHUF, B4, "dev", B4_UNSCREENED, "nofe", "nofesh", -0.86),
     (OFE_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofesh", "ngrpo", -2.54),
-    # the learned PRM to its first error (builds 5 and 7; unscreened, dual_signed; GRPO only on build 5);
+    # the learned PRM to its first error (builds 5, 7 and 8; unscreened, dual_signed; GRPO only on build 5);
     # the dev-chosen cells are the LOG's (the README gives the last step's)
     (PRMFE_GRPO, B5, "last", B5_RUNS, "prmfesgn", "ngrpo", 3.61),
     (PRMFE_GRPO, B5, "dev", B5_RUNS, "prmfesgn", "ngrpo", -0.82),
@@ -166,6 +168,9 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (PRMFE_SHUF, B5, "dev", B5_RUNS, "prmfesgn", "prmfesgnsh", -0.57),
     (PRMFE_SHUF, B7, "last", B7_RUNS, "prmfesgn", "prmfesgnsh", 2.58),
     (PRMFE_SHUF, B7, "dev", B7_RUNS, "prmfesgn", "prmfesgnsh", -2.25),
+    (PRMFE_SHUF, B8, "last", B8_RUNS, "prmfesgn", "prmfesgnsh", -1.00),
+    # no dev-chosen cell for build 8: dev chose step 0 (pi_rft itself) in every run of both arms, so its paired
+    # differences are all 0 and have no standard error to weigh them by
 ]
 
 TOLERANCE = 0.06  # points: the rounding of the README's and the LOG's numbers

@@ -119,7 +119,7 @@ def build_summary(run: Path, question_ids: list[str]) -> dict[str, Any]:
         out["sft_eval_loss_by_step"] = {
             str(r["step"]): round(r["eval_loss"], 4) for r in read_jsonl(sft_metrics) if "eval_loss" in r
         }
-    for name, path in (("rft", run / "policies" / "rft" / "summary.json"), ("prm", run / "prm" / "summary.json")):
+    for name, path in (("rft", run / "policies" / "rft" / "rft_counts.json"), ("prm", run / "prm" / "summary.json")):
         if path.is_file():
             out[f"{name}_summary"] = read_json(path)
     return out

@@ -23,6 +23,9 @@
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
 #   ...sh       (nofesgnsh, prmsgnsh, prmfesgnsh) the same step rewards permuted within each group
+#   frozen      outcome-only GRPO at learning rate 0: pi_rft sampled on the same question stream, the
+#               control for the training rollouts' own rewards (its weights are pi_rft's, so no test
+#               evaluation is run for it)
 set -euo pipefail
 RUN=${1:?usage: rl_seed_runs.sh RUN ARM:SEED ...}; shift
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -43,6 +46,7 @@ arm_flags() {  # the flags that make ARM
         prmsgnsh) echo --prm prm/prm --process-reward shuffled --set advantage=dual_signed ;;
         prmfesgn) echo --prm prm/prm --process-reward prm-first-error --set advantage=dual_signed ;;
         prmfesgnsh) echo --prm prm/prm --process-reward prm-first-error-shuffled --set advantage=dual_signed ;;
+        frozen) echo --process-reward none --set beta=0 --set learning_rate=0 ;;
         *) echo "rl_seed_runs.sh: unknown arm '$1' (see the list at the top of this script)" >&2; return 2 ;;
     esac
 }
@@ -60,7 +64,8 @@ for job in "$@"; do
     echo "$(date -u +%H:%M:%S) $arm seed $seed: rl -> $RUN/$dir"
     # shellcheck disable=SC2086  # the arm's flags are words
     [ -d "$dir/policy" ] || prorag rl --policy policies/rft/policy --data splits/rl.jsonl --index index \
-        --run-dir "$dir" --seed "$seed" $flags "${SCHEDULE[@]}"
+        --run-dir "$dir" --seed "$seed" "${SCHEDULE[@]}" $flags  # the arm's flags last: later --set wins
+    [ "$arm" = frozen ] && { echo "$(date -u +%H:%M:%S) $arm seed $seed: done (pi_rft's weights: no test evaluation)"; continue; }
     test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"
     chosen=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["best"]["step"])' "$dir/dev_eval/best.json")
     if [ "$chosen" = 48 ] && [ ! -e "probes/test-$arm-s$seed-best" ]; then  # dev chose the last step: the same weights

@@ -359,6 +359,13 @@ def prm_audit(
     top_k: Annotated[int, typer.Option(help="Documents per search.")] = 3,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+    summary: Annotated[
+        bool,
+        typer.Option(
+            help="Also rewrite the PRM run folder's summary.json verdict with this audit (and where it came from); "
+            "--no-summary leaves the pipeline's verdict as it is."
+        ),
+    ] = True,
 ) -> None:
     """Stage 2 check: sample fresh trajectories from pi_sft, label every step with the oracle
     judge, and report how the PRM ranks the valid against the invalid steps (ROC AUC, the share
@@ -380,8 +387,9 @@ def prm_audit(
     write_json(out, audit)
     typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))
     run = model_folder(prm).parent
-    if (run / "metrics.jsonl").is_file():  # a `prorag prm` run folder: its verdict gets the audit
-        verdict = write_prm_summary(run, audit)
+    if summary and (run / "metrics.jsonl").is_file():  # a `prorag prm` run folder: its verdict gets the audit
+        source = {"policy": str(policy), "data": str(data), "samples": samples, "limit": limit, "seed": seed, "file": str(out)}
+        verdict = write_prm_summary(run, audit, audit_source=source)
         typer.echo(f"beats the init policy's likelihood on all three checks: {verdict['beats_all']} -> {run / 'summary.json'}")
     typer.echo(f"-> {out}")
 

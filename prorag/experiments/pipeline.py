@@ -691,7 +691,14 @@ def audit_prm(run: Run, samples: int = 2) -> dict[str, float]:
     )
     write_json(run.path("prm", "audit.json"), audit)
     run.progress("PRM on fresh SFT samples: " + json.dumps({k: round(v, 3) for k, v in audit.items()}))
-    verdict = write_prm_summary(run.path("prm"), audit)
+    source = {
+        "policy": "policies/sft/policy",
+        "data": "splits/dev.jsonl",
+        "samples": samples,
+        "seed": run.config.seed,
+        "file": "audit.json",
+    }
+    verdict = write_prm_summary(run.path("prm"), audit, audit_source=source)
     run.progress(f"PRM beats the init policy's likelihood on all three checks: {verdict['beats_all']} (prm/summary.json)")
     return audit
 

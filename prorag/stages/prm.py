@@ -974,15 +974,26 @@ def likelihood_verdict(
     return out
 
 
-def write_prm_summary(run_dir: str | Path, audit: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_prm_summary(
+    run_dir: str | Path, audit: dict[str, Any] | None = None, audit_source: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``RUN/summary.json``: :func:`likelihood_verdict` of a PRM run folder, from the last
     held-out row of ``metrics.jsonl`` and ``audit`` (else ``RUN/audit.json`` when the audit has
-    run: the pipeline's ``prm-audit`` stage, ``prorag prm-audit``)."""
+    run: the pipeline's ``prm-audit`` stage, ``prorag prm-audit``).
+
+    The fresh-sample check depends on which policy was sampled, on which questions and how
+    many times, so the summary says where its audit came from (``audit_source``: what the caller
+    passes, or ``{"file": "audit.json"}`` for the run folder's own audit): an audit on RL's groups
+    from pi_rft and the pipeline's on pi_sft's dev samples are different verdicts, and a reader of
+    ``summary.json`` alone must be able to tell them apart."""
     run = Path(run_dir)
     rows = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_accuracy" in r] if (run / "metrics.jsonl").is_file() else []
     if audit is None and (run / "audit.json").is_file():
         audit = read_json(run / "audit.json")
+        audit_source = audit_source or {"file": "audit.json"}
     summary = likelihood_verdict(rows[-1] if rows else None, audit)
+    if audit is not None:
+        summary["audit_source"] = audit_source
     write_json(run / "summary.json", summary)
     return summary
 

@@ -570,7 +570,7 @@ def test_stages_that_place_their_models_get_the_configured_device(tmp_path: Path
     monkeypatch.setattr(prm, "train_prm", lambda *a, **k: None)
     monkeypatch.setattr(ProcessRewardModel, "load", staticmethod(lambda path, device=None, **k: note("prm", device)))
     monkeypatch.setattr(prm, "fresh_sample_audit", lambda *a, device=None, **k: note("audit", device) or {"auc": 0.5})
-    monkeypatch.setattr(prm, "write_prm_summary", lambda *a: {"beats_all": False})
+    monkeypatch.setattr(prm, "write_prm_summary", lambda *a, **k: {"beats_all": False})
     monkeypatch.setattr(pipeline, "read_records", lambda _: [])
     monkeypatch.setattr(index, "open_retriever", lambda _: None)
     monkeypatch.setattr(rft, "run_rft_files", lambda *a, device=None, **k: note("rft", device))

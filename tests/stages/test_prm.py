@@ -538,6 +538,21 @@ def test_prm_audit_command_scores_fresh_samples(policy_dir: Path, pairs_file: Pa
     assert audit["trajectories"] <= 6 and audit["valid_steps"] + audit["invalid_steps"] > 0
     assert {"auc", "policy_likelihood_auc", "valid_above_0", "invalid_above_0", "within_question_auc"} <= audit.keys()
     assert "policy_likelihood_within_question_auc" in audit
+    # The PRM run folder's verdict now rests on this audit, and says which policy, data and samples it was.
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    auc = audit["auc"]  # NaN when three questions' samples hold one class only: the verdict says None
+    assert summary["fresh_sample_auc"]["prm"] == (None if math.isnan(auc) else pytest.approx(auc))
+    assert summary["audit_source"] == {
+        "policy": str(policy_dir), "data": str(tiny_world / "test.jsonl"), "samples": 2, "limit": 3, "seed": 0, "file": str(out),
+    }  # fmt: skip
+    # --no-summary audits without touching the verdict.
+    before = (tmp_path / "run" / "summary.json").read_text()
+    other = tmp_path / "audit2.json"
+    result = CliRunner().invoke(
+        app, [*args, "--index", str(tmp_path / "index"), "--out", str(other), "--limit", "2", "--no-summary"]
+    )
+    assert result.exit_code == 0, result.output
+    assert other.is_file() and (tmp_path / "run" / "summary.json").read_text() == before
 
 
 def _audited_trajectory(kinds: tuple[str, ...] = ("search",) * 5) -> Any:
@@ -731,7 +746,8 @@ def test_likelihood_verdict_says_which_checks_the_prm_beats(tmp_path: Path) -> N
     # The run folder's summary.json: the last held-out row and the audit beside it.
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n" + json.dumps(better) + "\n")
     (tmp_path / "audit.json").write_text(json.dumps({"auc": 0.5, "policy_likelihood_auc": 0.87}))
-    assert write_prm_summary(tmp_path)["fresh_sample_auc"]["beats"] is False
+    written = write_prm_summary(tmp_path)
+    assert written["fresh_sample_auc"]["beats"] is False and written["audit_source"] == {"file": "audit.json"}
     assert json.loads((tmp_path / "summary.json").read_text())["held_out_auc"]["prm"] == 0.95
 
 

@@ -17,7 +17,10 @@ holds the runs (``ARM-sS/``) and their test evaluations (``test-ARM-sS-last/``, 
   answers, summed over the test questions) for pi_rft and every run at its last step;
 - ``compare``: :func:`prorag.experiments.compare.compare_arms` at the last and at the dev-chosen
   step (``prorag compare``'s statistics: per-arm mean ± 95% CI over seeds, each arm against the
-  reference and its control, paired by seed and by seed-averaged question).
+  reference and its control, paired by seed and by seed-averaged question);
+- ``stream`` (with ``--stream-control frozen``): every run's training EM on its own rollout
+  batches beside the control run's (``frozen-sS``: pi_rft sampled on the same seed's question
+  stream, learning rate 0), batch by batch (:func:`stream_difference`).
 
 The per-run layout (``runs/ARM/SEED/test_last/em``) is the ``runs`` schema that
 `benchmarks/pool_studies_data.py` reads.
@@ -34,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import yes_no_scores
+from prorag.core.metrics import paired_t_test, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
 
@@ -91,6 +94,42 @@ def first_last(rows: list[dict[str, Any]], key: str, n: int = 5) -> tuple[float 
     return round(sum(values[:n]) / len(values[:n]), 4), round(sum(values[-n:]) / len(values[-n:]), 4)
 
 
+def stream_difference(
+    rows: list[dict[str, Any]], control_rows: list[dict[str, Any]], key: str = "answer_em", parts: int = 4
+) -> dict[str, Any]:
+    """A run's training ``key`` against a control run's on the same rollout batches.
+
+    A seed feeds the same questions in the same order to every arm, so the rows that log ``key``
+    at the same ``step`` in two runs of one seed scored samples of the same questions: their
+    difference is the updates' effect on questions the policy had not yet trained on, with each
+    batch's difficulty taken out (a raw first-to-last trend mixes the two). Returned: the run's and
+    the control's means over ``parts`` equal stretches of the paired batches, the differences'
+    mean over the second half with its paired t-test across batches (``None`` below two batches)."""
+
+    def by_step(source: list[dict[str, Any]]) -> dict[int, float]:
+        return {int(r["step"]): float(r[key]) for r in source if key in r and "eval_em" not in r}
+
+    mine, theirs = by_step(rows), by_step(control_rows)
+    steps = sorted(set(mine) & set(theirs))
+    if not steps:
+        raise ValueError(f"no rollout batch logs '{key}' at the same step in both runs")
+    size = max(1, len(steps) // parts)
+    stretches = [steps[i * size : (i + 1) * size] for i in range(parts)] if len(steps) >= parts else [steps]
+
+    def mean(values: list[float]) -> float:
+        return round(sum(values) / len(values), 4)
+
+    second = steps[len(steps) // 2 :]
+    test = paired_t_test([mine[s] for s in second], [theirs[s] for s in second]) if len(second) >= 2 else None
+    return {
+        "batches": len(steps),
+        "run_by_part": [mean([mine[s] for s in part]) for part in stretches if part],
+        "control_by_part": [mean([theirs[s] for s in part]) for part in stretches if part],
+        "second_half_diff": mean([mine[s] - theirs[s] for s in second]),
+        "second_half_p": None if test is None else round(test.p_value, 4),
+    }
+
+
 def run_summary(run: Path, arm: str, seed: int, question_ids: list[str]) -> dict[str, Any]:
     """One (arm, seed): dev curve, chosen step, test scores at both steps, training signals."""
     probes = run / "probes"
@@ -139,9 +178,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def collect(run: Path, arms: list[str], seeds: list[int], controls: dict[str, str], reference: str | None) -> dict[str, Any]:
+def collect(
+    run: Path,
+    arms: list[str],
+    seeds: list[int],
+    controls: dict[str, str],
+    reference: str | None,
+    stream_control: str | None = None,
+) -> dict[str, Any]:
     """The results file's body for ``arms`` x ``seeds`` (seeds without both evaluations are left out
-    of that arm and listed under ``compare.*.missing``)."""
+    of that arm and listed under ``compare.*.missing``); ``stream`` when ``stream_control`` names
+    the arm whose runs (``probes/ARM-sS/metrics.jsonl``) every run's rollout batches are paired with."""
     probes = run / "probes"
     question_ids = [r["id"] for r in read_jsonl(run / "splits" / "test.jsonl")]
     runs: dict[str, dict[str, Any]] = {}
@@ -158,6 +205,14 @@ def collect(run: Path, arms: list[str], seeds: list[int], controls: dict[str, st
         step: compare_arms({a: str(probes / f"test-{a}-s{{seed}}-{step}") for a in arms}, seeds, reference, controls)
         for step in ("last", "best")
     }
+    stream: dict[str, Any] = {}
+    if stream_control is not None:
+        for arm, by_seed in runs.items():
+            for seed in by_seed:
+                control = probes / f"{stream_control}-s{seed}" / "metrics.jsonl"
+                if control.is_file():
+                    rows = list(read_jsonl(probes / f"{arm}-s{seed}" / "metrics.jsonl"))
+                    stream.setdefault(arm, {})[seed] = stream_difference(rows, list(read_jsonl(control)))
     return {
         "question_ids": question_ids,
         "build": build_summary(run, question_ids),
@@ -165,6 +220,7 @@ def collect(run: Path, arms: list[str], seeds: list[int], controls: dict[str, st
         "runs": runs,
         "step_validity": validity,
         "compare": compare,
+        **({"stream": {"control": stream_control, "key": "answer_em", "runs": stream}} if stream_control else {}),
     }
 
 
@@ -176,9 +232,14 @@ def main() -> None:
     parser.add_argument("--control", action="append", default=[], help="ARM=CONTROL, repeated")
     parser.add_argument("--reference", default=None, help="the arm every other is tested against (default: the first)")
     parser.add_argument("--what", default="", help="what the study is, for the file's 'what' field")
+    parser.add_argument(
+        "--stream-control", default=None, help="the arm (frozen) whose runs each run's rollout batches are paired with"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    body = collect(args.run, args.arms, parse_seeds(args.seeds), parse_pairs(args.control, "--control"), args.reference)
+    body = collect(
+        args.run, args.arms, parse_seeds(args.seeds), parse_pairs(args.control, "--control"), args.reference, args.stream_control
+    )
     write_json(
         args.out,
         {
@@ -199,6 +260,12 @@ def main() -> None:
                     f"test EM at the {step} step, {arm} over {control}: {100 * pair['mean_diff']:+.2f} ± "
                     f"{100 * pair['ci95']:.2f} (p {pair['p_value']:.3f}, seeds {', '.join(map(str, pair['seeds']))})"
                 )
+    for arm, by_seed in body.get("stream", {}).get("runs", {}).items():
+        for seed, d in by_seed.items():
+            print(
+                f"training EM, {arm} seed {seed} against {args.stream_control} by quarter: {d['run_by_part']} vs "
+                f"{d['control_by_part']}; second half {100 * d['second_half_diff']:+.1f} (p {d['second_half_p']})"
+            )
     print(f"-> {args.out}")
 
 

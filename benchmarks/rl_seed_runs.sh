@@ -19,6 +19,7 @@
 # ARMs (every one the same schedule; same seed -> same questions and rollout streams):
 #   ngrpo       outcome-only GRPO
 #   ngrpob      the same, advantages divided by the batch's std instead of each group's
+#   ngrpolr1    the same at learning rate 1e-4 (half the schedule's)
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
@@ -40,6 +41,7 @@ arm_flags() {  # the flags that make ARM
     case $1 in
         ngrpo) echo --process-reward none --set beta=0 ;;
         ngrpob) echo --process-reward none --set beta=0 --set scale_advantages=batch ;;
+        ngrpolr1) echo --process-reward none --set beta=0 --set learning_rate=0.0001 ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
         nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;
         prmsgn) echo --prm prm/prm --process-reward prm --set advantage=dual_signed ;;

@@ -207,12 +207,13 @@ def collect(
     }
     stream: dict[str, Any] = {}
     if stream_control is not None:
+        control_files = {str(s): probes / f"{stream_control}-s{s}" / "metrics.jsonl" for s in seeds}
+        control_rows = {s: list(read_jsonl(f)) for s, f in control_files.items() if f.is_file()}  # read once per seed
         for arm, by_seed in runs.items():
             for seed in by_seed:
-                control = probes / f"{stream_control}-s{seed}" / "metrics.jsonl"
-                if control.is_file():
+                if seed in control_rows:
                     rows = list(read_jsonl(probes / f"{arm}-s{seed}" / "metrics.jsonl"))
-                    stream.setdefault(arm, {})[seed] = stream_difference(rows, list(read_jsonl(control)))
+                    stream.setdefault(arm, {})[seed] = stream_difference(rows, control_rows[seed])
     return {
         "question_ids": question_ids,
         "build": build_summary(run, question_ids),

@@ -20,7 +20,8 @@ holds the runs (``ARM-sS/``) and their test evaluations (``test-ARM-sS-last/``, 
   reference and its control, paired by seed and by seed-averaged question);
 - ``stream`` (with ``--stream-control frozen``): every run's training EM on its own rollout
   batches beside the control run's (``frozen-sS``: pi_rft sampled on the same seed's question
-  stream, learning rate 0), batch by batch (:func:`stream_difference`).
+  stream, learning rate 0), batch by batch (:func:`prorag.experiments.stream_control.stream_difference`;
+  ``prorag ablate`` does the same with ``stream_control: true``).
 
 The per-run layout (``runs/ARM/SEED/test_last/em``) is the ``runs`` schema that
 `benchmarks/pool_studies_data.py` reads.
@@ -37,9 +38,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import paired_t_test, yes_no_scores
+from prorag.core.metrics import yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
+from prorag.experiments.stream_control import stream_difference
 
 #: Test scores kept per evaluation (from its ``metrics.json``), beside the per-question EM string.
 SCORES = ("em", "f1", "format_valid_rate", "mean_retrieval_steps", "valid_search_rate", "valid_subanswer_rate")
@@ -92,42 +94,6 @@ def first_last(rows: list[dict[str, Any]], key: str, n: int = 5) -> tuple[float 
     if not values:
         return None, None
     return round(sum(values[:n]) / len(values[:n]), 4), round(sum(values[-n:]) / len(values[-n:]), 4)
-
-
-def stream_difference(
-    rows: list[dict[str, Any]], control_rows: list[dict[str, Any]], key: str = "answer_em", parts: int = 4
-) -> dict[str, Any]:
-    """A run's training ``key`` against a control run's on the same rollout batches.
-
-    A seed feeds the same questions in the same order to every arm, so the rows that log ``key``
-    at the same ``step`` in two runs of one seed scored samples of the same questions: their
-    difference is the updates' effect on questions the policy had not yet trained on, with each
-    batch's difficulty taken out (a raw first-to-last trend mixes the two). Returned: the run's and
-    the control's means over ``parts`` equal stretches of the paired batches, the differences'
-    mean over the second half with its paired t-test across batches (``None`` below two batches)."""
-
-    def by_step(source: list[dict[str, Any]]) -> dict[int, float]:
-        return {int(r["step"]): float(r[key]) for r in source if key in r and "eval_em" not in r}
-
-    mine, theirs = by_step(rows), by_step(control_rows)
-    steps = sorted(set(mine) & set(theirs))
-    if not steps:
-        raise ValueError(f"no rollout batch logs '{key}' at the same step in both runs")
-    size = max(1, len(steps) // parts)
-    stretches = [steps[i * size : (i + 1) * size] for i in range(parts)] if len(steps) >= parts else [steps]
-
-    def mean(values: list[float]) -> float:
-        return round(sum(values) / len(values), 4)
-
-    second = steps[len(steps) // 2 :]
-    test = paired_t_test([mine[s] for s in second], [theirs[s] for s in second]) if len(second) >= 2 else None
-    return {
-        "batches": len(steps),
-        "run_by_part": [mean([mine[s] for s in part]) for part in stretches if part],
-        "control_by_part": [mean([theirs[s] for s in part]) for part in stretches if part],
-        "second_half_diff": mean([mine[s] - theirs[s] for s in second]),
-        "second_half_p": None if test is None else round(test.p_value, 4),
-    }
 
 
 def run_summary(run: Path, arm: str, seed: int, question_ids: list[str]) -> dict[str, Any]:

@@ -25,6 +25,9 @@ An arm is a list of ``rl.*`` assignments (``--set`` syntax) on top of outcome-on
 so a new method joins a comparison with one line and its arm reads as the command that runs it. A
 config adds arms without code (``extra_arms``, and ``arm_controls`` for what each is tested against
 beside GRPO; :func:`ablation_arms`), e.g. GRPO with a KL to pi_rft and a step reward on top of it.
+With ``stream_control: true`` the arms ablations also run pi_rft at learning rate 0 on each seed's
+question stream (:mod:`prorag.experiments.stream_control`) and report each RL arm's training EM
+against it: whether the schedule learns at all, before any arm is compared with another.
 
 Each variant is one more stage of the same run folder (``stages/NAME.json`` markers), so an
 ablation reuses SFT, the PRM and RFT, resumes after a kill, and its results are merged into
@@ -56,6 +59,7 @@ from prorag.experiments.pipeline import (
     run_pipeline,
     system_eval_config,
 )
+from prorag.experiments.stream_control import FROZEN_ARM, FROZEN_ASSIGNMENTS, stream_statistics, stream_table
 from prorag.stages.rl import dev_selection
 
 BETAS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
@@ -467,6 +471,10 @@ def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
     rl: dict[str, Arm] = dict(PROCESS_ARMS if what == "process" else FAMILY_ARMS)
     offline = {} if what == "process" else dict(FAMILY_OFFLINE)
     for name, assignments in config.extra_arms.items():
+        if name == FROZEN_ARM:
+            raise ValueError(
+                f"extra_arms.{name}: the name is the stream control's (`stream_control: true` runs it); give yours another name"
+            )
         if name in rl or name in offline:
             raise ValueError(
                 f"extra_arms.{name}: the {what} ablation already has an arm {name!r} "
@@ -574,14 +582,23 @@ def arms_ablation(
             chosen = dev_selection(run.path("rl", name))
             extras[arm][seed]["selected_step"] = chosen["step"] if chosen else None
         progress(f"{label}: {arm} done ({len(seeds)} seeds)")
+    if cfg.stream_control:  # pi_rft on each seed's stream: trained at learning rate 0, never evaluated on test
+        for seed in seeds:
+            train_rl_policy(run, rl_run_name(FROZEN_ARM, seed), arm_config(run, FROZEN_ASSIGNMENTS, seed))
+        progress(f"{label}: {FROZEN_ARM} (stream control) done ({len(seeds)} seeds)")
     if train_only:
         return {}
-    return {
+    result = {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
         "stats": process_statistics(predictions, extras=extras, controls=controls),
         "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
     }
+    if cfg.stream_control:
+        metrics = {arm: {s: run.path("rl", rl_run_name(arm, s), "metrics.jsonl") for s in seeds} for arm in arms}
+        frozen = {s: run.path("rl", rl_run_name(FROZEN_ARM, s), "metrics.jsonl") for s in seeds}
+        result["stream"] = stream_statistics(metrics, frozen)
+    return result
 
 
 def process_ablation(
@@ -737,7 +754,10 @@ def run_ablation(
         where = write_arms_results(
             Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what
         )
-        text = process_table(results[f"{what}_ablation"]["stats"]) + f"\n-> {where}"
+        text = process_table(results[f"{what}_ablation"]["stats"])
+        if "stream" in results[f"{what}_ablation"]:
+            text += "\n" + stream_table(results[f"{what}_ablation"]["stream"])
+        text += f"\n-> {where}"
     else:
         raise ValueError(f"unknown ablation {what!r}; expected one of {', '.join(ABLATIONS)}")
     # Merge with what earlier ablations wrote.

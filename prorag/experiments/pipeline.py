@@ -205,6 +205,13 @@ class PipelineConfig:
         help="Arm -> the arm it is tested against beside GRPO (its control: the same run less one thing), added to "
         "the built-in pairs (each PRM arm -> its shuffled control), e.g. `oracle-first-error-kl: grpo-kl`.",
     )
+    stream_control: bool = setting(
+        False,
+        help="`prorag ablate --what process|family`: also run the `frozen` arm (outcome-only GRPO at learning rate 0: "
+        "pi_rft sampled on each seed's question stream; no test evaluation) and report every RL arm's training "
+        "answer EM against it over the second half of the pass, whether the schedule learns at all "
+        "(prorag.experiments.stream_control). One more RL run per seed.",
+    )
     seed: int = setting(0, help="Seed of the question splits and of every stage but the RL seeds.")
     device: str | None = setting(
         None,

@@ -115,25 +115,6 @@ def test_rl_seed_runs_names_the_missing_question(run_dir: Path, tmp_path: Path) 
     assert "test-a-s0-last/predictions.jsonl" in done.stderr and "q3" in done.stderr
 
 
-def test_stream_difference_pairs_rollout_batches_by_step() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from rl_seed_runs import stream_difference
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    run = [{"step": s, "answer_em": 0.5} for s in range(1, 9)] + [{"step": 8, "eval_em": 0.9}]
-    control_em = [0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.5, 0.5]
-    control = [{"step": s, "answer_em": v} for s, v in zip(range(1, 9), control_em, strict=True)]
-    control.append({"step": 9, "answer_em": 1.0})  # a batch the run never reached is not paired
-    d = stream_difference(run, control)
-    assert d["batches"] == 8
-    assert d["run_by_part"] == [0.5] * 4 and d["control_by_part"] == [0.5, 0.5, 0.25, 0.5]
-    # second half, steps 5-8: differences 0.25 0.25 0 0, mean 0.125, t = 0.125 / (0.1443 / 2) = 1.732, df 3
-    assert d["second_half_diff"] == 0.125 and d["second_half_p"] == pytest.approx(0.1817, abs=1e-3)
-    with pytest.raises(ValueError, match="'reward'"):
-        stream_difference(run, control, key="reward")
-
-
 def test_rl_seed_runs_pairs_each_run_with_the_frozen_stream(run_dir: Path, tmp_path: Path) -> None:
     frozen = run_dir / "probes" / "frozen-s0"
     frozen.mkdir(parents=True)

@@ -12,6 +12,7 @@ import pytest
 
 import prorag.experiments.ablations as ablations
 from prorag.experiments.pipeline import demo_config
+from prorag.experiments.report.table import process_tables
 from prorag.experiments.stream_control import FROZEN_ARM, stream_difference, stream_statistics, stream_table
 from tests.experiments.test_ablations import RecordingRun
 
@@ -79,6 +80,8 @@ def test_an_ablation_with_stream_control_runs_frozen_per_seed_and_reports_each_a
     stream = out["stream"]["arms"]
     assert stream["grpo"]["per_seed"]["0"]["second_half_diff"] == 0.25 and stream["grpo"]["second_half_diff"] == 0.125
     assert stream["prorag"]["per_seed"] == {}  # its logs were not written here: nothing paired
+    [table] = [t for t in process_tables(out) if t[0].startswith("Does RL learn?")]
+    assert table[2] == [["grpo", "+12.5 ± 158.8 (p 0.500)", "+25.0, +0.0"], ["prorag", "", ""]]
     # without the setting: no frozen run, no stream
     plain = RecordingRun(tmp_path / "plain", replace(cfg, stream_control=False), progress=lambda _: None)
     plain.recorded = {}  # type: ignore[attr-defined]

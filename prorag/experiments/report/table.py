@@ -227,11 +227,28 @@ def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, l
     return ("Each arm against its control (built in: its step rewards shuffled within each group)", header, rows)
 
 
+def _stream_table(stream: Mapping[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    """The stream control (:mod:`prorag.experiments.stream_control`): each RL arm's training answer
+    EM minus pi_rft's on the same rollout batches, over the second half of the pass (points)."""
+    rows = []
+    for arm, row in stream["arms"].items():
+        overall = (
+            f"{100 * row['second_half_diff']:+.1f} ± {100 * row['second_half_ci95']:.1f} (p {row['second_half_p']:.3f})"
+            if "second_half_diff" in row
+            else ""
+        )
+        seeds = ", ".join(f"{100 * d['second_half_diff']:+.1f}" for d in row["per_seed"].values())
+        rows.append([arm, overall, seeds])
+    title = "Does RL learn? Training EM against pi_rft sampled on the same questions (learning rate 0), second half of the pass"
+    return (title, ["Arm", "ΔEM (points) ± 95% CI over seeds", "Per seed"], rows)
+
+
 def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(title, header, rows)`` of an arms ablation (process or family): EM/F1 (%) mean ± 95% CI
     over seeds with the paired test against GRPO, the runs' unpaired permutation test (and the test on
     the non-yes/no questions over seeds, where measured), each arm against its control where both
-    ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), then the
+    ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), each RL
+    arm against pi_rft on its own question stream (with ``stream_control``), then the
     extra per-seed metrics measured (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop
     count, and the mean searches by hop count (where the rows record them)."""
     stats = ablation["stats"]
@@ -262,6 +279,8 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     controlled = {arm: row for arm, row in stats.items() if "control" in row}
     if controlled:
         out.append(_controls_table(controlled))
+    if "stream" in ablation:
+        out.append(_stream_table(ablation["stream"]))
     extras = [k for k in ARMS_EXTRAS if any(k in row for row in stats.values())]
     if extras:
         cells = [[arm, *(_mean_ci(row, k, ARMS_EXTRAS[k][1]) if k in row else "" for k in extras)] for arm, row in stats.items()]

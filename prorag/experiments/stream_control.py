@@ -39,15 +39,16 @@ def stream_difference(
 ) -> dict[str, Any]:
     """A run's training ``key`` against a control run's on the same rollout batches.
 
-    Rows are paired by ``step`` (the rows that log ``key`` and are not dev evaluations); steps only
-    one run reached are left out. Returned: the number of paired batches, the run's and the
+    Rows are paired by ``step`` (the rows that log ``key``: a dev evaluation at a step shares that
+    step's row, and one before the first step has a row without ``key``); steps only one run
+    reached are left out. Returned: the number of paired batches, the run's and the
     control's means over ``parts`` equal stretches of them (the trend, with the stream's own trend
     beside it), and the mean of the differences over the second half with its paired t-test across
     batches (``None`` below two batches). The second half is the part to read: by then the run has
     had half a pass of updates, and its first batches are the start policy's in both runs."""
 
     def by_step(source: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-        return {int(r["step"]): float(r[key]) for r in source if key in r and "eval_em" not in r}
+        return {int(r["step"]): float(r[key]) for r in source if key in r}
 
     mine, theirs = by_step(rows), by_step(control_rows)
     steps = sorted(set(mine) & set(theirs))
@@ -76,19 +77,24 @@ def stream_statistics(
     """Every arm's runs against the control's runs of the same seeds (:func:`stream_difference`).
 
     ``metrics_files[arm][seed]`` and ``control_files[seed]`` are runs' ``metrics.jsonl``; a seed
-    missing on either side, or a file not there, is left out of that arm. Per arm: ``per_seed``
+    missing on either side, or a file not there, is left out of that arm, and a seed whose two runs
+    share no logged batch is listed under ``unpaired_seeds``. Per arm: ``per_seed``
     (each seed's :func:`stream_difference`) and, over two seeds or more, ``second_half_diff`` (the
     mean over seeds of each seed's second-half difference), its 95% CI over seeds and the p-value
     of the seeds' differences against 0: the number that says whether the schedule learns."""
     controls = {s: list(read_jsonl(f)) for s, f in control_files.items() if Path(f).is_file()}
     out: dict[str, Any] = {"control": FROZEN_ARM, "key": key, "arms": {}}
     for arm, files in metrics_files.items():
-        per_seed = {
-            str(seed): stream_difference(list(read_jsonl(path)), controls[seed], key)
-            for seed, path in files.items()
-            if seed in controls and Path(path).is_file()
-        }
-        row: dict[str, Any] = {"per_seed": per_seed}
+        per_seed: dict[str, Any] = {}
+        unpaired: list[str] = []
+        for seed, path in files.items():
+            if seed not in controls or not Path(path).is_file():
+                continue
+            try:
+                per_seed[str(seed)] = stream_difference(list(read_jsonl(path)), controls[seed], key)
+            except ValueError:  # no batch in common (a run that logs no `key`, or other steps)
+                unpaired.append(str(seed))
+        row: dict[str, Any] = {"per_seed": per_seed, **({"unpaired_seeds": unpaired} if unpaired else {})}
         diffs = [d["second_half_diff"] for d in per_seed.values()]
         if len(diffs) >= 2:
             mean, ci = mean_and_ci(diffs)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import prorag.experiments.ablations as ablations
 from prorag.cli import app
 from prorag.core.config import load_config, used_settings
-from prorag.data.jsonl import read_json, write_json
+from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.experiments.pipeline import PipelineConfig, demo_config, fingerprint, resolve, stage_eval, stage_rl
 from prorag.experiments.report.table import process_tables
 from tests.experiments.test_ablations import RecordingRun
@@ -420,7 +420,7 @@ TINY = {
 @pytest.mark.slow
 def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    config.write_text(yaml.safe_dump({**TINY, "stream_control": True}), encoding="utf-8")
     run_dir, results = tmp_path / "run", tmp_path / "results"
     args = ["ablate", "--config", str(config), "--run-dir", str(run_dir), "--what", "process", "--seeds", "2"]
     args += ["--results-dir", str(results)]
@@ -450,3 +450,14 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
     assert "Each arm against its control" in report
     assert "process_ablation" in read_json(run_dir / "results.json")
+    # The stream control: pi_rft at learning rate 0 on each seed's stream, through the real trainer (its
+    # weights never move), no test evaluation; every RL arm's training EM paired with it batch by batch.
+    for seed in (0, 1):
+        frozen = [r for r in read_jsonl(run_dir / "rl" / f"frozen-seed{seed}" / "metrics.jsonl") if "kl_to_init" in r]
+        assert frozen and all(r["kl_to_init"] == 0 for r in frozen)
+        assert not (run_dir / "eval" / f"frozen-seed{seed}").exists()
+    assert set(saved["stream"]["arms"]) == set(ablations.PROCESS_ARMS)
+    assert all(set(row["per_seed"]) == {"0", "1"} for row in saved["stream"]["arms"].values())
+    # two optimiser steps on one rollout batch (num_iterations 2): one batch to pair, whose row also holds a dev evaluation
+    assert all(d["batches"] == 1 for row in saved["stream"]["arms"].values() for d in row["per_seed"].values())
+    assert "training answer_em against frozen" in result.output and "Does RL learn?" in report

@@ -26,7 +26,8 @@ def _log(path: Path, ems: list[float]) -> Path:
 
 
 def test_stream_difference_pairs_rollout_batches_by_step() -> None:
-    run = [{"step": s, "answer_em": 0.5} for s in range(1, 9)] + [{"step": 8, "eval_em": 0.9}]
+    run = [{"step": 0, "eval_em": 0.9}] + [{"step": s, "answer_em": 0.5} for s in range(1, 9)]
+    run[4]["eval_em"] = 0.8  # a dev evaluation logged in a training step's row: the row still counts
     control_em = [0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.5, 0.5]
     control = [{"step": s, "answer_em": v} for s, v in zip(range(1, 9), control_em, strict=True)]
     control.append({"step": 9, "answer_em": 1.0})  # a batch the run never reached is not paired

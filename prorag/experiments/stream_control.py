@@ -4,16 +4,15 @@ A run's training reward rising over a pass says little by itself: the questions 
 batch, and a stream that happens to get easier (or harder) moves the curve as much as the updates do.
 The control that takes the questions out is the start policy sampled on the same stream: RL at
 learning rate 0 (the ``frozen`` arm of ``prorag ablate``, :data:`FROZEN_ARM`), whose optimiser runs
-and changes nothing. A seed feeds every arm the same questions in the same order and batches, so the
-rows that log a training signal at the same step in two runs of one seed scored samples of the same
-questions (as long as the arms share ``rl.limit``, the question filter and the batch size); their
-difference is what the
-updates did to questions the policy had not yet been trained on (one pass: every batch is new), with
-each batch's difficulty taken out.
+and changes nothing. A seed feeds every arm the same questions in the same order and batches (as
+long as the arms share ``rl.limit``, the question filter and the batch size), so the rows that log a
+training signal at the same step in two runs of one seed scored samples of the same questions. Their
+difference is what the updates did to questions the policy had not yet been trained on (one pass:
+every batch is new), with each batch's difficulty taken out.
 
 A schedule that learns sits above its ``frozen`` stream over the second half of the pass; one whose
 updates are noise at the signal it has, or that trades answers for something else the reward pays
-for, sits at or below it (docs/LOG.md, 2026-11-28, build 8: every one of ten trained runs below).
+for, sits at or below it (docs/LOG.md, 2026-11-28, build 8: all eight runs paired with it below).
 """
 
 from __future__ import annotations

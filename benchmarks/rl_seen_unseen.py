@@ -40,16 +40,17 @@ from rl_seed_runs import cpu_model, evaluation, git_head  # benchmarks/rl_seed_r
 from prorag.core.metrics import mean_and_ci, paired_t_test
 from prorag.data.jsonl import read_json, read_jsonl, write_json, write_jsonl
 from prorag.experiments.compare import parse_seeds
+from prorag.stages.training import last_complete_checkpoint
 
 SETS = ("seen", "unseen", "test")
 
 
 def last_checkpoint(run: Path) -> Path:
-    """A run's last saved checkpoint (``checkpoints/checkpoint-N`` with the largest N)."""
-    found = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    if not found:
-        raise FileNotFoundError(f"{run}/checkpoints: no checkpoint-N folder (did the run finish?)")
-    return found[-1]
+    """A run's newest complete checkpoint (:func:`~prorag.stages.training.last_complete_checkpoint`)."""
+    found = last_complete_checkpoint(run / "checkpoints")
+    if found is None:
+        raise FileNotFoundError(f"{run}/checkpoints: no complete checkpoint-N folder (did the run finish?)")
+    return found[0]
 
 
 def question_sets(run: Path, unseen: int) -> dict[str, Path]:
@@ -58,8 +59,8 @@ def question_sets(run: Path, unseen: int) -> dict[str, Path]:
 
     The runs must agree on the questions they trained on: unscreened (``question_filter: none``, no
     ``exclude_ids_from``: the file's first ``limit`` questions, whatever the seed) and one ``limit``;
-    anything else is refused,
-    since a screened run's questions depend on its samples and ``seen`` would not be what it saw."""
+    anything else is refused, since a screened run's questions depend on its samples and ``seen``
+    would not be what it saw."""
     configs = sorted((run / "probes").glob("*-s*/rl_config.json"))
     if not configs:
         raise FileNotFoundError(f"{run}/probes: no */rl_config.json (no RL runs to read the training set from)")

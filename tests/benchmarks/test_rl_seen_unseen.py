@@ -30,7 +30,10 @@ def write_run(run: Path, name: str, seen: set[str], unseen: set[str], test: set[
     folder = run / "probes" / name
     (folder / "policy").mkdir(parents=True)
     for step in (4, 12):  # the last is checkpoint-12, not the last in string order
-        (folder / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        checkpoint = folder / "checkpoints" / f"checkpoint-{step}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "model.safetensors").write_bytes(b"")
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (folder / "rl_config.json").write_text(json.dumps({"question_filter": "none", "limit": 2, "exclude_ids_from": []} | config))
     write_eval(run / "probes" / "seen_unseen" / f"{name}-seen", RL[:2], seen)
     write_eval(run / "probes" / "seen_unseen" / f"{name}-unseen", RL[2:5], unseen)

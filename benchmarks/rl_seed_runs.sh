@@ -20,6 +20,9 @@
 #   ngrpo       outcome-only GRPO
 #   ngrpob      the same, advantages divided by the batch's std instead of each group's
 #   ngrpolr1    the same at learning rate 1e-4 (half the schedule's)
+#   ngrpolora   the same with a LoRA adapter (rank 8, alpha 32, no dropout) at learning rate 1e-3 instead of
+#               every weight; its checkpoints hold the adapter, so it keeps its last step (select_policy
+#               last: policy/ is step 48 merged), and that is what is tested
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
@@ -42,6 +45,8 @@ arm_flags() {  # the flags that make ARM
         ngrpo) echo --process-reward none --set beta=0 ;;
         ngrpob) echo --process-reward none --set beta=0 --set scale_advantages=batch ;;
         ngrpolr1) echo --process-reward none --set beta=0 --set learning_rate=0.0001 ;;
+        ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
+            --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
         nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;
         prmsgn) echo --prm prm/prm --process-reward prm --set advantage=dual_signed ;;
@@ -68,6 +73,11 @@ for job in "$@"; do
     [ -d "$dir/policy" ] || prorag rl --policy policies/rft/policy --data splits/rl.jsonl --index index \
         --run-dir "$dir" --seed "$seed" "${SCHEDULE[@]}" $flags  # the arm's flags last: later --set wins
     [ "$arm" = frozen ] && { echo "$(date -u +%H:%M:%S) $arm seed $seed: done (pi_rft's weights: no test evaluation)"; continue; }
+    if [ -f "$dir/checkpoints/checkpoint-48/adapter_config.json" ]; then  # a LoRA run: policy/ is step 48 merged
+        test_eval "$dir/policy" "probes/test-$arm-s$seed-last"
+        echo "$(date -u +%H:%M:%S) $arm seed $seed: done (LoRA, last step kept: no dev-chosen evaluation)"
+        continue
+    fi
     test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"
     chosen=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["best"]["step"])' "$dir/dev_eval/best.json")
     if [ "$chosen" = 48 ] && [ ! -e "probes/test-$arm-s$seed-best" ]; then  # dev chose the last step: the same weights

@@ -53,6 +53,19 @@ def last_checkpoint(run: Path) -> Path:
     return found[0]
 
 
+def last_weights(run: Path) -> Path:
+    """The folder holding a run's last weights as a whole model: its newest checkpoint, or, where that
+    checkpoint is a LoRA adapter (``adapter_config.json``, no merged weights), ``policy/``, which
+    holds the merged last weights when the run kept its last step (``select_policy: last``); a LoRA
+    run that let dev choose is refused, since neither folder is then its last model."""
+    checkpoint = last_checkpoint(run)
+    if not (checkpoint / "adapter_config.json").is_file():
+        return checkpoint
+    if read_json(run / "rl_config.json").get("select_policy") != "last":
+        raise ValueError(f"{checkpoint}: a LoRA adapter, and {run}/policy is not the last step (select_policy is not 'last')")
+    return run / "policy"
+
+
 def question_sets(run: Path, unseen: int) -> dict[str, Path]:
     """Write ``seen.jsonl`` and ``unseen.jsonl`` under ``probes/seen_unseen/`` from ``splits/rl.jsonl``
     and the RL runs' own ``limit``; return the three sets' files.
@@ -134,7 +147,7 @@ def collect(run: Path, arms: list[str], seeds: list[int], unseen: int, jobs: int
     for arm in arms:
         for seed in seeds:
             if (run / "probes" / f"{arm}-s{seed}" / "policy").is_dir():  # policy/ is written at the run's end
-                policies[f"{arm}-s{seed}"] = last_checkpoint(run / "probes" / f"{arm}-s{seed}")
+                policies[f"{arm}-s{seed}"] = last_weights(run / "probes" / f"{arm}-s{seed}")
     tasks = [(name, s) for name in policies for s in ("seen", "unseen")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         done = list(pool.map(lambda t: evaluate(run, policies[t[0]], files[t[1]], folder / f"{t[0]}-{t[1]}"), tasks))

@@ -41,7 +41,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_seed_runs import cpu_model, evaluation, git_head  # benchmarks/, beside this file
-from rl_seen_unseen import SETS, evaluate, last_checkpoint
+from rl_seen_unseen import SETS, evaluate, last_checkpoint, last_weights
 
 from prorag.core.metrics import mean_and_ci
 from prorag.data.jsonl import read_jsonl, write_json
@@ -109,8 +109,9 @@ def collect(run: Path, names: list[str], permutations: int, jobs: int) -> dict[s
     ids = {s: [r["id"] for r in read_jsonl(files[s])] for s in SETS}
     base_policy = run / "policies" / "rft" / "policy"
     initial = load_file(str(base_policy / WEIGHTS))
-    checkpoints = {name: last_checkpoint(run / "probes" / name) for name in names}
-    deltas = {name: update_delta(initial, load_file(str(path / WEIGHTS))) for name, path in checkpoints.items()}
+    checkpoints = {name: last_checkpoint(run / "probes" / name) for name in names}  # the optimiser's state
+    finals = {name: last_weights(run / "probes" / name) for name in names}  # the merged weights of a LoRA run
+    deltas = {name: update_delta(initial, load_file(str(path / WEIGHTS))) for name, path in finals.items()}
 
     policies: dict[str, Path] = {}
     for name, delta in deltas.items():

@@ -5,11 +5,12 @@ pi_rft. Tested on a hand-made run folder whose evaluations already exist (so no 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.test_scripts import _run
+from tests.benchmarks.test_scripts import BENCHMARKS, _run
 
 RL = [f"r{i}" for i in range(6)]
 TEST = ["q0", "q1", "q2", "q3"]
@@ -87,3 +88,22 @@ def test_too_few_rl_questions_for_the_unseen_set_is_an_error(run_dir: Path, tmp_
     done = _run("rl_seen_unseen.py", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "5", "--out", str(tmp_path / "o")])
     assert done.returncode != 0
     assert "splits/rl.jsonl: 6 questions, fewer than limit 2 + unseen 5" in done.stderr
+
+
+def test_a_lora_runs_last_weights_are_its_merged_policy_when_it_kept_the_last_step(run_dir: Path) -> None:
+    """A LoRA run's checkpoints hold the adapter; its last weights as a model are policy/ (select_policy
+    last), and a LoRA run that let dev choose policy/ has no merged last model to read."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from rl_seen_unseen import last_weights
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    run = run_dir / "probes" / "a-s0"
+    assert last_weights(run) == run / "checkpoints" / "checkpoint-12"
+    (run / "checkpoints" / "checkpoint-12" / "adapter_config.json").write_text("{}")
+    config = json.loads((run / "rl_config.json").read_text())
+    (run / "rl_config.json").write_text(json.dumps(config | {"select_policy": "last"}))
+    assert last_weights(run) == run / "policy"
+    (run / "rl_config.json").write_text(json.dumps(config | {"select_policy": "best_dev"}))
+    with pytest.raises(ValueError, match="a LoRA adapter, and .*policy is not the last step"):
+        last_weights(run)

@@ -89,8 +89,9 @@ def verdict_counts(folder: Path) -> dict[str, int]:
 
 
 def first_last(rows: list[dict[str, Any]], key: str, n: int = 5) -> tuple[float | None, float | None]:
-    """Means of ``key`` over the first and the last ``n`` training rows that log it."""
-    values = [float(r[key]) for r in rows if key in r and "eval_em" not in r]
+    """Means of ``key`` over the first and the last ``n`` training rows that log it (a step's dev
+    evaluation shares that step's row, so rows carrying ``eval_em`` count like any other)."""
+    values = [float(r[key]) for r in rows if key in r]
     if not values:
         return None, None
     return round(sum(values[:n]) / len(values[:n]), 4), round(sum(values[-n:]) / len(values[-n:]), 4)
@@ -99,14 +100,21 @@ def first_last(rows: list[dict[str, Any]], key: str, n: int = 5) -> tuple[float 
 def run_summary(run: Path, arm: str, seed: int, question_ids: list[str]) -> dict[str, Any]:
     """One (arm, seed): dev curve, chosen step, test scores at both steps, training signals."""
     probes = run / "probes"
-    best = read_json(probes / f"{arm}-s{seed}" / "dev_eval" / "best.json")
+    rows = list(read_jsonl(probes / f"{arm}-s{seed}" / "metrics.jsonl"))
+    best_file = probes / f"{arm}-s{seed}" / "dev_eval" / "best.json"
+    if best_file.is_file():
+        best = read_json(best_file)
+        dev = {str(e["step"]): e["eval_em"] for e in best["evaluations"]}
+        selected = best["best"]["step"]
+    else:  # a run that kept its last step (select_policy last: the LoRA arm; its -best is a copy of -last)
+        dev = {str(r["step"]): r["eval_em"] for r in rows if "eval_em" in r}
+        selected = max(map(int, dev))
     out: dict[str, Any] = {
-        "dev_em_by_step": {str(e["step"]): e["eval_em"] for e in best["evaluations"]},
-        "selected_step": best["best"]["step"],
+        "dev_em_by_step": dev,
+        "selected_step": selected,
         "test_last": evaluation(probes / f"test-{arm}-s{seed}-last", question_ids),
         "test_best": evaluation(probes / f"test-{arm}-s{seed}-best", question_ids),
     }
-    rows = list(read_jsonl(probes / f"{arm}-s{seed}" / "metrics.jsonl"))
     for key in SIGNALS:
         out[f"{key}_first5"], out[f"{key}_last5"] = first_last(rows, key)
     return out

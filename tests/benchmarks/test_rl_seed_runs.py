@@ -5,6 +5,7 @@ compared over seeds. Tested on a hand-made folder whose numbers are known."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def write_run(probes: Path, arm: str, seed: int, last: set[str], best: set[str],
     evaluations = [{"step": s, "eval_em": 0.5 if s == chosen else 0.25, "eval_f1": 0.0} for s in (0, 12, 24)]
     best_entry = next(e for e in evaluations if e["step"] == chosen)
     (run / "dev_eval" / "best.json").write_text(json.dumps({"best": best_entry, "evaluations": evaluations}))
-    rows = [{"step": s, "reward": float(s), "answer_em": 0.1} for s in range(1, 11)] + [{"step": 10, "eval_em": 0.5}]
+    rows = [{"step": s, "reward": float(s), "answer_em": 0.1} for s in range(1, 10)]
+    rows.append({"step": 10, "reward": 10.0, "answer_em": 0.1, "eval_em": 0.5})  # the step's dev evaluation in its row
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_eval(probes / f"test-{arm}-s{seed}-last", last, valid_searches=2 if arm == "a" else 1)
     write_eval(probes / f"test-{arm}-s{seed}-best", best)
@@ -79,7 +81,7 @@ def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_p
     assert a0["test_last"]["em_by_question"] == "1100" and a1["test_last"]["em_by_question"] == "1110"
     assert data["runs"]["b"]["0"]["test_best"]["em_by_question"] == "1001"
     assert a0["selected_step"] == 12 and a0["dev_em_by_step"] == {"0": 0.25, "12": 0.5, "24": 0.25}
-    # first and last five training rows; the dev-evaluation row is not a training row
+    # first and last five training rows; step 10's row carries its dev evaluation and counts like the others
     assert a0["reward_first5"] == 3.0 and a0["reward_last5"] == 8.0 and a0["kl_to_init_first5"] is None
     assert a0["test_last"]["em_by_hops"] == {"1": {"n": 2, "em": 1.0}, "2": {"n": 2, "em": 0.0}}
     assert a0["test_last"]["yes_no_n"] == 2 and a0["test_last"]["yes_no_em"] == 0.5
@@ -129,3 +131,23 @@ def test_rl_seed_runs_pairs_each_run_with_the_frozen_stream(run_dir: Path, tmp_p
     a0 = stream["runs"]["a"]["0"]
     assert a0["batches"] == 10 and a0["second_half_diff"] == pytest.approx(-0.1) and a0["second_half_p"] == 0.0
     assert "training EM, a seed 0 against frozen" in done.stdout
+
+
+def test_a_run_that_kept_its_last_step_reads_its_dev_curve_from_its_log(run_dir: Path, tmp_path: Path) -> None:
+    """The LoRA arm keeps its last step (no dev_eval/best.json; its -best evaluation is a copy of -last):
+    the dev curve comes from metrics.jsonl and the selected step is the last evaluated one."""
+    probes = run_dir / "probes"
+    for seed in (0, 1):
+        write_run(probes, "c", seed, {"q1"}, set(), chosen=0)
+        (probes / f"c-s{seed}" / "dev_eval" / "best.json").unlink()
+        rows = [{"step": 0, "eval_em": 0.2}, {"step": 1, "reward": 1.0}, {"step": 2, "eval_em": 0.3, "reward": 2.0}]
+        (probes / f"c-s{seed}" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        shutil.rmtree(probes / f"test-c-s{seed}-best")
+        shutil.copytree(probes / f"test-c-s{seed}-last", probes / f"test-c-s{seed}-best")  # as rl_seed_runs.sh copies it
+    out = tmp_path / "results.json"
+    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "c", "--seeds", "0-1", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    c0 = json.loads(out.read_text())["runs"]["c"]["0"]
+    assert c0["dev_em_by_step"] == {"0": 0.2, "2": 0.3} and c0["selected_step"] == 2
+    assert c0["test_best"]["em_by_question"] == c0["test_last"]["em_by_question"] == "0100"
+    assert c0["reward_last5"] == 1.5

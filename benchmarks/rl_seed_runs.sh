@@ -75,7 +75,8 @@ for job in "$@"; do
     [ "$arm" = frozen ] && { echo "$(date -u +%H:%M:%S) $arm seed $seed: done (pi_rft's weights: no test evaluation)"; continue; }
     if [ -f "$dir/checkpoints/checkpoint-48/adapter_config.json" ]; then  # a LoRA run: policy/ is step 48 merged
         test_eval "$dir/policy" "probes/test-$arm-s$seed-last"
-        echo "$(date -u +%H:%M:%S) $arm seed $seed: done (LoRA, last step kept: no dev-chosen evaluation)"
+        [ -e "probes/test-$arm-s$seed-best" ] || cp -r "probes/test-$arm-s$seed-last" "probes/test-$arm-s$seed-best"
+        echo "$(date -u +%H:%M:%S) $arm seed $seed: done (LoRA, last step kept: -best is a copy of -last)"
         continue
     fi
     test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"

@@ -18,6 +18,11 @@ weights alone, without another RL run:
   shuffled, as the step-reward controls shuffle scores) has no linear part, so it measures the cost
   of the size alone.
 
+Two ways to keep the linear part and pay less of the quadratic one follow: a shorter step along the
+same update (``apply_delta(initial, delta, scale)`` with ``scale`` below 1, the weight-space interpolation
+between the start and the trained policy of WiSE-FT), and the average of several runs' updates
+(:func:`mean_delta`), which keeps what the runs share and divides what each run's samples added alone.
+
 A run that learned has a positive linear part on the questions it trained on and, if it generalises,
 on held-out ones; a run whose updates are noise shows a quadratic part as large as its whole change
 and a linear part near 0. ``benchmarks/rl_update_noise.py`` runs the evaluations on a build's runs.
@@ -26,7 +31,7 @@ and a linear part near 0. ``benchmarks/rl_update_noise.py`` runs the evaluations
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
@@ -93,6 +98,19 @@ def apply_delta(initial: Weights, delta: Weights, scale: float = 1.0) -> dict[st
         else:
             out[name] = tensor.clone()
     return out
+
+
+def mean_delta(deltas: Sequence[Weights]) -> dict[str, torch.Tensor]:
+    """The average of several updates of the same weights (a "soup" of runs that started from one
+    policy: what the runs share adds up, what each run's samples put in alone is divided by their
+    number). Every update must cover the same tensors."""
+    if not deltas:
+        raise ValueError("mean_delta of no updates")
+    names = set(deltas[0])
+    for i, delta in enumerate(deltas[1:], start=1):
+        if set(delta) != names:
+            raise ValueError(f"update {i} covers other tensors than update 0")
+    return {name: sum(d[name].float() for d in deltas) / len(deltas) for name in deltas[0]}
 
 
 def second_order_split(base: float, plus: float, minus: float) -> dict[str, float]:

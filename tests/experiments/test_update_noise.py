@@ -13,6 +13,7 @@ from prorag.experiments.update_noise import (
     apply_delta,
     delta_cosine,
     delta_rms,
+    mean_delta,
     permuted_delta,
     second_order_split,
     update_delta,
@@ -117,3 +118,15 @@ def test_adam_signal_ratio_on_torch_adamws_own_state() -> None:
     assert adam_signal_ratio([(exp_avg, exp_avg_sq)], step, betas, eps=0.0) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="empty"):
         adam_signal_ratio([], 1, (0.9, 0.999))
+
+
+def test_mean_delta_averages_per_tensor_and_refuses_mismatched_updates() -> None:
+    a = {"w": torch.tensor([2.0, 0.0]), "b": torch.tensor([1.0])}
+    b = {"w": torch.tensor([0.0, 4.0]), "b": torch.tensor([-1.0])}
+    soup = mean_delta([a, b])
+    assert soup["w"].tolist() == [1.0, 2.0] and soup["b"].tolist() == [0.0]
+    assert mean_delta([a])["w"].tolist() == [2.0, 0.0]
+    with pytest.raises(ValueError, match="update 1 covers other tensors"):
+        mean_delta([a, {"w": torch.zeros(2)}])
+    with pytest.raises(ValueError, match="no updates"):
+        mean_delta([])

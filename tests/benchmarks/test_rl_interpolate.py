@@ -36,7 +36,13 @@ def test_half_steps_and_a_soup_are_written_and_scored(run_dir: Path, tmp_path: P
     assert data["pi_rft"] == {"unseen": 33.33, "test": 50.0}
     s0 = data["runs"]["a-s0"]
     # the run itself: unseen 33.33 (r2), test 25 (q0); its half step: unseen 66.67, test 25
-    assert s0["unseen"] == {"run": 33.33, "a0.5": 66.67, "gain_over_pi_rft": 33.33, "gain_over_run": 33.33, "run_over_pi_rft": 0.0}
+    assert s0["unseen"] == {
+        "run": 33.33,
+        "a0.5": 66.67,
+        "gain_over_pi_rft": 33.33,
+        "gain_over_run": 33.33,
+        "run_over_pi_rft": 0.0,
+    }
     assert s0["test"]["gain_over_pi_rft"] == -25.0 and s0["test"]["gain_over_run"] == 0.0
     s1 = data["runs"]["a-s1"]
     assert s1["test"]["gain_over_pi_rft"] == 25.0 and s1["test"]["gain_over_run"] == 25.0

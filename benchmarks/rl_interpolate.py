@@ -18,6 +18,9 @@ of ``--sets`` (``seen``, ``unseen``: ``probes/seen_unseen/``; ``test``: ``splits
 run (its last weights) and of each interpolation, the interpolation's gain over pi_rft and over its run,
 pooled over runs (mean ± 95% CI, t over runs, with the share above 0), and each soup's gain over pi_rft
 with a paired t-test over questions. Nothing is chosen on test: the scale is set beforehand.
+``--include LABEL=REGEX`` keeps, of each run's update (not the soups'), only the tensors whose names match
+(e.g. ``embed=embed_tokens|model\\.norm``; the policies are ``NAME-aSCALE-LABEL``, and ``--scale 1`` is
+allowed with it): where in the network the update's worth and its cost lie.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import re
 import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -76,7 +80,25 @@ def pooled(values: list[float]) -> dict[str, Any] | None:
     return {"mean": round(mean, 2), "ci95": round(ci, 2), "positive": sum(v > 0 for v in values), "n": len(values)}
 
 
-def collect(run: Path, names: list[str], scale: float, soups: dict[str, list[str]], sets: list[str], jobs: int) -> dict[str, Any]:
+def restrict(delta: dict[str, Any], pattern: str | None) -> dict[str, Any]:
+    """``delta`` with every tensor whose name does not match ``pattern`` (``re.search``) set to zero."""
+    if pattern is None:
+        return delta
+    kept = {name: t if re.search(pattern, name) else t.new_zeros(t.shape) for name, t in delta.items()}
+    if not any(re.search(pattern, name) for name in delta):
+        raise ValueError(f"--include: no tensor name matches {pattern!r} (names look like {next(iter(delta))!r})")
+    return kept
+
+
+def collect(
+    run: Path,
+    names: list[str],
+    scale: float,
+    soups: dict[str, list[str]],
+    sets: list[str],
+    jobs: int,
+    include: tuple[str, str] | None = None,
+) -> dict[str, Any]:
     files = set_files(run)
     for which in sets:
         if not files[which].is_file():
@@ -88,11 +110,14 @@ def collect(run: Path, names: list[str], scale: float, soups: dict[str, list[str
     members = sorted({m for ms in soups.values() for m in ms} | set(names))
     finals = {name: last_weights(run / "probes" / name) for name in members}
     deltas = {name: update_delta(initial, load_file(str(path / WEIGHTS))) for name, path in finals.items()}
-    tag = f"a{scale:g}"
+    tag = f"a{scale:g}" + (f"-{include[0]}" if include else "")
+    pattern = include[1] if include else None
 
     policies: dict[str, Path] = {}
     for name in names:
-        policies[f"{name}-{tag}"] = write_policy(base_policy, apply_delta(initial, deltas[name], scale), folder / f"{name}-{tag}")
+        policies[f"{name}-{tag}"] = write_policy(
+            base_policy, apply_delta(initial, restrict(deltas[name], pattern), scale), folder / f"{name}-{tag}"
+        )
     for soup, runs in soups.items():
         policies[f"soup-{soup}"] = write_policy(
             base_policy, apply_delta(initial, mean_delta([deltas[r] for r in runs])), folder / f"soup-{soup}"
@@ -148,6 +173,7 @@ def collect(run: Path, names: list[str], scale: float, soups: dict[str, list[str
     }
     return {
         "scale": scale,
+        "include": {"label": include[0], "pattern": include[1]} if include else None,
         "pi_rft": {s: round(percent(base[s]), 2) for s in sets},
         "sets": {s: {"file": str(files[s]), "n": len(ids[s])} for s in sets},
         "runs": out_runs,
@@ -164,24 +190,38 @@ def parse_soup(text: str) -> tuple[str, list[str]]:
     return name, members
 
 
+def parse_include(text: str) -> tuple[str, str]:
+    label, _, pattern = text.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", label) or not pattern:
+        raise argparse.ArgumentTypeError(f"--include: expected LABEL=REGEX (LABEL letters, digits, _), got {text!r}")
+    re.compile(pattern)
+    return label, pattern
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the pipeline run folder (its probes/ holds the RL runs)")
     parser.add_argument("--runs", nargs="*", default=[], help="RL run folders under probes/ to interpolate, e.g. ngrpo-s0")
-    parser.add_argument("--scale", type=float, default=0.5, help="the step along each update (0 < scale < 1)")
+    parser.add_argument("--scale", type=float, default=0.5, help="the step along each update (0 < scale <= 1)")
+    parser.add_argument(
+        "--include",
+        type=parse_include,
+        default=None,
+        help="LABEL=REGEX: step only along the tensors whose names match (the rest of each update is dropped)",
+    )
     parser.add_argument("--soup", type=parse_soup, action="append", default=[], help="NAME=RUN,RUN,... (repeatable)")
     parser.add_argument("--sets", nargs="+", default=["unseen", "test"], choices=SET_NAMES)
     parser.add_argument("--jobs", type=int, default=1, help="evaluations at a time (one torch thread each)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if not 0 < args.scale < 1:
-        parser.error(f"--scale must be in (0, 1), got {args.scale}")
+    if not 0 < args.scale <= 1 or (args.scale == 1 and args.include is None):
+        parser.error(f"--scale must be in (0, 1), or 1 with --include, got {args.scale}")
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     if not args.runs and not args.soup:
         parser.error("nothing to do: give --runs, --soup or both")
     soups = dict(args.soup)
-    body = collect(args.run, args.runs, args.scale, soups, args.sets, args.jobs)
+    body = collect(args.run, args.runs, args.scale, soups, args.sets, args.jobs, args.include)
     write_json(
         args.out,
         {
@@ -192,7 +232,7 @@ def main() -> None:
             **body,
         },
     )
-    tag = f"a{args.scale:g}"
+    tag = f"a{args.scale:g}" + (f"-{args.include[0]}" if args.include else "")
     print("pi_rft EM: " + ", ".join(f"{s} {v:.2f}" for s, v in body["pi_rft"].items()))
     for name, row in body["runs"].items():
         print(

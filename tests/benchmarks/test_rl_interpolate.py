@@ -61,3 +61,24 @@ def test_a_scale_outside_0_1_and_a_one_run_soup_are_refused(run_dir: Path, tmp_p
     assert done.returncode == 2 and "--scale must be in (0, 1)" in done.stderr
     done = _run("rl_interpolate.py", [str(run_dir), "--soup", "x=a-s0", "--out", str(tmp_path / "o")])
     assert done.returncode == 2 and "two runs or more" in done.stderr
+
+
+def test_include_keeps_only_the_matching_tensors_of_each_update(run_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    folder = run_dir / "probes" / "interpolate"
+    for name in ("a-s0-a1-bias", "a-s1-a1-bias"):
+        write_eval(folder / f"{name}-test", TEST, {"q0"})
+    out = tmp_path / "out.json"
+    args = [str(run_dir), "--runs", "a-s0", "a-s1", "--scale", "1", "--include", "bias=^b$", "--sets", "test", "--out", str(out)]
+    done = _run("rl_interpolate.py", args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # a-s0 moved only w; restricted to b, its update is nothing: pi_rft's weights
+    kept = load_file(str(folder / "a-s0-a1-bias" / "model.safetensors"))
+    assert kept["w"].tolist() == [1.0, 2.0, 3.0, 4.0] and kept["b"].tolist() == [0.5]
+    data = json.loads(out.read_text())
+    assert data["include"] == {"label": "bias", "pattern": "^b$"}
+    assert data["runs"]["a-s0"]["test"]["a1-bias"] == 25.0
+    done = _run("rl_interpolate.py", [str(run_dir), "--runs", "a-s0", "--scale", "1", "--out", str(tmp_path / "o")])
+    assert done.returncode == 2 and "or 1 with --include" in done.stderr
+    args = [str(run_dir), "--runs", "a-s0", "--include", "x=nothing", "--sets", "test", "--out", str(tmp_path / "o")]
+    done = _run("rl_interpolate.py", args)
+    assert done.returncode != 0 and "no tensor name matches 'nothing'" in done.stderr

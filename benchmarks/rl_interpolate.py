@@ -26,10 +26,7 @@ allowed with it): where in the network the update's worth and its cost lie.
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import re
-import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,12 +35,12 @@ from typing import Any
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import cpu_model, evaluation, git_head  # benchmarks/, beside this file
+from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
 from rl_seen_unseen import evaluate, last_weights
 from rl_update_noise import WEIGHTS, write_policy
 
 from prorag.core.metrics import mean_and_ci, paired_t_test
-from prorag.data.jsonl import read_jsonl, write_json
+from prorag.data.jsonl import read_jsonl
 from prorag.experiments.update_noise import apply_delta, mean_delta, update_delta
 
 SET_NAMES = ("seen", "unseen", "test", "dev")
@@ -222,16 +219,7 @@ def main() -> None:
         parser.error("nothing to do: give --runs, --soup or both")
     soups = dict(args.soup)
     body = collect(args.run, args.runs, args.scale, soups, args.sets, args.jobs, args.include)
-    write_json(
-        args.out,
-        {
-            "date": datetime.date.today().isoformat(),
-            "machine": f"{cpu_model()}, {platform.system()}",
-            "code": git_head(),
-            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-            **body,
-        },
-    )
+    write_results(args.out, body)
     tag = f"a{args.scale:g}" + (f"-{args.include[0]}" if args.include else "")
     print("pi_rft EM: " + ", ".join(f"{s} {v:.2f}" for s, v in body["pi_rft"].items()))
     for name, row in body["runs"].items():

@@ -143,6 +143,22 @@ def git_head() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def write_results(out: Path, body: dict[str, Any], **front: Any) -> None:
+    """Write a benchmark's results file: the date, ``front`` (e.g. ``what``), the machine, the code's
+    commit and the command that ran, then ``body``."""
+    write_json(
+        out,
+        {
+            "date": datetime.date.today().isoformat(),
+            **front,
+            "machine": f"{cpu_model()}, {platform.system()}",
+            "code": git_head(),
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            **body,
+        },
+    )
+
+
 def cpu_model() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -215,18 +231,8 @@ def main() -> None:
     body = collect(
         args.run, args.arms, parse_seeds(args.seeds), parse_pairs(args.control, "--control"), args.reference, args.stream_control
     )
-    write_json(
-        args.out,
-        {
-            "date": datetime.date.today().isoformat(),
-            "what": args.what,
-            "machine": f"{cpu_model()}, {platform.system()}",
-            "code": git_head(),
-            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-            "run_commands": "bash benchmarks/rl_seed_runs.sh RUN ARM:SEED ... (one lane each, OMP_NUM_THREADS=1)",
-            **body,
-        },
-    )
+    run_commands = "bash benchmarks/rl_seed_runs.sh RUN ARM:SEED ... (one lane each, OMP_NUM_THREADS=1)"
+    write_results(args.out, {"run_commands": run_commands, **body}, what=args.what)
     for step, result in body["compare"].items():
         for arm, control in result["controls"].items():
             pair = result["stats"][arm].get(f"vs_{control}_by_seed") or {}

@@ -24,9 +24,7 @@ evaluated greedily (``prorag eval``, as the test evaluations were: ``--max-actio
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -35,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import cpu_model, evaluation, git_head  # benchmarks/rl_seed_runs.py, beside this file
+from rl_seed_runs import evaluation, write_results  # benchmarks/rl_seed_runs.py, beside this file
 
 from prorag.core.metrics import mean_and_ci, paired_t_test
-from prorag.data.jsonl import read_json, read_jsonl, write_json, write_jsonl
+from prorag.data.jsonl import read_json, read_jsonl, write_jsonl
 from prorag.experiments.compare import parse_seeds
 from prorag.stages.training import last_complete_checkpoint
 
@@ -192,16 +190,7 @@ def main() -> None:
     if args.jobs < 1 or args.unseen < 2:
         parser.error("--jobs must be >= 1 and --unseen >= 2")
     body = collect(args.run, args.arms, parse_seeds(args.seeds), args.unseen, args.jobs)
-    write_json(
-        args.out,
-        {
-            "date": datetime.date.today().isoformat(),
-            "machine": f"{cpu_model()}, {platform.system()}",
-            "code": git_head(),
-            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-            **body,
-        },
-    )
+    write_results(args.out, body)
     print("pi_rft EM: " + ", ".join(f"{s} {v:.2f}" for s, v in body["pi_rft"].items()))
     for name, r in body["runs"].items():
         print(f"{name}: " + ", ".join(f"{s} {r[s]:.2f} ({r[s + '_diff']:+.2f})" for s in SETS if s in r))

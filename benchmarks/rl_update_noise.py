@@ -26,10 +26,7 @@ exists is kept.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import platform
-import shlex
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -40,11 +37,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import cpu_model, evaluation, git_head  # benchmarks/, beside this file
+from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
 from rl_seen_unseen import SETS, evaluate, last_checkpoint, last_weights
 
 from prorag.core.metrics import mean_and_ci
-from prorag.data.jsonl import read_jsonl, write_json
+from prorag.data.jsonl import read_jsonl
 from prorag.experiments.update_noise import (
     adam_noise_ratio,
     adam_signal_ratio,
@@ -192,16 +189,7 @@ def main() -> None:
     if bad:
         parser.error(f"--runs: expected ARM-sSEED names, got {bad}")
     body = collect(args.run, args.runs, args.permutations, args.jobs)
-    write_json(
-        args.out,
-        {
-            "date": datetime.date.today().isoformat(),
-            "machine": f"{cpu_model()}, {platform.system()}",
-            "code": git_head(),
-            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-            **body,
-        },
-    )
+    write_results(args.out, body)
     print("pi_rft EM: " + ", ".join(f"{s} {v:.2f}" for s, v in body["pi_rft"].items()))
     for name, r in body["runs"].items():
         adam = r["adam"] or {}

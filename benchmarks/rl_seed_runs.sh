@@ -20,6 +20,7 @@
 #   ngrpo       outcome-only GRPO
 #   ngrpob      the same, advantages divided by the batch's std instead of each group's
 #   ngrpolr1    the same at learning rate 1e-4 (half the schedule's)
+#   ngrpokl     the same with a KL penalty to pi_rft in the loss (beta_kl 0.1, the value dev chose on 2026-11-25)
 #   ngrpolora   the same with a LoRA adapter (rank 8, alpha 32, no dropout) at learning rate 1e-3 instead of
 #               every weight; its checkpoints hold the adapter, so it keeps its last step (select_policy
 #               last: policy/ is step 48 merged), and that is what is tested
@@ -45,6 +46,7 @@ arm_flags() {  # the flags that make ARM
         ngrpo) echo --process-reward none --set beta=0 ;;
         ngrpob) echo --process-reward none --set beta=0 --set scale_advantages=batch ;;
         ngrpolr1) echo --process-reward none --set beta=0 --set learning_rate=0.0001 ;;
+        ngrpokl) echo --process-reward none --set beta=0 --set beta_kl=0.1 ;;
         ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;

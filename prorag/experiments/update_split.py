@@ -7,8 +7,7 @@ policy moved by the same step sizes in no direction (``start + permuted delta``)
 the linear part, the mean of the two minus ``EM(start)`` the quadratic part, and the permuted step's
 change is what a step of that size costs where nothing was learned. Optional shorter steps
 (``start + scale * delta``, WiSE-FT's interpolation) show how much of the first order a shorter step
-keeps. On build 8's RL runs: the direction was worth +4.9 EM on test and its curvature cost 7.7 (docs/
-LOG.md, 2026-11-29).
+keeps. What it found on the small model's RL runs: docs/LOG.md, 2026-11-29.
 
 Every policy is written under ``OUT/policies/`` (safetensors, through :func:`save_policy`, from the
 start policy's own model so configs, tied weights and the tokenizer stay right) and evaluated greedily

@@ -26,6 +26,7 @@ allowed with it): where in the network the update's worth and its cost lie.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,10 +37,10 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
-from rl_seen_unseen import evaluate, last_weights
+from rl_seen_unseen import evaluate, last_weights, percent, pooled
 from rl_update_noise import WEIGHTS, write_policy
 
-from prorag.core.metrics import mean_and_ci, paired_t_test
+from prorag.core.metrics import paired_t_test
 from prorag.data.jsonl import read_jsonl
 from prorag.experiments.update_noise import apply_delta, mean_delta, update_delta
 
@@ -64,17 +65,6 @@ def known_evaluation(run: Path, name: str, which: str) -> Path | None:
     if which in ("seen", "unseen"):
         return run / "probes" / "seen_unseen" / f"{name}-{which}"
     return None
-
-
-def percent(string: str) -> float:
-    return 100 * string.count("1") / len(string)
-
-
-def pooled(values: list[float]) -> dict[str, Any] | None:
-    if len(values) < 2:
-        return None
-    mean, ci = mean_and_ci(values)
-    return {"mean": round(mean, 2), "ci95": round(ci, 2), "positive": sum(v > 0 for v in values), "n": len(values)}
 
 
 def restrict(delta: dict[str, Any], pattern: str | None) -> dict[str, Any]:
@@ -127,7 +117,8 @@ def collect(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda t: evaluate(run, every[t[0]], files[t[1]], folder / f"{t[0]}-{t[1]}"), tasks))
 
-    def em(name: str, which: str) -> str:
+    @functools.cache
+    def em(name: str, which: str) -> str:  # cached: a soup's members and each run are read more than once
         where = known_evaluation(run, name, which) if name in references or name in finals else None
         return evaluation(where or folder / f"{name}-{which}", ids[which])["em_by_question"]
 

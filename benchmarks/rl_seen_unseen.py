@@ -109,13 +109,26 @@ def evaluate(run: Path, policy: Path, data: Path, out: Path) -> Path:
     return out
 
 
+def percent(string: str) -> float:
+    """EM in points from a per-question string of 0s and 1s."""
+    return 100 * string.count("1") / len(string)
+
+
+def pooled(values: list[float]) -> dict[str, Any] | None:
+    """Mean ± 95% CI over runs (t), how many are above 0 and how many there are; None below two."""
+    if len(values) < 2:
+        return None
+    mean, ci = mean_and_ci(values)
+    return {"mean": round(mean, 2), "ci95": round(ci, 2), "positive": sum(v > 0 for v in values), "n": len(values)}
+
+
 def run_scores(em: dict[str, str], base: dict[str, str]) -> dict[str, Any]:
     """One run's EM on each set and its difference from pi_rft (points), and the memorised part:
     the gain on ``seen`` minus the gain on ``unseen`` (same worlds, so the same kind of question)."""
     out: dict[str, Any] = {}
     for name, string in em.items():
-        out[name] = round(100 * string.count("1") / len(string), 2)
-        out[f"{name}_diff"] = round(out[name] - 100 * base[name].count("1") / len(base[name]), 2)
+        out[name] = round(percent(string), 2)
+        out[f"{name}_diff"] = round(out[name] - percent(base[name]), 2)
     out["seen_minus_unseen_diff"] = round(out["seen_diff"] - out["unseen_diff"], 2)
     return out
 
@@ -127,10 +140,7 @@ def summarise(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     keys = [f"{s}_diff" for s in SETS] + ["seen_minus_unseen_diff"]
     values = {k: [r[k] for r in runs.values() if k in r] for k in keys}
     out: dict[str, Any] = {"runs": len(runs)}
-    for k, v in values.items():
-        if len(v) >= 2:
-            mean, ci = mean_and_ci(v)
-            out[k] = {"mean": round(mean, 2), "ci95": round(ci, 2), "positive": sum(x > 0 for x in v), "n": len(v)}
+    out.update({k: stats for k, v in values.items() if (stats := pooled(v)) is not None})
     if len(values["seen_diff"]) >= 2:
         test = paired_t_test(values["seen_diff"], values["unseen_diff"])
         out["seen_vs_unseen_p"] = round(test.p_value, 4)
@@ -171,7 +181,7 @@ def collect(run: Path, arms: list[str], seeds: list[int], unseen: int, jobs: int
     by_arm = {arm: summarise({k: v for k, v in runs.items() if k.rsplit("-s", 1)[0] == arm}) for arm in arms}
     return {
         "sets": {s: {"file": str(files[s]), "n": len(ids[s])} for s in SETS},
-        "pi_rft": {s: round(100 * base[s].count("1") / len(base[s]), 2) for s in SETS},
+        "pi_rft": {s: round(percent(base[s]), 2) for s in SETS},
         "runs": runs,
         "by_arm": by_arm,
         "all_runs": summarise(runs),

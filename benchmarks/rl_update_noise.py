@@ -38,9 +38,8 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
-from rl_seen_unseen import SETS, evaluate, last_checkpoint, last_weights
+from rl_seen_unseen import SETS, evaluate, last_checkpoint, last_weights, percent, pooled
 
-from prorag.core.metrics import mean_and_ci
 from prorag.data.jsonl import read_jsonl
 from prorag.experiments.update_noise import (
     adam_noise_ratio,
@@ -90,10 +89,6 @@ def adam_state(checkpoint: Path) -> dict[str, Any] | None:
 
 def em_string(folder: Path, ids: list[str]) -> str:
     return evaluation(folder, ids)["em_by_question"]
-
-
-def percent(string: str) -> float:
-    return 100 * string.count("1") / len(string)
 
 
 def collect(run: Path, names: list[str], permutations: int, jobs: int) -> dict[str, Any]:
@@ -160,10 +155,9 @@ def collect(run: Path, names: list[str], permutations: int, jobs: int) -> dict[s
     summary: dict[str, Any] = {"runs": len(names)}
     for s in SETS:
         for part in ("change", "linear", "quadratic", "permuted_change"):
-            values = [r[s][part] for r in runs.values() if r[s][part] is not None]
-            if len(values) >= 2:
-                mean, ci = mean_and_ci(values)
-                summary[f"{s}_{part}"] = {"mean": round(mean, 2), "ci95": round(ci, 2), "n": len(values)}
+            stats = pooled([r[s][part] for r in runs.values() if r[s][part] is not None])
+            if stats is not None:
+                summary[f"{s}_{part}"] = stats
     summary["cosine_same_seed"] = round(sum(same) / len(same), 4) if same else None
     summary["cosine_other_seeds"] = round(sum(other) / len(other), 4) if other else None
     return {

@@ -54,19 +54,18 @@ def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def write_policy_with_weights(start: str, weights: dict[str, torch.Tensor], out: Path) -> Path:
-    """``start``'s model and tokenizer with ``weights`` put in, saved to ``out`` (kept if it exists).
+def write_policy_with_weights(model: Any, tokenizer: Any, weights: dict[str, torch.Tensor], out: Path) -> Path:
+    """``model`` (the start policy, loaded once by the caller) with ``weights`` put in, saved with
+    ``tokenizer`` to ``out``.
 
     The weights carry the names of the start's own files, so every one must land in the model; the
-    model's keys they leave out are the ones its files leave out too (tied heads, buffers)."""
-    from prorag.models.checkpoints import load_policy, save_policy
+    model's keys they leave out are the ones its files leave out too (tied heads, buffers), and every
+    call replaces all of the file's tensors, so one model serves every policy written."""
+    from prorag.models.checkpoints import save_policy
 
-    if (out / "config.json").is_file():
-        return out
-    model, tokenizer = load_policy(start)
     unexpected = model.load_state_dict(weights, strict=False).unexpected_keys
     if unexpected:
-        raise ValueError(f"{start}: weights {unexpected[:3]} are not the model's parameters")
+        raise ValueError(f"weights {unexpected[:3]} are not the start model's parameters")
     return save_policy(model, tokenizer, out)
 
 
@@ -133,7 +132,7 @@ def update_split(
     (and write to ``OUT/split.json``) the split with its statistics over questions."""
     from prorag.data.records import read_records
     from prorag.evaluation.runner import evaluate_files
-    from prorag.models.checkpoints import resolve_policy_path
+    from prorag.models.checkpoints import load_policy, resolve_policy_path
 
     if permutations < 0 or any(not 0 < s < 1 for s in scales):
         raise ValueError("update_split: permutations must be >= 0 and every scale in (0, 1)")
@@ -147,8 +146,12 @@ def update_split(
         steps[f"permuted{k}"] = apply_delta(initial, permuted_delta(delta, torch.Generator().manual_seed(seed + k)))
     for scale in scales:
         steps[f"scale{scale:g}"] = apply_delta(initial, delta, scale)
-    for name, weights in steps.items():
-        policies[name] = str(write_policy_with_weights(start, weights, out / "policies" / name))
+    missing = {name: w for name, w in steps.items() if not (out / "policies" / name / "config.json").is_file()}
+    if missing:  # a resumed run keeps what it wrote; the start model is loaded once for the rest
+        model, tokenizer = load_policy(start)
+        for name, weights in missing.items():
+            write_policy_with_weights(model, tokenizer, weights, out / "policies" / name)
+    policies.update({name: str(out / "policies" / name) for name in steps})
     records = read_records(data)
     ids = [r.id for r in (records[: config.limit] if config.limit is not None else records)]
     scores = {}

@@ -92,6 +92,7 @@ from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource,
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
+from prorag.stages.sft_replay import SFTReplay, SFTReplayConfig, draw_index
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
@@ -238,6 +239,11 @@ class RLConfig(TrainingConfig):
         help="Weight of a KL penalty to the initial policy in the loss (TRL's k3 estimate on the policy's tokens; "
         "the reference is a frozen copy of the policy, or the policy with its LoRA adapter off); 0 as in the "
         "reference code (no reference model kept).",
+    )
+    sft_replay: SFTReplayConfig = setting(
+        factory=SFTReplayConfig,
+        help="SFT replay (InstructGPT's ptx): `coef` x the format-aware SFT loss on a batch of gold trajectories "
+        "from `file` added to every RL loss; off by default (the paper has none). See prorag/stages/sft_replay.py.",
     )
     loss_aggregation: PPOAggregation = setting(
         "token_mean",
@@ -652,7 +658,9 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
     ``None`` for the outcome-only baseline.
     """
 
-    def __init__(self, *args: Any, rl_config: RLConfig, scorer: Any | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, rl_config: RLConfig, scorer: Any | None = None, replay: SFTReplay | None = None, **kwargs: Any
+    ) -> None:
         if rl_config.uses_prm and scorer is None:
             raise ValueError(
                 f"process_reward={rl_config.process_reward!r} needs a step-reward source (or set process_reward='none')"
@@ -663,6 +671,10 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         self.outcome_fn = OUTCOME_REWARDS.get(rl_config.outcome_reward.form)(rl_config.outcome_reward)
         self.generation_rows: list[dict[str, Any]] | None = None
         """The dataset rows of the batch being generated (read by :class:`EngineRollout`)."""
+        self.replay = replay
+        """The SFT replay set (``rl_config.sft_replay``), ``None`` without one."""
+        self.replay_draws: tuple[int, int] = (-1, 0)
+        """(optimiser step, replay batches drawn in it so far): numbers each micro-batch's draw."""
         self.pending_logs: dict[str, float] = {}
         """Values merged into the next log row (the dev evaluation's ``eval_em``/``eval_f1``)."""
         self.compact_logps = True
@@ -733,7 +745,29 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         """TRL's loss, with log-probabilities (and the logged entropy) computed on the policy's tokens only."""
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else None
         with self._scoring(mask):
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        if self.replay is not None and self.model.training:
+            loss = loss + self._replay_term(model)
+        return loss
+
+    def _replay_term(self, model: Any) -> torch.Tensor:
+        """``coef`` x the SFT loss of this micro-batch's replay draw, divided by the gradient
+        accumulation as TRL divides its own loss (``coef`` 0: computed without gradients, only
+        logged). Logs ``replay_nll``."""
+        cfg = self.rl_config.sft_replay
+        step, drawn = self.replay_draws
+        if step != self.state.global_step:
+            step, drawn = self.state.global_step, 0
+        self.replay_draws = (step, drawn + 1)
+        accumulation = self.current_gradient_accumulation_steps
+        draw = draw_index(step, drawn, accumulation, self.accelerator.process_index, self.accelerator.num_processes)
+        fused = self.temperature == 1.0  # TRL's fused head divides the logits by the sampling temperature
+        with torch.set_grad_enabled(cfg.coef > 0), compact_fused_head(), self.accelerator.autocast():
+            nll = self.replay.loss(model, draw, fused=fused)
+        self._metrics["train"]["replay_nll"].append(self.accelerator.gather(nll.detach().view(1)).mean().item())
+        if cfg.coef == 0:
+            return nll.new_zeros(())
+        return cfg.coef * nll / accumulation
 
     @contextlib.contextmanager
     def _scoring(self, mask: torch.Tensor | None) -> Iterator[None]:
@@ -1096,7 +1130,7 @@ def make_rl_trainer(
     scorer: Any | None = None,
 ) -> ProcessSupervisedGRPOTrainer:
     """The :class:`ProcessSupervisedGRPOTrainer` of :func:`train_rl` (rollouts, reward, LoRA,
-    metrics file and time budget included), not yet trained."""
+    SFT replay, metrics file and time budget included), not yet trained."""
     import os
     import warnings
 
@@ -1107,6 +1141,19 @@ def make_rl_trainer(
     dev = read_records(config.eval_file) if config.eval_every and config.eval_file else None
     if config.eval_every and dev is None:
         raise ValueError("RLConfig.eval_every needs `eval_file` (a fixed dev set)")
+    replay = None
+    if config.sft_replay.enabled:
+        from prorag.stages.sft_replay import load_replay
+
+        rollout = config.rollout
+        replay = load_replay(
+            config.sft_replay,
+            tokenizer,
+            seed=config.seed,
+            retriever=retriever,
+            top_k=rollout.top_k,
+            prompt_style=rollout.prompt_style,
+        )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API, pinned here
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
@@ -1122,6 +1169,7 @@ def make_rl_trainer(
             rollout_func=EngineRollout(records, retriever, config.rollout_config()),
             rl_config=config,
             scorer=scorer,
+            replay=replay,
         )
     if dev is not None:
         trainer.add_callback(
@@ -1150,6 +1198,7 @@ CURVE_COLUMNS: tuple[str, ...] = (
     "clip_fraction",
     "entropy",
     "kl_to_init",
+    "replay_nll",
     "groups_em_agree",
     "groups_reward_agree",
     "advantage_abs_mean",

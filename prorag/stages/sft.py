@@ -297,6 +297,27 @@ class WeightedSFTCollator:
 # ----------------------------------------------------------------------------- trainer
 
 
+def target_nll(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, weights: torch.Tensor, *, fused: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+    """Next-token NLLs ``(B, T - 1)`` of a weighted batch, the top-1 hits on its targets (positive
+    weights; ``None`` where the fused head does not report them) and the model's output.
+
+    ``fused``: through the fused LM head TRL patches into the model (labels -100 off the targets),
+    which never builds the ``(B, T, V)`` logits; its NLLs are 0 off the targets, where every use of
+    them is masked. Else the plain forward and :func:`~prorag.method.losses.token_nll`."""
+    target = weights[:, 1:] > 0
+    if fused:
+        labels = torch.where(weights > 0, input_ids, torch.full_like(input_ids, -100))
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+        correct = outputs.is_top1.bool() & target if outputs.is_top1 is not None else None
+        return -outputs.log_probs, correct, outputs
+    outputs = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    with torch.no_grad():
+        correct = (outputs.logits[:, :-1].argmax(-1) == input_ids[:, 1:]) & target
+    return token_nll(outputs.logits, input_ids), correct, outputs
+
+
 def length_group_size(args: Any) -> int:
     """The batch whose examples ``group_by_length`` sorts by length together: one optimiser
     step's examples over every process (``train_batch_size * world_size * accumulation``).
@@ -357,16 +378,7 @@ class WeightedSFTTrainer(TrainerKernels, SFTTrainer):
         input_ids = inputs["input_ids"]
         attention_mask = inputs.get("attention_mask")
         target = weights[:, 1:] > 0
-        if self.fused_lm_head:
-            labels = torch.where(weights > 0, input_ids, torch.full_like(input_ids, -100))
-            outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
-            nll = -outputs.log_probs
-            correct = outputs.is_top1.bool() & target if outputs.is_top1 is not None else None
-        else:
-            outputs = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-            nll = token_nll(outputs.logits, input_ids)
-            with torch.no_grad():
-                correct = (outputs.logits[:, :-1].argmax(-1) == input_ids[:, 1:]) & target
+        nll, correct, outputs = target_nll(model, input_ids, attention_mask, weights, fused=self.fused_lm_head)
         loss = reduce_weighted_nll(nll, weights, self.reduction, normalizer=num_items_in_batch)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # DDP averages gradients over processes; the normaliser already counts every process.
@@ -660,5 +672,6 @@ __all__ = [
     "make_sft_trainer",
     "prompt_token_ids",
     "sft_training_args",
+    "target_nll",
     "train_sft",
 ]

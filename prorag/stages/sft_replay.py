@@ -1,0 +1,179 @@
+"""SFT replay during RL: the format-aware SFT loss on gold trajectories, added to the RL loss.
+
+``L = L_RL + coef * L_SFT(batch_k)``: InstructGPT's PPO-ptx ("mixing the pretraining gradients
+into the PPO gradients", Ouyang et al. 2022), with the warm-up's own data and loss (Eq. 1) in
+place of pretraining text. Why it is here: on the built-in world one pass of outcome RL moves the
+policy along a direction whose first-order worth on held-out questions is positive but whose
+second-order cost, paid in reading the retrieved documents, is larger; a KL penalty measured on
+the RL questions' own samples does not see that cost (docs/LOG.md, 2026-11-29). The replay loss
+measures the fit to gold reading steps on other questions, so its curvature is the one RL's steps
+pay; at the start its gradient is small (pi_rft fits its warm-up data), so it acts as a restoring
+force rather than a second objective.
+
+The batches: draw ``k`` of a run holds ``batch_size`` trajectories taken in order from the
+concatenation of per-epoch permutations of the replay set, each permutation seeded by
+``(seed, epoch)`` (:func:`replay_indices`). A draw is a pure function of ``(seed, k)``, so a
+resumed run draws what the uninterrupted one would have, and arms with the same seed replay the
+same trajectories in the same order. The trainer numbers its draws by optimiser step,
+micro-batch and process (:func:`draw_index`).
+
+``coef`` 0 with a replay file only measures: the replay loss is computed without gradients and
+logged (``replay_nll``), the drift of the warm-up's fit as RL goes, at one forward per step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prorag.agent.sampling import stream_seed
+from prorag.core.config import setting
+from prorag.method.losses import DEFAULT_CONTROL_LAMBDA, REDUCTIONS, WEIGHT_SCHEMES, Reduction, WeightScheme, reduce_weighted_nll
+from prorag.retrieval.base import Retriever
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTReplayConfig:
+    """Settings of the SFT replay term (off by default: the paper's RL has none)."""
+
+    file: str | None = setting(
+        None,
+        help="Gold trajectories to replay: the SFT stage's `sft_data/trajectories.jsonl`, or a record file of SFT "
+        "questions rendered with the RL index. Keep it disjoint from the RL and evaluation questions.",
+    )
+    coef: float = setting(
+        0.0,
+        help="Weight of the replay loss in `L_RL + coef * L_SFT` (InstructGPT's ptx coefficient); 0 with a `file`: "
+        "the replay loss is only measured and logged as `replay_nll`.",
+    )
+    batch_size: int = setting(16, help="Trajectories per replay batch (one batch per micro-batch of the RL loss).")
+    limit: int | None = setting(None, help="Only the first N trajectories of `file`.")
+    weight_scheme: WeightScheme = setting("reference", help="The format-aware loss's tag weights (as the SFT stage's).")
+    control_lambda: float = setting(DEFAULT_CONTROL_LAMBDA, help="lambda of the `paper` weight scheme.")
+    reduction: Reduction = setting("weighted_mean", help="The loss's reduction (as the SFT stage's).")
+    max_length: int | None = setting(2048, help="Longer trajectories (prompt included) are dropped.")
+
+    def __post_init__(self) -> None:
+        if self.coef < 0:
+            raise ValueError(f"SFTReplayConfig.coef must be >= 0, got {self.coef}")
+        if self.coef > 0 and not self.file:
+            raise ValueError("SFTReplayConfig.coef > 0 needs `file` (the gold trajectories to replay)")
+        if self.batch_size < 1:
+            raise ValueError(f"SFTReplayConfig.batch_size must be >= 1, got {self.batch_size}")
+        if self.weight_scheme not in WEIGHT_SCHEMES:
+            raise ValueError(f"SFTReplayConfig.weight_scheme must be one of {WEIGHT_SCHEMES}, got {self.weight_scheme!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"SFTReplayConfig.reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the replay loss is computed at all (trained on with ``coef > 0``, else only logged)."""
+        return bool(self.file)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The replay set's order in ``epoch``: a permutation of ``range(n)`` seeded by ``(seed, epoch)``."""
+    generator = torch.Generator().manual_seed(stream_seed("sft-replay", seed, epoch))
+    return torch.randperm(n, generator=generator).tolist()
+
+
+def replay_indices(n: int, batch_size: int, seed: int, draw: int) -> list[int]:
+    """The examples of draw ``draw``: positions ``draw * batch_size`` to ``(draw + 1) * batch_size - 1``
+    of the endless sequence ``epoch_order(n, seed, 0) + epoch_order(n, seed, 1) + ...``.
+
+    Every example is replayed once per epoch, in an order no other seed shares; a batch that
+    runs past the end of an epoch continues into the next one's order (so with ``batch_size > n``
+    a batch can hold an example twice)."""
+    if n < 1:
+        raise ValueError("replay_indices needs at least one example")
+    if batch_size < 1 or draw < 0:
+        raise ValueError(f"replay_indices needs batch_size >= 1 and draw >= 0, got {batch_size}, {draw}")
+    start = draw * batch_size
+    out: list[int] = []
+    epoch, offset = divmod(start, n)
+    while len(out) < batch_size:
+        order = epoch_order(n, seed, epoch)
+        out.extend(order[offset : offset + batch_size - len(out)])
+        epoch, offset = epoch + 1, 0
+    return out
+
+
+def draw_index(step: int, micro_batch: int, accumulation: int, process: int, processes: int) -> int:
+    """The draw of one RL loss computation: optimiser ``step`` (0-based), its ``micro_batch`` of
+    ``accumulation``, on ``process`` of ``processes``. Distinct for every computation of a run, and
+    the same whether a run was resumed or not; on one process draws go 0, 1, 2, ..."""
+    return (step * accumulation + micro_batch) * processes + process
+
+
+class SFTReplay:
+    """The replay set of one RL run, tokenised as the SFT stage tokenises it, and its loss.
+
+    ``examples`` are :func:`~prorag.stages.sft.build_sft_examples` rows."""
+
+    def __init__(self, examples: Sequence[dict[str, Any]], pad_token_id: int, config: SFTReplayConfig, seed: int) -> None:
+        from prorag.stages.sft import WeightedSFTCollator
+
+        if not examples:
+            raise ValueError(f"{config.file}: no trajectory left to replay (all dropped as overlong or without a target?)")
+        self.examples = list(examples)
+        self.config = config
+        self.seed = seed
+        self.collate = WeightedSFTCollator(pad_token_id)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def batch(self, draw: int) -> dict[str, torch.Tensor]:
+        """Draw ``draw``'s examples, collated (``input_ids``, ``attention_mask``, ``loss_weights``)."""
+        picked = replay_indices(len(self.examples), self.config.batch_size, self.seed, draw)
+        return self.collate([self.examples[i] for i in picked])
+
+    def loss(self, model: Any, draw: int, *, fused: bool) -> torch.Tensor:
+        """The format-aware SFT loss of draw ``draw`` under ``model`` (a scalar with its graph).
+        ``fused``: through TRL's fused LM head (its temperature must be 1), else full logits."""
+        from prorag.stages.sft import target_nll
+
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in self.batch(draw).items()}
+        nll, _, _ = target_nll(model, batch["input_ids"], batch["attention_mask"], batch["loss_weights"], fused=fused)
+        return reduce_weighted_nll(nll, batch["loss_weights"], self.config.reduction)
+
+
+def load_replay(
+    config: SFTReplayConfig,
+    tokenizer: Any,
+    *,
+    seed: int,
+    retriever: Retriever | None = None,
+    top_k: int = 3,
+    prompt_style: Any = None,
+) -> SFTReplay:
+    """The replay set of ``config.file`` (gold trajectories, or records rendered with ``retriever``
+    at ``top_k``), tokenised with the policy's prompt (``prompt_style``) and tag weights."""
+    from prorag.method.losses import tag_weight_table
+    from prorag.models.tags import tag_token_ids
+    from prorag.stages.sft import build_sft_examples, load_trajectories
+
+    if not config.file:
+        raise ValueError("SFTReplayConfig.file is not set")
+    trajectories, _ = load_trajectories(config.file, retriever, top_k)
+    if config.limit is not None:
+        trajectories = trajectories[: config.limit]
+    table = tag_weight_table(tag_token_ids(tokenizer), config.weight_scheme, config.control_lambda)
+    examples, stats = build_sft_examples(
+        trajectories, tokenizer, table, prompt_style=prompt_style, max_length=config.max_length, overlong="drop"
+    )
+    log.info(
+        "SFT replay: %d trajectories of %s (%s), %g x their loss in each RL loss", len(examples), config.file, stats, config.coef
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return SFTReplay(examples, int(pad), config, seed)
+
+
+__all__ = ["SFTReplay", "SFTReplayConfig", "draw_index", "epoch_order", "load_replay", "replay_indices"]

@@ -57,6 +57,7 @@ SIGNALS = (
     "clip_fraction",
     "searches_per_trajectory",
     "format_valid_rate",
+    "replay_nll",
 )
 #: The oracle's verdict counts summed from the prediction lines (``step_validity_fields``).
 VERDICTS = tuple(f"{p}_{k}" for k in ("searches", "subanswers", "answers") for p in ("judged", "valid"))

@@ -26,6 +26,8 @@
 #               last: policy/ is step 48 merged), and that is what is tested
 #   ngrpoptx    the same with SFT replay (InstructGPT's ptx): 1.0 x the format-aware SFT loss on 16 of the
 #               warm-up's gold trajectories (sft_data/trajectories.jsonl) added to every RL loss
+#   ptxonly     ngrpoptx with every advantage 0 (`advantage: zero`): the SFT replay alone on the same schedule,
+#               the control for what RL adds beside it
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
@@ -52,6 +54,8 @@ arm_flags() {  # the flags that make ARM
         ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         ngrpoptx) echo --process-reward none --set beta=0 --set sft_replay.file=sft_data/trajectories.jsonl \
+            --set sft_replay.coef=1.0 --set sft_replay.batch_size=16 ;;
+        ptxonly) echo --process-reward none --set beta=0 --set advantage=zero --set sft_replay.file=sft_data/trajectories.jsonl \
             --set sft_replay.coef=1.0 --set sft_replay.batch_size=16 ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
         nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;

@@ -467,7 +467,7 @@ def rl_cmd(
         str | None,
         typer.Option(
             help="Advantage estimator, a name in ADVANTAGE_ESTIMATORS: dual (ProRAG), grpo, cpgrpo, dual_silent, "
-            "dual_informative, dual_signed (RLConfig.advantage says what each does)."
+            "dual_informative, dual_signed, zero (RLConfig.advantage says what each does)."
         ),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,

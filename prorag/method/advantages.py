@@ -561,6 +561,16 @@ def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, bound_sign=True)
 
 
+@ADVANTAGE_ESTIMATORS.register("zero")
+def zero_estimator(inputs: AdvantageInputs) -> torch.Tensor:
+    """Zero on every token: the rollouts teach nothing, whatever their rewards (still computed
+    and logged). The control for a term added beside the policy-gradient loss, e.g. SFT replay
+    (``rl.sft_replay``): with it, a run is that term alone on the same schedule, so what RL adds
+    beyond it can be measured. (Adam normalises each step by the gradient it sees, so the term's
+    steps are not smaller for lacking the RL gradient beside them.)"""
+    return torch.zeros(inputs.loss_mask.shape, dtype=torch.float32)
+
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ADVANTAGE_SCALES",
@@ -587,6 +597,7 @@ __all__ = [
     "kind_groups",
     "process_advantages",
     "scale_name",
+    "zero_estimator",
     "sign_bounded",
     "step_token_counts",
 ]

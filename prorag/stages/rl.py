@@ -186,7 +186,8 @@ class RLConfig(TrainingConfig):
         "`grpo` (outcome only), `cpgrpo` (CP-Search's |A| * pr), `dual_silent` (`dual` on the groups whose outcome "
         "rewards all agree, where GRPO is silent; `grpo` on the others), `dual_informative` (its complement: `dual` on "
         "the groups whose outcome rewards disagree, `grpo` on the silent ones), `dual_signed` (`dual` with each step's "
-        "advantage kept on its trajectory's side of 0: the step term never reverses the outcome's sign).",
+        "advantage kept on its trajectory's side of 0: the step term never reverses the outcome's sign), `zero` (every "
+        "token 0: the control for a term beside the policy gradient, e.g. `sft_replay` alone).",
     )
     beta: float = setting(0.3, help="Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3).")
     # See prm_judged_actions.

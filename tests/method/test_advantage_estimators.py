@@ -174,3 +174,10 @@ def test_dual_signed_never_reverses_an_outcome_advantage() -> None:
     assert torch.allclose(ADVANTAGE_ESTIMATORS.get("dual_signed")(half), ADVANTAGE_ESTIMATORS.get("dual_informative")(half))
     grpo = ADVANTAGE_ESTIMATORS.get("grpo")(two)
     assert torch.equal(ADVANTAGE_ESTIMATORS.get("dual_signed")(AdvantageInputs(**{**two.__dict__, "beta": 0.0})), grpo)
+
+
+def test_zero_gives_no_token_an_advantage_whatever_the_rewards() -> None:
+    got = ADVANTAGE_ESTIMATORS.get("zero")(inputs())
+    assert got.shape == MASK.shape and got.dtype == torch.float32
+    assert torch.equal(got, torch.zeros(2, 4))
+    assert "zero" in ADVANTAGE_ESTIMATORS.names()

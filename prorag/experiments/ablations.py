@@ -55,6 +55,7 @@ from prorag.experiments.pipeline import (
     results_table,
     rl_config,
     rl_dev_file,
+    rl_replay,
     rl_run_name,
     run_pipeline,
     system_eval_config,
@@ -246,7 +247,7 @@ def arm_config(run: Run, arm: Arm, seed: int) -> Any:
     cfg = rl_config(run, "rft", process=source != "none", beta=run.config.rl.beta, seed=seed)
     cfg = apply_overrides(cfg, arm, where=f"arm {' '.join(arm) or '(grpo)'}")
     # An arm that turns the dev curve on (e.g. for select_policy=best_dev) reads the dev split too.
-    return replace(cfg, eval_file=rl_dev_file(run, cfg))
+    return replace(cfg, eval_file=rl_dev_file(run, cfg), sft_replay=rl_replay(run, cfg))
 
 
 def _group_means(

@@ -48,6 +48,7 @@ from prorag.stages.rft import RFTConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig, SFTTrainingConfig
 from prorag.stages.sft_data import SFTDataConfig
+from prorag.stages.sft_replay import SFTReplayConfig
 
 log = logging.getLogger(__name__)
 
@@ -754,6 +755,7 @@ def rl_config(run: Run, init: str, *, process: bool, beta: float, seed: int) -> 
         if run.config.rl.question_filter != "none"
         else run.config.rl.screening_file,
         eval_file=rl_dev_file(run, run.config.rl),
+        sft_replay=rl_replay(run, run.config.rl),
     )
 
 
@@ -761,6 +763,14 @@ def rl_dev_file(run: Run, rl: RLConfig) -> str | None:
     """The dev file of ``rl``'s held-out curve (``eval_every``): the config's, else the run's dev
     split; none without the curve."""
     return rl.eval_file or (str(run.path("splits", "dev.jsonl")) if rl.eval_every else None)
+
+
+def rl_replay(run: Run, rl: RLConfig) -> SFTReplayConfig:
+    """``rl.sft_replay`` with its file filled in: the config's, else (with ``coef`` > 0) the run's
+    SFT trajectories, whose worlds no RL, dev or test question shares."""
+    if rl.sft_replay.file or rl.sft_replay.coef == 0:
+        return rl.sft_replay
+    return replace(rl.sft_replay, file=str(run.path("sft_data", "trajectories.jsonl")))
 
 
 def stage_rl(run: Run) -> None:
@@ -1063,6 +1073,7 @@ __all__ = [
     "fingerprint",
     "rl_config",
     "rl_dev_file",
+    "rl_replay",
     "system_eval_config",
     "non_default_fields",
     "resolve",

@@ -1143,7 +1143,7 @@ def make_rl_trainer(
     if config.eval_every and dev is None:
         raise ValueError("RLConfig.eval_every needs `eval_file` (a fixed dev set)")
     replay = None
-    if config.sft_replay.enabled:
+    if config.sft_replay.enabled:  # load_replay refuses coef > 0 without a file, before anything runs
         from prorag.stages.sft_replay import load_replay
 
         rollout = config.rollout

@@ -45,7 +45,8 @@ class SFTReplayConfig:
     file: str | None = setting(
         None,
         help="Gold trajectories to replay: the SFT stage's `sft_data/trajectories.jsonl`, or a record file of SFT "
-        "questions rendered with the RL index. Keep it disjoint from the RL and evaluation questions.",
+        "questions rendered with the RL index. Keep it disjoint from the RL and evaluation questions. The pipeline "
+        "and `prorag ablate` fill in their run's SFT trajectories when `coef` > 0 and this is unset.",
     )
     coef: float = setting(
         0.0,
@@ -62,8 +63,6 @@ class SFTReplayConfig:
     def __post_init__(self) -> None:
         if self.coef < 0:
             raise ValueError(f"SFTReplayConfig.coef must be >= 0, got {self.coef}")
-        if self.coef > 0 and not self.file:
-            raise ValueError("SFTReplayConfig.coef > 0 needs `file` (the gold trajectories to replay)")
         if self.batch_size < 1:
             raise ValueError(f"SFTReplayConfig.batch_size must be >= 1, got {self.batch_size}")
         if self.weight_scheme not in WEIGHT_SCHEMES:
@@ -73,8 +72,10 @@ class SFTReplayConfig:
 
     @property
     def enabled(self) -> bool:
-        """Whether the replay loss is computed at all (trained on with ``coef > 0``, else only logged)."""
-        return bool(self.file)
+        """Whether the replay loss is computed at all (trained on with ``coef > 0``, else only logged).
+        ``coef > 0`` without a ``file`` is refused when the trainer is built: the pipeline fills in
+        its run's SFT trajectories (:func:`~prorag.experiments.pipeline.rl_replay`)."""
+        return bool(self.file) or self.coef > 0
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -161,7 +162,7 @@ def load_replay(
     from prorag.stages.sft import build_sft_examples, load_trajectories
 
     if not config.file:
-        raise ValueError("SFTReplayConfig.file is not set")
+        raise ValueError("RLConfig.sft_replay.coef > 0 needs `sft_replay.file` (the gold trajectories to replay)")
     trajectories, _ = load_trajectories(config.file, retriever, top_k)
     if config.limit is not None:
         trajectories = trajectories[: config.limit]

@@ -496,6 +496,7 @@ def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
     """With ``question_filter``, every RL run from one initial policy and seed (an ablation's arms)
     reads one screening file; another seed or policy has its own; without it none is set."""
     from prorag.experiments.pipeline import Run, rl_config
+    from prorag.stages.sft_replay import SFTReplayConfig
 
     base = PipelineConfig()
     run = Run(tmp_path, replace(base, rl=replace(base.rl, question_filter="mixed")), progress=lambda _: None)
@@ -506,6 +507,12 @@ def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
     assert rl_config(run, "sft", process=True, beta=0.3, seed=2).screening_file != grpo.screening_file
     plain = Run(tmp_path, base, progress=lambda _: None)
     assert rl_config(plain, "rft", process=False, beta=0.3, seed=2).screening_file is None
+    # SFT replay without a file replays the run's own SFT trajectories
+    assert rl_config(plain, "rft", process=False, beta=0.3, seed=2).sft_replay.file is None
+    ptx = Run(tmp_path, replace(base, rl=replace(base.rl, sft_replay=SFTReplayConfig(coef=1.0))), progress=lambda _: None)
+    assert rl_config(ptx, "rft", process=False, beta=0.3, seed=2).sft_replay.file == str(
+        tmp_path / "sft_data" / "trajectories.jsonl"
+    )
 
 
 def test_smollm2_gpu_yaml_runs_the_demo_table_with_the_demo_settings_on_cuda() -> None:

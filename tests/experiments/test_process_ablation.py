@@ -292,6 +292,12 @@ def test_a_config_adds_arms_and_controls_without_code(tmp_path: Path) -> None:
     assert cfg.rl.eval_every == 0 and kl.eval_file is None
     early = ablations.arm_config(run, ("select_policy=best_dev", "eval_every=12"), 0)
     assert early.select_policy == "best_dev" and early.eval_file == str(run.path("splits", "dev.jsonl"))
+    # an arm with SFT replay and no file replays the run's SFT trajectories; a file of its own is kept
+    assert not kl.sft_replay.enabled and kl.sft_replay.file is None
+    ptx = ablations.arm_config(run, ("sft_replay.coef=1.0",), 0)
+    assert (ptx.sft_replay.coef, ptx.sft_replay.file) == (1.0, str(run.path("sft_data", "trajectories.jsonl")))
+    own = ablations.arm_config(run, ("sft_replay.coef=0.5", "sft_replay.file=mine.jsonl"), 0)
+    assert own.sft_replay.file == "mine.jsonl"
 
 
 @pytest.mark.parametrize(

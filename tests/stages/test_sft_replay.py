@@ -80,11 +80,11 @@ def test_draw_index_numbers_every_loss_computation_once() -> None:
 def test_config_checks_and_overrides() -> None:
     with pytest.raises(ValueError, match="coef must be >= 0"):
         SFTReplayConfig(file="x.jsonl", coef=-0.1)
-    with pytest.raises(ValueError, match="needs `file`"):
-        SFTReplayConfig(coef=0.5)
+    with pytest.raises(ValueError, match="needs `sft_replay.file`"):
+        load_replay(SFTReplayConfig(coef=0.5), None, seed=0)
     with pytest.raises(ValueError, match="weight_scheme"):
         SFTReplayConfig(file="x.jsonl", weight_scheme="flat")  # type: ignore[arg-type]
-    assert not SFTReplayConfig().enabled and SFTReplayConfig(file="x.jsonl").enabled
+    assert not SFTReplayConfig().enabled and SFTReplayConfig(file="x.jsonl").enabled and SFTReplayConfig(coef=1.0).enabled
     cfg = apply_overrides(RLConfig(), ["sft_replay.file=t.jsonl", "sft_replay.coef=0.5", "sft_replay.batch_size=4"])
     assert (cfg.sft_replay.file, cfg.sft_replay.coef, cfg.sft_replay.batch_size) == ("t.jsonl", 0.5, 4)
     assert RLConfig().sft_replay.coef == 0.0 and not RLConfig().sft_replay.enabled

@@ -31,6 +31,9 @@ were all equal, i.e. gave GRPO nothing to learn from), and what the batch's adva
 step rewards add to outcome GRPO's, ``advantage_process_share``, and the share on groups GRPO is
 silent on, ``advantage_silent_share``; every process logs the same gathered values).
 
+``sft_replay`` adds the warm-up's format-aware loss on a batch of its gold trajectories to every RL
+loss (InstructGPT's ptx; :mod:`prorag.stages.sft_replay`) and logs it per step as ``replay_nll``.
+
 Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
 policy's, through TRL's fused LM head in its compact form on CPU too
 (:meth:`ProcessSupervisedGRPOTrainer._get_per_token_logps_and_entropies`). With ``num_iterations``
@@ -92,7 +95,7 @@ from prorag.method.rewards.sources import STEP_REWARD_SOURCES, StepRewardSource,
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
 from prorag.retrieval.base import Retriever
 from prorag.stages.question_filter import QUESTION_FILTERS, SCREENING_STEP, screen_questions
-from prorag.stages.sft_replay import SFTReplay, SFTReplayConfig, draw_index
+from prorag.stages.sft_replay import SFTReplay, SFTReplayConfig, draw_index, load_replay
 from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
 
 log = logging.getLogger(__name__)
@@ -1144,8 +1147,6 @@ def make_rl_trainer(
         raise ValueError("RLConfig.eval_every needs `eval_file` (a fixed dev set)")
     replay = None
     if config.sft_replay.enabled:  # load_replay refuses coef > 0 without a file, before anything runs
-        from prorag.stages.sft_replay import load_replay
-
         rollout = config.rollout
         replay = load_replay(
             config.sft_replay,

@@ -32,8 +32,18 @@ import torch
 
 from prorag.agent.sampling import stream_seed
 from prorag.core.config import setting
-from prorag.method.losses import DEFAULT_CONTROL_LAMBDA, REDUCTIONS, WEIGHT_SCHEMES, Reduction, WeightScheme, reduce_weighted_nll
+from prorag.method.losses import (
+    DEFAULT_CONTROL_LAMBDA,
+    REDUCTIONS,
+    WEIGHT_SCHEMES,
+    Reduction,
+    WeightScheme,
+    reduce_weighted_nll,
+    tag_weight_table,
+)
+from prorag.models.tags import tag_token_ids
 from prorag.retrieval.base import Retriever
+from prorag.stages.sft import WeightedSFTCollator, build_sft_examples, load_trajectories, target_nll
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +128,6 @@ class SFTReplay:
     ``examples`` are :func:`~prorag.stages.sft.build_sft_examples` rows."""
 
     def __init__(self, examples: Sequence[dict[str, Any]], pad_token_id: int, config: SFTReplayConfig, seed: int) -> None:
-        from prorag.stages.sft import WeightedSFTCollator
-
         if not examples:
             raise ValueError(f"{config.file}: no trajectory left to replay (all dropped as overlong or without a target?)")
         self.examples = list(examples)
@@ -138,8 +146,6 @@ class SFTReplay:
     def loss(self, model: Any, draw: int, *, fused: bool) -> torch.Tensor:
         """The format-aware SFT loss of draw ``draw`` under ``model`` (a scalar with its graph).
         ``fused``: through TRL's fused LM head (its temperature must be 1), else full logits."""
-        from prorag.stages.sft import target_nll
-
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in self.batch(draw).items()}
         nll, _, _ = target_nll(model, batch["input_ids"], batch["attention_mask"], batch["loss_weights"], fused=fused)
@@ -157,10 +163,6 @@ def load_replay(
 ) -> SFTReplay:
     """The replay set of ``config.file`` (gold trajectories, or records rendered with ``retriever``
     at ``top_k``), tokenised with the policy's prompt (``prompt_style``) and tag weights."""
-    from prorag.method.losses import tag_weight_table
-    from prorag.models.tags import tag_token_ids
-    from prorag.stages.sft import build_sft_examples, load_trajectories
-
     if not config.file:
         raise ValueError("RLConfig.sft_replay.coef > 0 needs `sft_replay.file` (the gold trajectories to replay)")
     trajectories, _ = load_trajectories(config.file, retriever, top_k)

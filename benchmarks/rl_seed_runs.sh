@@ -28,6 +28,8 @@
 #               warm-up's gold trajectories (sft_data/trajectories.jsonl) added to every RL loss
 #   ptxonly     ngrpoptx with every advantage 0 (`advantage: zero`): the SFT replay alone on the same schedule,
 #               the control for what RL adds beside it
+#   nofesgnptx  nofesgn (below) with ngrpoptx's replay: the oracle's step verdicts once the drift is held
+#   nofesgnshptx  its shuffled control, with the same replay
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
@@ -45,6 +47,8 @@ SCHEDULE=(--set prm_scope=reasoning --set per_device_batch_size=64 --set eval_fi
     --set max_steps=48 --set outcome_reward.nu2=0.2 --set limit=192 --set question_filter=none
     --set scoring_rows=null --set beta_kl=0 --set select_policy=best_dev)
 
+PTX="--set sft_replay.file=sft_data/trajectories.jsonl --set sft_replay.coef=1.0 --set sft_replay.batch_size=16"
+
 arm_flags() {  # the flags that make ARM
     case $1 in
         ngrpo) echo --process-reward none --set beta=0 ;;
@@ -53,10 +57,10 @@ arm_flags() {  # the flags that make ARM
         ngrpokl) echo --process-reward none --set beta=0 --set beta_kl=0.1 ;;
         ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
-        ngrpoptx) echo --process-reward none --set beta=0 --set sft_replay.file=sft_data/trajectories.jsonl \
-            --set sft_replay.coef=1.0 --set sft_replay.batch_size=16 ;;
-        ptxonly) echo --process-reward none --set beta=0 --set advantage=zero --set sft_replay.file=sft_data/trajectories.jsonl \
-            --set sft_replay.coef=1.0 --set sft_replay.batch_size=16 ;;
+        ngrpoptx) echo --process-reward none --set beta=0 $PTX ;;
+        ptxonly) echo --process-reward none --set beta=0 --set advantage=zero $PTX ;;
+        nofesgnptx) echo --process-reward oracle-first-error --set advantage=dual_signed $PTX ;;
+        nofesgnshptx) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed $PTX ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
         nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;
         prmsgn) echo --prm prm/prm --process-reward prm --set advantage=dual_signed ;;

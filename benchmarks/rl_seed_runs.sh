@@ -9,12 +9,12 @@
 #   python benchmarks/rl_seed_runs.py RUN --arms prmfesgn prmfesgnsh --out results/X.json
 #
 # Per ARM:SEED, in RUN: `prorag rl` into probes/ARM-sSEED (RL from pi_rft on the first 192 RL
-# questions unscreened: lr 2e-4, no KL, 48 steps of 8 questions x G 8, two optimisation steps per
+# questions unscreened: lr 2e-4, no KL, one pass of 48 steps of 8 questions x G 8, two optimisation steps per
 # rollout batch, dev EM on 200 dev questions every 12 steps, policy/ = the dev-chosen weights), then
-# `prorag eval` on splits/test.jsonl of checkpoints/checkpoint-48 (probes/test-ARM-sSEED-last) and of
-# policy/ (probes/test-ARM-sSEED-best; a copy of -last where dev chose step 48). A run folder
-# without policy/ (a stopped run: RL saves no checkpoint before step 48) is removed and started
-# again; finished runs and evaluations are kept.
+# `prorag eval` on splits/test.jsonl of the last checkpoint (checkpoints/checkpoint-48 but for the
+# two-pass arm: probes/test-ARM-sSEED-last) and of policy/ (probes/test-ARM-sSEED-best; a copy of -last
+# where dev chose the last step). A run folder without policy/ (a stopped run: policy/ is written when
+# RL ends) is removed and started again; finished runs and evaluations are kept.
 #
 # ARMs (every one the same schedule; same seed -> same questions and rollout streams):
 #   ngrpo       outcome-only GRPO
@@ -28,6 +28,7 @@
 #               warm-up's gold trajectories (sft_data/trajectories.jsonl) added to every RL loss
 #   ptxonly     ngrpoptx with every advantage 0 (`advantage: zero`): the SFT replay alone on the same schedule,
 #               the control for what RL adds beside it
+#   ngrpoptx2   ngrpoptx for two passes over the same 192 questions (96 steps; checkpoints at 48 and 96)
 #   nofesgnptx  nofesgn (below) with ngrpoptx's replay: the oracle's step verdicts once the drift is held
 #   nofesgnshptx  its shuffled control, with the same replay
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
@@ -58,6 +59,7 @@ arm_flags() {  # the flags that make ARM
         ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         ngrpoptx) echo --process-reward none --set beta=0 $PTX ;;
+        ngrpoptx2) echo --process-reward none --set beta=0 --set max_steps=96 --set save_steps=48 $PTX ;;
         ptxonly) echo --process-reward none --set beta=0 --set advantage=zero $PTX ;;
         nofesgnptx) echo --process-reward oracle-first-error --set advantage=dual_signed $PTX ;;
         nofesgnshptx) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed $PTX ;;
@@ -93,9 +95,10 @@ for job in "$@"; do
         echo "$(date -u +%H:%M:%S) $arm seed $seed: done (LoRA, last step kept: -best is a copy of -last)"
         continue
     fi
-    test_eval "$dir/checkpoints/checkpoint-48" "probes/test-$arm-s$seed-last"
+    last=$(find "$dir/checkpoints" -maxdepth 1 -name 'checkpoint-*' | sed 's/.*checkpoint-//' | sort -n | tail -n 1)
+    test_eval "$dir/checkpoints/checkpoint-$last" "probes/test-$arm-s$seed-last"
     chosen=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["best"]["step"])' "$dir/dev_eval/best.json")
-    if [ "$chosen" = 48 ] && [ ! -e "probes/test-$arm-s$seed-best" ]; then  # dev chose the last step: the same weights
+    if [ "$chosen" = "$last" ] && [ ! -e "probes/test-$arm-s$seed-best" ]; then  # dev chose the last step: the same weights
         cp -r "probes/test-$arm-s$seed-last" "probes/test-$arm-s$seed-best"
     fi
     test_eval "$dir/policy" "probes/test-$arm-s$seed-best"

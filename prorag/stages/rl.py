@@ -33,6 +33,8 @@ silent on, ``advantage_silent_share``; every process logs the same gathered valu
 
 ``sft_replay`` adds the warm-up's format-aware loss on a batch of its gold trajectories to every RL
 loss (InstructGPT's ptx; :mod:`prorag.stages.sft_replay`) and logs it per step as ``replay_nll``.
+``replay_only`` trains on that term alone without generating rollouts: the replay-alone control
+(``advantage: zero``), whose weights it reproduces exactly at a fraction of the cost.
 
 Log-probabilities (loss, entropy, ``kl_to_init``) are computed on the tokens read only: the
 policy's, through TRL's fused LM head in its compact form on CPU too
@@ -249,6 +251,13 @@ class RLConfig(TrainingConfig):
         help="SFT replay (InstructGPT's ptx): `coef` x the format-aware SFT loss on a batch of gold trajectories "
         "from `file` added to every RL loss; off by default (the paper has none). See prorag/stages/sft_replay.py.",
     )
+    replay_only: bool = setting(
+        False,
+        help="Train on the SFT replay alone and generate no rollouts: the replay-alone control (`advantage: zero` "
+        "with `sft_replay`) at the cost of its replay. With every advantage 0 and no KL the policy gradient is exactly "
+        "0, so the weights are those of the same run with rollouts; dev evaluations still run, no rollout metric is "
+        "logged. Needs `advantage: zero`, `beta_kl` 0 and `sft_replay.coef` > 0.",
+    )
     loss_aggregation: PPOAggregation = setting(
         "token_mean",
         help="How per-token losses are reduced (ppo_clip_loss): `token_mean` weighs every token alike, as Eq. 9's "
@@ -337,6 +346,12 @@ class RLConfig(TrainingConfig):
             raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
         if self.eval_every < 0:
             raise ValueError(f"RLConfig.eval_every must be >= 0, got {self.eval_every}")
+        if self.replay_only and (self.advantage != "zero" or self.beta_kl != 0 or not self.sft_replay.coef > 0):
+            raise ValueError(
+                "RLConfig.replay_only trains on the replay alone, exactly as a run whose policy gradient is 0: it needs "
+                f"advantage='zero' (got {self.advantage!r}), beta_kl=0 (got {self.beta_kl}) and sft_replay.coef > 0 "
+                f"(got {self.sft_replay.coef})"
+            )
         if self.select_policy == "best_dev" and not self.eval_every:
             # eval_file is checked when the trainer is built: the pipeline fills in its dev split
             raise ValueError("RLConfig.select_policy='best_dev' needs dev evaluations: set `eval_every` (> 0) and `eval_file`")
@@ -745,8 +760,18 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
             self._log_kl_to_init(output, loss_mask)
         return output
 
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        """TRL's (generate every ``steps_per_generation * num_iterations`` micro-batches, then serve the
+        buffer), except that under ``replay_only`` training generates nothing: its loss reads no rollout."""
+        if self.rl_config.replay_only and self.model.training:
+            return {}
+        return super()._prepare_inputs(generation_batch)
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL's loss, with log-probabilities (and the logged entropy) computed on the policy's tokens only."""
+        """TRL's loss, with log-probabilities (and the logged entropy) computed on the policy's tokens only;
+        under ``replay_only`` the replay term alone (the policy gradient it stands for is exactly 0)."""
+        if self.rl_config.replay_only and self.model.training:
+            return self._replay_term(model)
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else None
         with self._scoring(mask):
             loss = super()._compute_loss(model, inputs)

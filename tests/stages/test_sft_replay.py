@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,51 @@ def test_rl_with_replay_trains_logs_replay_nll_and_resumes_into_the_same_draws(
 
     final = load_policy(str(out))[0].model.embed_tokens.weight
     assert torch.allclose(final, model.model.embed_tokens.weight, atol=1e-5)
+
+
+def test_replay_only_is_the_zero_advantage_run_without_its_rollouts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    records: list[Record],
+    replay_file: Path,
+) -> None:
+    """With every advantage 0 and no KL the policy gradient is exactly 0: `replay_only` must land on
+    the same weights, bit for bit, as the run that samples and scores its rollouts, without sampling."""
+    replay = SFTReplayConfig(file=str(replay_file), coef=1.0, batch_size=2)
+    kw = dict(tokenizer=world_tokenizer, records=records, retriever=tiny_retriever)
+    sampled = make_tiny_model(world_tokenizer, seed=0)
+    before = {n: p.detach().clone() for n, p in sampled.named_parameters()}
+    train_rl(fast_config(process_reward="none", advantage="zero", sft_replay=replay), tmp_path / "sampled", model=sampled, **kw)
+
+    from prorag.stages.rl import ProcessSupervisedGRPOTrainer
+
+    def no_rollouts(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("replay_only generated rollouts")
+
+    monkeypatch.setattr(ProcessSupervisedGRPOTrainer, "_generate_and_score_completions", no_rollouts)
+    alone = make_tiny_model(world_tokenizer, seed=0)
+    cfg = fast_config(process_reward="none", advantage="zero", sft_replay=replay, replay_only=True)
+    train_rl(cfg, tmp_path / "alone", model=alone, **kw)
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in alone.named_parameters()), "the replay moved nothing"
+    for (name, a), b in zip(alone.named_parameters(), sampled.parameters(), strict=True):
+        assert torch.equal(a.detach(), b.detach()), name
+    logged = [
+        [r["replay_nll"] for r in read_jsonl(tmp_path / run / "metrics.jsonl") if "replay_nll" in r]
+        for run in ("sampled", "alone")
+    ]
+    assert len(logged[0]) == 2 and logged[0] == logged[1]
+    assert not any("outcome_reward" in r for r in read_jsonl(tmp_path / "alone" / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [({"advantage": "grpo"}, "advantage='zero'"), ({"beta_kl": 0.1}, "beta_kl=0"), ({"coef": 0.0}, "coef > 0")],
+)
+def test_replay_only_refuses_a_run_whose_policy_gradient_is_not_zero(override: dict[str, Any], named: str) -> None:
+    kw: dict[str, Any] = {"advantage": "zero", "beta_kl": 0.0, "replay_only": True}
+    coef = override.pop("coef", 1.0)
+    kw |= override
+    with pytest.raises(ValueError, match=re.escape(named)):
+        RLConfig(sft_replay=SFTReplayConfig(file="t.jsonl", coef=coef), **kw)

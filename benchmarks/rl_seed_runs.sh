@@ -27,8 +27,10 @@
 #   ngrpoptx    the same with SFT replay (InstructGPT's ptx): 1.0 x the format-aware SFT loss on 16 of the
 #               warm-up's gold trajectories (sft_data/trajectories.jsonl) added to every RL loss
 #   ptxonly     ngrpoptx with every advantage 0 (`advantage: zero`): the SFT replay alone on the same schedule,
-#               the control for what RL adds beside it
+#               the control for what RL adds beside it; `replay_only` skips the rollouts (the same weights bit
+#               for bit as generating them, as seeds 0 and 1 were run: docs/LOG.md, 2026-11-29 late morning)
 #   ngrpoptx2   ngrpoptx for two passes over the same 192 questions (96 steps; checkpoints at 48 and 96)
+#   ptxonly2    ptxonly for as many steps: its control
 #   nofesgnptx  nofesgn (below) with ngrpoptx's replay: the oracle's step verdicts once the drift is held
 #   nofesgnshptx  its shuffled control, with the same replay
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
@@ -60,7 +62,9 @@ arm_flags() {  # the flags that make ARM
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         ngrpoptx) echo --process-reward none --set beta=0 $PTX ;;
         ngrpoptx2) echo --process-reward none --set beta=0 --set max_steps=96 --set save_steps=48 $PTX ;;
-        ptxonly) echo --process-reward none --set beta=0 --set advantage=zero $PTX ;;
+        ptxonly) echo --process-reward none --set beta=0 --set advantage=zero --set replay_only=true $PTX ;;
+        ptxonly2) echo --process-reward none --set beta=0 --set advantage=zero --set replay_only=true \
+            --set max_steps=96 --set save_steps=48 $PTX ;;
         nofesgnptx) echo --process-reward oracle-first-error --set advantage=dual_signed $PTX ;;
         nofesgnshptx) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed $PTX ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;

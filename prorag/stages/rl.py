@@ -706,7 +706,7 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         # pi_init as a frozen copy, under full fine-tuning only (with LoRA it is the adapter off): TRL's
         # reference model when beta_kl > 0 (whose log-probs _init_logps reuses), else kept for kl_to_init.
         full = kwargs.get("peft_config") is None and isinstance(model, torch.nn.Module)
-        wanted = rl_config.beta_kl > 0 or rl_config.log_kl_to_init
+        wanted = rl_config.beta_kl > 0 or (rl_config.log_kl_to_init and not rl_config.replay_only)  # no rollouts to score
         frozen = copy.deepcopy(model).eval().requires_grad_(False) if full and wanted else None
         self.init_policy: Any = frozen if rl_config.beta_kl == 0 else None
         """pi_init for ``kl_to_init`` without a KL penalty: a frozen copy (full fine-tuning); ``None`` with LoRA."""

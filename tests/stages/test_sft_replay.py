@@ -246,6 +246,8 @@ def test_replay_only_is_the_zero_advantage_run_without_its_rollouts(
     ]
     assert len(logged[0]) == 2 and logged[0] == logged[1]
     assert not any("outcome_reward" in r for r in read_jsonl(tmp_path / "alone" / "metrics.jsonl"))
+    trainer = make_rl_trainer(cfg, tmp_path / "built", make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever)
+    assert trainer.init_policy is None, "no rollouts to score: no frozen copy of pi_init kept for kl_to_init"
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ SCHEDULE=(--set prm_scope=reasoning --set per_device_batch_size=64 --set eval_fi
     --set scoring_rows=null --set beta_kl=0 --set select_policy=best_dev)
 
 PTX="--set sft_replay.file=sft_data/trajectories.jsonl --set sft_replay.coef=1.0 --set sft_replay.batch_size=16"
+TWO_PASSES="--set max_steps=96 --set save_steps=48"
 
 arm_flags() {  # the flags that make ARM
     case $1 in
@@ -61,10 +62,9 @@ arm_flags() {  # the flags that make ARM
         ngrpolora) echo --process-reward none --set beta=0 --set lora.enabled=true --set lora.r=8 --set lora.alpha=32 \
             --set lora.dropout=0 --set learning_rate=0.001 --set select_policy=last ;;
         ngrpoptx) echo --process-reward none --set beta=0 $PTX ;;
-        ngrpoptx2) echo --process-reward none --set beta=0 --set max_steps=96 --set save_steps=48 $PTX ;;
+        ngrpoptx2) echo "$(arm_flags ngrpoptx)" $TWO_PASSES ;;
         ptxonly) echo --process-reward none --set beta=0 --set advantage=zero --set replay_only=true $PTX ;;
-        ptxonly2) echo --process-reward none --set beta=0 --set advantage=zero --set replay_only=true \
-            --set max_steps=96 --set save_steps=48 $PTX ;;
+        ptxonly2) echo "$(arm_flags ptxonly)" $TWO_PASSES ;;
         nofesgnptx) echo --process-reward oracle-first-error --set advantage=dual_signed $PTX ;;
         nofesgnshptx) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed $PTX ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;

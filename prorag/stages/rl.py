@@ -760,17 +760,22 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
             self._log_kl_to_init(output, loss_mask)
         return output
 
+    @property
+    def replay_alone(self) -> bool:
+        """A ``replay_only`` training step: no rollouts, the replay term is the whole loss."""
+        return self.rl_config.replay_only and self.model.training
+
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         """TRL's (generate every ``steps_per_generation * num_iterations`` micro-batches, then serve the
         buffer), except that under ``replay_only`` training generates nothing: its loss reads no rollout."""
-        if self.rl_config.replay_only and self.model.training:
+        if self.replay_alone:
             return {}
         return super()._prepare_inputs(generation_batch)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's loss, with log-probabilities (and the logged entropy) computed on the policy's tokens only;
         under ``replay_only`` the replay term alone (the policy gradient it stands for is exactly 0)."""
-        if self.rl_config.replay_only and self.model.training:
+        if self.replay_alone:
             return self._replay_term(model)
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else None
         with self._scoring(mask):

@@ -153,6 +153,7 @@ def write_results(out: Path, body: dict[str, Any], **front: Any) -> None:
             "date": datetime.date.today().isoformat(),
             **front,
             "machine": f"{cpu_model()}, {platform.system()}",
+            "libraries": library_versions(),
             "code": git_head(),
             "command": shlex.join([Path(sys.executable).name, *sys.argv]),
             **body,
@@ -160,13 +161,41 @@ def write_results(out: Path, body: dict[str, Any], **front: Any) -> None:
     )
 
 
-def cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU as ``/proc/cpuinfo`` names it, with its family, model and stepping and whether it has
+    AVX-512: two CPUs that share a model name ("AMD EPYC") gave other floats from the same config and
+    seed (docs/LOG.md, 2026-11-29 afternoon), so the name alone does not say which machine a build is
+    reproducible on. ``cpuinfo``: that file's text (read when not given)."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        if not path.is_file():
+            return platform.processor() or platform.machine()
+        cpuinfo = path.read_text()
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    ident = [f"{key} {fields[key]}" for key in ("cpu family", "model", "stepping") if key in fields]
+    if "flags" in fields:
+        ident.append("AVX-512" if "avx512f" in fields["flags"].split() else "no AVX-512")
+    return f"{name} ({', '.join(ident)})" if ident else name
+
+
+def library_versions(names: tuple[str, ...] = ("torch", "transformers", "trl", "accelerate", "peft")) -> str:
+    """The installed versions of the libraries a build's floats depend on, e.g. ``torch 2.13.0+cpu``:
+    pip resolves them afresh at every install, so a results file names the ones its runs had."""
+    from importlib import metadata
+
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found)
 
 
 def collect(

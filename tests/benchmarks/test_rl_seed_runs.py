@@ -75,6 +75,7 @@ def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["question_ids"] == QUESTIONS
+    assert "torch " in data["libraries"] and "trl " in data["libraries"]
     assert data["seeds_by_arm"] == {"a": ["0", "1"], "b": ["0", "1"]}
     a0, a1 = data["runs"]["a"]["0"], data["runs"]["a"]["1"]
     assert a0["test_last"]["em"] == 0.5 and a1["test_last"]["em"] == 0.75
@@ -151,3 +152,19 @@ def test_a_run_that_kept_its_last_step_reads_its_dev_curve_from_its_log(run_dir:
     assert c0["dev_em_by_step"] == {"0": 0.2, "2": 0.3} and c0["selected_step"] == 2
     assert c0["test_best"]["em_by_question"] == c0["test_last"]["em_by_question"] == "0100"
     assert c0["reward_last5"] == 1.5
+
+
+def test_cpu_model_names_the_family_model_and_vector_width() -> None:
+    """Two "AMD EPYC" machines gave other floats from one config and seed, so the name alone is not
+    enough: the first processor's family, model, stepping and AVX-512 are read, the second's ignored."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from rl_seed_runs import cpu_model
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    first = (
+        "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2 avx512f\n"
+    )
+    second = "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Other\nflags\t\t: fpu\n"
+    assert cpu_model(first + "\n" + second) == "AMD EPYC (cpu family 25, model 17, stepping 1, AVX-512)"
+    assert cpu_model(second) == "Other (cpu family 6, model 85, no AVX-512)"

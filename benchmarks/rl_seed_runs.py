@@ -35,6 +35,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -187,8 +188,6 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 def library_versions(names: tuple[str, ...] = ("torch", "transformers", "trl", "accelerate", "peft")) -> str:
     """The installed versions of the libraries a build's floats depend on, e.g. ``torch 2.13.0+cpu``:
     pip resolves them afresh at every install, so a results file names the ones its runs had."""
-    from importlib import metadata
-
     found = []
     for name in names:
         try:

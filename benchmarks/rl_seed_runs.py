@@ -39,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import yes_no_scores
+from prorag.core.metrics import p_value_text, yes_no_scores
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
 from prorag.experiments.stream_control import stream_difference
@@ -268,7 +268,7 @@ def main() -> None:
             if pair:
                 print(
                     f"test EM at the {step} step, {arm} over {control}: {100 * pair['mean_diff']:+.2f} ± "
-                    f"{100 * pair['ci95']:.2f} (p {pair['p_value']:.3f}, seeds {', '.join(map(str, pair['seeds']))})"
+                    f"{100 * pair['ci95']:.2f} (p {p_value_text(pair)}, seeds {', '.join(map(str, pair['seeds']))})"
                 )
     for arm, by_seed in body.get("stream", {}).get("runs", {}).items():
         for seed, d in by_seed.items():

@@ -10,7 +10,7 @@ Every answer metric takes one gold string or a list of aliases and returns the m
 An empty prediction or alias after normalisation scores 0, even against an empty gold (the official
 scripts give EM 1 there): an empty answer is never correct, and containment would credit anything.
 :func:`yes_no_scores` (EM on yes/no questions beside a constant guess's),
-:func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test`,
+:func:`retrieval_recall` (gold paragraphs in the first k), :func:`paired_t_test` (and :func:`p_value_text`, its p as printed),
 :func:`mean_and_spread` and :func:`mean_and_ci` (over seeds), :func:`permutation_test` (two sets of runs whose
 seeds are not paired), :func:`ranking_auc` (a step scorer's valid-over-invalid ranking) and
 :func:`grouped_ranking_auc` (the same within groups only) complete the set.
@@ -23,9 +23,10 @@ import re
 import statistics
 import string
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -406,6 +407,22 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> PairedTest:
 
     result = stats.ttest_rel(a_arr, b_arr)
     return PairedTest(t=float(result.statistic), p_value=float(result.pvalue), mean_diff=mean_diff, n=n)
+
+
+def p_value_text(test: PairedTest | Mapping[str, Any], digits: int = 3) -> str:
+    """A test's p-value as a table or console line shows it: ``"0.044"``.
+
+    Where every difference was the same non-zero amount (``t`` infinite, the limit that
+    :func:`paired_t_test` defines as p 0), the count is said beside it: ``"0, all 2 differences equal"``.
+    A bare "p=0.000" from two seeds that both gained +0.75 reads as overwhelming evidence;
+    it is two numbers that happen to agree. Tests without ``t`` (a permutation test) print
+    their p-value alone.
+    """
+    fields = asdict(test) if isinstance(test, PairedTest) else test
+    t, p_value = fields.get("t"), float(fields["p_value"])
+    if t is not None and math.isinf(t):
+        return f"0, all {fields['n']} differences equal"
+    return f"{p_value:.{digits}f}"
 
 
 def mean_and_spread(values: Iterable[float]) -> tuple[float, float]:

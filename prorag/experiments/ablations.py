@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import apply_overrides, parse_assignment, used_settings
-from prorag.core.metrics import mean_and_ci, mean_and_spread, paired_t_test, permutation_test, yes_no_scores
+from prorag.core.metrics import (
+    mean_and_ci,
+    mean_and_spread,
+    p_value_text,
+    paired_t_test,
+    permutation_test,
+    yes_no_scores,
+)
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
 from prorag.evaluation.step_errors import STEP_VALIDITY_RATES
@@ -380,19 +387,19 @@ def _versus_text(row: Mapping[str, Any], other: str) -> str:
     """One arm's tests against ``other`` as console text ("" where none ran)."""
     test, by_seed = row.get(f"vs_{other}"), row.get(f"vs_{other}_by_seed")
     runs, rest = row.get(f"vs_{other}_runs"), row.get(f"vs_{other}_non_yes_no_by_seed")
-    text = f"dEM {100 * test['mean_diff']:+.1f}  p={test['p_value']:.3f}" if test else ""
+    text = f"dEM {100 * test['mean_diff']:+.1f}  p={p_value_text(test)}" if test else ""
     text += (
-        f"  (over seeds {100 * by_seed['mean_diff']:+.1f} ± {100 * by_seed['ci95']:.1f}, p={by_seed['p_value']:.3f})"
+        f"  (over seeds {100 * by_seed['mean_diff']:+.1f} ± {100 * by_seed['ci95']:.1f}, p={p_value_text(by_seed)})"
         if by_seed
         else ""
     )
     text += f"  (runs unpaired p={runs['p_value']:.3f})" if runs else ""
-    text += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={rest['p_value']:.3f}" if rest else ""
+    text += f"  non-yes/no dEM {100 * rest['mean_diff']:+.1f} p={p_value_text(rest)}" if rest else ""
     steps = [row[key] for rate in STEP_VALIDITY_RATES if (key := f"vs_{other}_{rate}_by_seed") in row]
     if len(steps) == len(STEP_VALIDITY_RATES):
         diffs = "/".join(f"{100 * test['mean_diff']:+.1f}" for test in steps)
         p_values = "/".join(f"{test['p_value']:.2f}" for test in steps)
-        text += f"  valid search/sub-answer/answer {diffs} pts (p={p_values})"
+        text += f"  valid search/sub-answer/answer {diffs} pts (p={p_values}, {steps[0]['n']} seeds)"
     return text
 
 

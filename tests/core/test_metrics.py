@@ -24,6 +24,7 @@ from prorag.core.metrics import (
     mean_and_ci,
     mean_and_spread,
     normalize_answer,
+    p_value_text,
     paired_t_test,
     permutation_test,
     ranking_auc,
@@ -365,6 +366,15 @@ def test_paired_t_test_all_differences_equal_nonzero() -> None:
     assert up.t == math.inf and up.p_value == 0.0 and up.mean_diff == pytest.approx(0.5) and up.n == 3
     down = paired_t_test([0.0, 0.0], [1.0, 1.0])
     assert down.t == -math.inf and down.p_value == 0.0 and down.mean_diff == -1.0 and down.n == 2
+
+
+def test_p_value_text_names_identical_differences() -> None:
+    # An ordinary test prints its p-value; two seeds that both gained +0.75 print what p 0 is made of.
+    assert p_value_text(paired_t_test([1.0, 0.0, 1.0], [0.0, 0.0, 0.0])) == "0.184"  # t = 2, df 2: 1 - 2/sqrt(6)
+    assert p_value_text(paired_t_test([0.3425, 0.3275], [0.3350, 0.3200]), 2) == "0, all 2 differences equal"
+    assert p_value_text({"t": 0.0, "p_value": 1.0, "n": 3}) == "1.000"
+    # A test without t (the permutation test's dict) prints its p-value alone.
+    assert p_value_text({"p_value": 1 / 3, "n": 4}) == "0.333"
 
 
 def test_paired_t_test_rounding_noise_is_zero_variance() -> None:

@@ -83,7 +83,7 @@ def test_step_validity_is_paired_over_seeds(study: Path) -> None:
     assert (searches["mean_diff"], searches["p_value"], searches["ci95"]) == (pytest.approx(0.1), 0.0, pytest.approx(0.0))
     assert stats["vs_b_valid_answer_rate_by_seed"]["mean_diff"] == 0.0
     table = process_table(compare_arms(arms, [0, 1], reference="b")["stats"], "b")
-    assert "valid search/sub-answer/answer +10.0/+0.0/+0.0 pts (p=0.00/1.00/1.00)" in table
+    assert "valid search/sub-answer/answer +10.0/+0.0/+0.0 pts (p=0.00/1.00/1.00, 2 seeds)" in table
 
 
 def test_compare_refuses_what_it_cannot_compare(study: Path) -> None:

@@ -66,7 +66,7 @@ def test_statistics_by_hand() -> None:
         "2",
         "87.5 ± 158.8",
         "87.5 ± 158.8",
-        "+50.0 (p=0.000)",
+        "+50.0 (p=0, all 4 differences equal)",
         "+50.0 (p=0.333)",
     ]
     assert hops[1:] == (["Arm", "2", "3"], [["grpo", "50.0", "25.0"], ["prorag", "100.0", "75.0"]])
@@ -179,8 +179,8 @@ def test_the_test_on_the_non_yes_no_questions_by_hand() -> None:
     assert "vs_grpo_non_yes_no_by_seed" not in stats["grpo"]
     [main, *_] = process_tables({"arms": ablations.PROCESS_ARMS, "stats": stats})
     assert main[1][-1] == "ΔEM on non-yes/no vs GRPO (t over seeds)"
-    assert [r[-1] for r in main[2]] == ["reference", "+50.0 ± 0.0 (p=0.000)"]
-    assert "non-yes/no dEM +50.0 p=0.000" in ablations.process_table(stats)
+    assert [r[-1] for r in main[2]] == ["reference", "+50.0 ± 0.0 (p=0, all 3 differences equal)"]
+    assert "non-yes/no dEM +50.0 p=0, all 3 differences equal" in ablations.process_table(stats)
 
 
 def test_the_test_over_seeds_by_hand() -> None:

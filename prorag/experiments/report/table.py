@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from prorag.core.metrics import mean_and_spread
+from prorag.core.metrics import mean_and_spread, p_value_text
 
 #: What each number of the results table means (shown in both reports, next to the table).
 METRIC_DESCRIPTIONS: Mapping[str, str] = {
@@ -211,7 +211,7 @@ def _test_cell(test: Mapping[str, Any] | None) -> str:
     if not test:
         return ""
     spread = f" ± {100 * test['ci95']:.1f}" if "ci95" in test else ""
-    return f"{100 * test['mean_diff']:+.1f}{spread} (p={test['p_value']:.3f})"
+    return f"{100 * test['mean_diff']:+.1f}{spread} (p={p_value_text(test)})"
 
 
 def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str], list[list[str]]]:

@@ -33,6 +33,7 @@
 #   ptxonly2    ptxonly for as many steps: its control
 #   nofesgnptx  nofesgn (below) with ngrpoptx's replay: the oracle's step verdicts once the drift is held
 #   nofesgnshptx  its shuffled control, with the same replay
+#   nofesgnptx2, nofesgnshptx2  the same two for two passes (96 steps), beside ngrpoptx2
 #   nofesgn     the oracle's step verdicts up to the first error, advantage dual_signed
 #   prmsgn      the learned PRM on every step, dual_signed
 #   prmfesgn    the learned PRM up to its first step below 0, dual_signed
@@ -67,6 +68,8 @@ arm_flags() {  # the flags that make ARM
         ptxonly2) echo "$(arm_flags ptxonly)" $TWO_PASSES ;;
         nofesgnptx) echo --process-reward oracle-first-error --set advantage=dual_signed $PTX ;;
         nofesgnshptx) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed $PTX ;;
+        nofesgnptx2) echo "$(arm_flags nofesgnptx)" $TWO_PASSES ;;
+        nofesgnshptx2) echo "$(arm_flags nofesgnshptx)" $TWO_PASSES ;;
         nofesgn) echo --process-reward oracle-first-error --set advantage=dual_signed ;;
         nofesgnsh) echo --process-reward oracle-first-error-shuffled --set advantage=dual_signed ;;
         prmsgn) echo --prm prm/prm --process-reward prm --set advantage=dual_signed ;;

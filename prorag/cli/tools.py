@@ -9,23 +9,37 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from typer.core import TyperCommand
 
 from prorag.cli.options import IndexOption, app, corpus_app, data_app, friendly_errors, models_app
 from prorag.core.errors import DataError
-from prorag.data.benchmarks import FORMATS
+from prorag.data.formats import record_formats
 from prorag.retrieval.index import KINDS as INDEX_KINDS
 
 # ----------------------------------------------------------------------------- data
 
 
-@data_app.command("convert")
+class _FormatsCommand(TyperCommand):
+    """``data convert``'s command class: its epilog lists the data formats registered when help is
+    shown, that is after the root command loaded the plugins, so a user's format is listed too."""
+
+    @property  # type: ignore[override]
+    def epilog(self) -> str:
+        return f"Formats: {', '.join(record_formats())} (a plugin may register more: prorag --plugin MODULE)."
+
+    @epilog.setter
+    def epilog(self, value: str | None) -> None:
+        pass
+
+
+@data_app.command("convert", cls=_FormatsCommand)
 @friendly_errors
 def data_convert(
     input: Annotated[Path, typer.Argument(help="Benchmark file in its own published schema (JSON or JSONL).")],
-    format: Annotated[Literal[FORMATS], typer.Option("--format", "-f", help="Schema of the input file.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="Schema of the input file: a registered data format (below).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output FlashRAG JSONL record file.")],
 ) -> None:
-    """Convert a HotpotQA / 2WikiMultihopQA / MuSiQue / FlashRAG file to prorag records.
+    """Convert a benchmark file (HotpotQA, 2WikiMultihopQA, MuSiQue, FlashRAG or a plugin's format) to prorag records.
 
     Gold answers keep every alias; gold supporting titles, paragraph ids and decompositions
     go to metadata. Unanswerable MuSiQue items are skipped and counted.

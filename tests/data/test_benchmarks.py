@@ -398,9 +398,11 @@ def test_paragraph_map_is_not_questions(benchmarks_dir: Path) -> None:
 def test_non_object_item_and_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"list\.json: item 2: expected a JSON object, got str"):
         load_benchmark(write_json(tmp_path / "list.json", [musique_item(), "oops"]), "musique")
-    with pytest.raises(ValueError, match="unknown benchmark format"):
-        load_benchmark(tmp_path / "list.json", "squad")
-    assert FORMATS == ("hotpotqa", "2wiki", "musique", "flashrag")
+    with pytest.raises(ValueError, match="unknown data format 'musiqe'.*did you mean 'musique'"):
+        load_benchmark(tmp_path / "list.json", "musiqe")
+    with pytest.raises(ValueError, match="'corpus' holds paragraphs, not questions"):
+        load_benchmark(tmp_path / "list.json", "corpus")
+    assert FORMATS == ("2wiki", "flashrag", "hotpotqa", "musique")
 
 
 def test_invalid_jsonl_line(tmp_path: Path) -> None:

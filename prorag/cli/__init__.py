@@ -7,7 +7,8 @@ holds what they share. Heavy imports (torch, bm25s, FastAPI) happen inside the c
 ``prorag --help`` is fast. Bad input ends a command with exit code 2 and a one-line message
 (``-v`` shows debug logging and tracebacks). The root command loads the plugins
 (:func:`~prorag.core.plugins.load_plugins`: ``--plugin``, ``PRORAG_PLUGINS``, entry points)
-before any subcommand parses its options, so their registered names are valid choices.
+before any subcommand parses its options, so their registered names are valid choices, and
+passes ``--plugin`` on to the processes a command starts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import typer
 
 from prorag.cli import experiments, stages, tools
 from prorag.cli.options import app, show_tracebacks
-from prorag.core.plugins import PluginError, load_plugins
+from prorag.core.plugins import PluginError, export_plugins, load_plugins
 
 
 @app.callback()
@@ -45,6 +46,7 @@ def _setup(
     )
     try:
         load_plugins(plugin or ())
+        export_plugins(plugin or ())
     except PluginError as e:
         if verbose:
             traceback.print_exc(file=sys.stderr)

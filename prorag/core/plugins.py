@@ -6,8 +6,9 @@ order, every entry point of group ``prorag.plugins`` (installed packages), the m
 in ``PRORAG_PLUGINS`` (comma-separated), and the modules it is given (the command line's
 ``--plugin``): from the most general to the most specific, so a later one may override what an
 earlier one registered (``register(name, replace=True)``). Importing twice is harmless (Python
-keeps imported modules), so the function may be called again, e.g. in each worker process. A
-module that cannot be imported is a :class:`PluginError` naming where it was asked for.
+keeps imported modules), so the function may be called again. A module that cannot be imported
+is a :class:`PluginError` naming where it was asked for. The command line also passes its
+``--plugin`` modules on to the processes it starts (:func:`export_plugins`).
 """
 
 from __future__ import annotations
@@ -61,4 +62,13 @@ def load_plugins(modules: Sequence[str] = ()) -> list[str]:
     return loaded
 
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV_VAR", "PluginError", "load_plugins", "plugins_from_env"]
+def export_plugins(modules: Sequence[str]) -> None:
+    """Add ``modules`` to ``PRORAG_PLUGINS`` in this process's environment, so that the processes it
+    starts (e.g. ablation workers: fresh command lines without ``--plugin``) load them too."""
+    named = plugins_from_env()
+    added = [m for m in dict.fromkeys(modules) if m not in named]
+    if added:
+        os.environ[ENV_VAR] = ",".join([*named, *added])
+
+
+__all__ = ["ENTRY_POINT_GROUP", "ENV_VAR", "PluginError", "export_plugins", "load_plugins", "plugins_from_env"]

@@ -41,8 +41,8 @@ class DataFormat:
     builder (None: its items carry none, and a file of them adds nothing to a corpus).
     ``expected_fields`` are listed by the message that refuses an item of another format;
     ``identified_by`` are the fields whose presence makes :func:`guess_kind` take an item for
-    this format (empty: never guessed); ``accepts`` names other formats whose items
-    ``records`` reads as well.
+    this format (empty: never guessed), ``priority`` which of several matching formats wins;
+    ``accepts`` names other formats whose items ``records`` reads as well.
     """
 
     name: str

@@ -202,7 +202,7 @@ def pair_examples(pairs: Sequence[StepPair], scorer: ProcessRewardModel) -> tupl
 
 @dataclass
 class PairCollator:
-    """A batch of pairs for :class:`PairwiseRewardTrainer`: the chosen inputs then the rejected
+    """A batch of pairs for :class:`~prorag.stages.prm.trainer.PairwiseRewardTrainer`: the chosen inputs then the rejected
     ones (``2B`` rows, right padding, as TRL's preference collator lays them out), and
     ``step_lengths``, each row's step length in tokens (the likelihood kind reads the step's
     tokens, the last ones of the row). Pointwise examples (:func:`point_examples`) follow as one

@@ -66,7 +66,7 @@ def train_prm(
 ) -> Path:
     """Run the PRM stage in ``run_dir``; return the saved scorer folder ``run_dir/prm``.
 
-    ``pairs`` (else ``config.pairs_file``) are split by question (:func:`split_by_question`);
+    ``pairs`` (else ``config.pairs_file``) are split by question (:func:`~prorag.stages.prm.data.split_by_question`);
     ``init`` (else ``config.init``) is the policy whose backbone the PRM starts from (or whose
     tokenizer a fresh ``backbone_size`` model gets); ``points`` the pointwise labels
     (:func:`resolve_pointwise`), split by the pairs' held-out questions. Resumes

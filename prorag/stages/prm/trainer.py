@@ -65,7 +65,7 @@ class ValidationSelection(TrainerCallback):
     ``every`` steps and at the end, appends ``validation_accuracy`` / ``validation_auc`` rows to
     ``metrics.jsonl``, and keeps a CPU copy of the weights with the best accuracy, the AUC
     breaking ties (a few hundred validation pairs give coarse accuracies; strictly better
-    replaces, so the earliest best wins). :func:`train_prm` loads them back at the end.
+    replaces, so the earliest best wins). :func:`~prorag.stages.prm.run.train_prm` loads them back at the end.
     It scores through ``scorer``, whose model is the trainer's."""
 
     def __init__(self, scorer: ProcessRewardModel, pairs: Sequence[StepPair], every: int, batch_size: int, path: Path) -> None:
@@ -129,9 +129,9 @@ def make_prm_trainer(
     *,
     pointwise_weight: float = 0.0,
 ) -> PairwiseRewardTrainer:
-    """The :class:`PairwiseRewardTrainer` of :func:`train_prm` (metrics file and time budget
+    """The :class:`PairwiseRewardTrainer` of :func:`~prorag.stages.prm.run.train_prm` (metrics file and time budget
     included, then ``extra_callbacks``), not yet trained; ``pointwise_weight`` weighs the
-    cross-entropy of the pointwise examples among ``train_examples`` (:func:`prm_loss`)."""
+    cross-entropy of the pointwise examples among ``train_examples`` (:func:`~prorag.stages.prm.loss.prm_loss`)."""
     from datasets import Dataset
 
     run = Path(run_dir)

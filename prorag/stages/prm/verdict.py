@@ -32,8 +32,8 @@ def likelihood_verdict(
     held_out: dict[str, Any] | None, audit: dict[str, Any] | None, margin: float = VERDICT_MARGIN
 ) -> dict[str, Any]:
     """Whether the PRM beats the init policy's own step likelihood, per comparison: held-out
-    pairs' accuracy and AUC (``held_out``: the last metrics row of :func:`train_prm`) and the
-    fresh-sample AUC (``audit``: :func:`fresh_sample_audit`). Each is ``{"prm", "likelihood",
+    pairs' accuracy and AUC (``held_out``: the last metrics row of :func:`~prorag.stages.prm.run.train_prm`) and the
+    fresh-sample AUC (``audit``: :func:`~prorag.stages.prm.audits.fresh_sample_audit`). Each is ``{"prm", "likelihood",
     "beats"}``, ``beats`` greater by more than ``margin`` (a tie, or a float-noise difference,
     has learned nothing beyond the policy), None when a number is missing or NaN; ``beats_all``
     is True only when all three are True."""

@@ -25,8 +25,9 @@ def pipeline_cmd(
     """Every stage in one run folder: data, index, SFT (+ baselines), MCTS, pairs, PRM, RFT, RL,
     evaluation of every system on test, results.json and the report. Resumes after a kill.
 
-    Configs: configs/demo.yaml, configs/paper.yaml; each stage section's fields are listed by that
-    stage command's --help (e.g. `prorag rl --help` for rl.*).
+    Configs: configs/paper.yaml, and the demo's prorag/experiments/configs/demo.yaml (what `prorag demo`
+    runs); each stage section's fields are listed by that stage command's --help (e.g. `prorag rl --help`
+    for rl.*).
     """
     from prorag.experiments.pipeline import results_table, run_pipeline
 
@@ -45,7 +46,8 @@ def demo_cmd(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,
 ) -> None:
     """ProRAG's four stages on the built-in world with the tiny model, on the CPU, no network:
-    prints the paper's Table 2 for this world and writes the report."""
+    prints the paper's Table 2 for this world and writes the report. Its settings:
+    prorag/experiments/configs/demo.yaml (with --quick, demo_quick.yaml: smaller budgets over it)."""
     import torch
 
     from prorag.experiments.pipeline import demo_config, results_table, run_pipeline

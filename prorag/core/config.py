@@ -203,9 +203,25 @@ def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
 
     Missing keys keep the dataclass defaults. An empty (or comments-only) file, a key given
     twice and text that is not UTF-8 are refused. Errors are
-    :class:`~prorag.core.errors.DataError` naming ``file:line`` and the key.
+    :class:`~prorag.core.errors.DataError` naming ``file:line`` and the key. A file may name a
+    base file it overrides (:data:`BASE_KEY`, see :func:`_config_mapping`).
     """
     p = Path(path)
+    data, lines = _config_mapping(p, cls, ())
+    return config_from_dict(cls, data, str(p), lines)
+
+
+#: The top-level key of a config file that names the file it overrides (a path relative to it),
+#: unless ``cls`` has a field of that name: ``base: demo.yaml`` then the keys that differ.
+BASE_KEY = "base"
+
+
+def _config_mapping(p: Path, cls: type, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The mapping of the YAML file ``p`` and the line of each of its top-level keys, composed onto
+    its base file when it names one (:data:`BASE_KEY`): the base is read first (itself possibly
+    composed) and must be a valid config on its own, so its errors name its own lines; then this
+    file's keys are merged onto it, mappings key by key (a nested config sets only the fields it
+    names), any other value replacing the base's. A base that leads back to ``p`` is refused."""
     if not p.is_file():
         raise DataError(str(p), "no such file")
     text = decode_utf8(p.read_bytes(), str(p))
@@ -221,7 +237,28 @@ def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
         raise DataError(str(p), f"empty config: expected a mapping of {cls.__name__} fields")
     if not isinstance(data, dict):
         raise DataError(str(p), f"expected a mapping of {cls.__name__} fields, got {type(data).__name__}")
-    return config_from_dict(cls, data, str(p), _key_lines(node))
+    lines = _key_lines(node)
+    if BASE_KEY not in data or BASE_KEY in {f.name for f in dataclasses.fields(cls)}:
+        return data, lines
+    base = data.pop(BASE_KEY)
+    where = f"{p}:{lines[BASE_KEY]}"
+    if not isinstance(base, str) or not base:
+        raise DataError(where, f"field '{BASE_KEY}': expected the path of a config file, got {base!r}")
+    base_path = p.parent / base
+    if base_path.resolve() in (*chain, p.resolve()):
+        raise DataError(where, f"field '{BASE_KEY}': {base} leads back to {p}")
+    base_data, base_lines = _config_mapping(base_path, cls, (*chain, p.resolve()))
+    config_from_dict(cls, base_data, str(base_path), base_lines)
+    return _merged(base_data, data), lines
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base``: mappings key by key, any other value replacing the base's."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
 
 
 def _unknown_key(key: str, cls: type, fields: set[str]) -> str:

@@ -25,6 +25,7 @@ from prorag.experiments.pipeline import (
     DataConfig,
     PipelineConfig,
     demo_config,
+    demo_config_file,
     fingerprint,
     non_default_fields,
     plan_splits,
@@ -173,13 +174,64 @@ def test_share_counts_give_every_split_a_unit() -> None:
         share_counts(2, 0.6, 0.2)
 
 
-@pytest.mark.parametrize("name,quick", [("demo.yaml", False), ("demo_quick.yaml", True)])
-def test_demo_yaml_is_the_demo_config(name: str, quick: bool) -> None:
-    loaded = load_config(ROOT / "configs" / name, PipelineConfig)
-    assert loaded == demo_config(quick=quick)
-    # ... and so is every stage's fingerprint: a run started with `prorag demo` resumes with the file.
-    for part in ("sft", "mcts", "prm", "rft", "rl", "eval", "data"):
-        assert fingerprint(getattr(loaded, part)) == fingerprint(getattr(demo_config(quick=quick), part)), part
+#: ``asdict(demo_config(quick=...))`` as it was when the demo config was Python code, before it
+#: became YAML: the demo's settings must not move with the files that hold them.
+FROZEN_DEMO = Path(__file__).with_name("fixtures") / "demo_config_frozen.json"
+#: Float fields that the Python config set with an int literal (``epochs=2``): read from YAML they
+#: are floats (:func:`~prorag.core.config.load_config` converts an int for a float field), equal in
+#: value and in fingerprint. Every other leaf keeps its type and value.
+WIDENED_TO_FLOAT = {"prm.epochs", "rft.train.epochs"}
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, tuple[str, Any]]:
+    """Every leaf of nested mappings as ``dotted.key -> (type name, value)`` (a list is one leaf)."""
+    if isinstance(value, dict):
+        out: dict[str, tuple[str, Any]] = {}
+        for key, inner in value.items():
+            out |= _leaves(inner, f"{prefix}{key}.")
+        return out
+    return {prefix.rstrip("."): (type(value).__name__, value)}
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_demo_config_is_the_frozen_one_field_by_field(quick: bool) -> None:
+    frozen = json.loads(FROZEN_DEMO.read_text(encoding="utf-8"))["quick" if quick else "full"]
+    loaded = demo_config(quick=quick)
+    now = _leaves(json.loads(json.dumps(dataclasses.asdict(loaded))))
+    want = _leaves(frozen)
+    assert sorted(now) == sorted(want)
+    for key in WIDENED_TO_FLOAT:
+        assert want[key][0] == "int" and now[key] == ("float", float(want[key][1])), key
+    assert [(k, now[k], want[k]) for k in sorted(want) if now[k] != want[k] and k not in WIDENED_TO_FLOAT] == []
+    # ... and so is every stage's fingerprint: a run folder started by an earlier `prorag demo` resumes.
+    for part in ("data", "sft_data", "sft", "mcts", "pairs", "prm", "dpo", "rft", "rl", "eval"):
+        assert fingerprint(getattr(loaded, part)) == fingerprint(frozen[part]), part
+    assert load_config(demo_config_file(quick), PipelineConfig) == loaded  # what `prorag pipeline --config FILE` runs
+
+
+def test_the_quick_demo_yaml_holds_only_what_differs_from_the_full_one() -> None:
+    """demo_quick.yaml names demo.yaml as its base and sets only keys whose value differs from it."""
+    full = yaml.safe_load(demo_config_file(quick=False).read_text(encoding="utf-8"))
+    quick = yaml.safe_load(demo_config_file(quick=True).read_text(encoding="utf-8"))
+    assert quick.pop("base") == demo_config_file(quick=False).name
+    full_config = _leaves(dataclasses.asdict(demo_config(quick=False)))
+    overrides = _leaves(quick)
+    assert overrides and [k for k, v in overrides.items() if full_config[k] == v] == []
+    assert len(overrides) < len(_leaves(full)) / 2
+
+
+def test_the_demo_yaml_files_are_package_data() -> None:
+    """`prorag demo` reads its YAML from the package, so an installed wheel must ship it."""
+    import fnmatch
+    import tomllib
+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    folder = ROOT / "prorag" / "experiments"
+    for quick in (False, True):
+        relative = demo_config_file(quick).relative_to(folder).as_posix()
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in package_data.get("prorag.experiments", [])), relative
+    # ... and configs/ holds no second copy of them.
+    assert [p for p in (ROOT / "configs").rglob("*.yaml") if p.name in ("demo.yaml", "demo_quick.yaml")] == []
 
 
 def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
@@ -578,7 +630,7 @@ def test_stages_that_place_their_models_get_the_configured_device(tmp_path: Path
     monkeypatch.setattr(ProcessRewardModel, "load", staticmethod(lambda path, device=None, **k: note("prm", device)))
     monkeypatch.setattr(prm, "fresh_sample_audit", lambda *a, device=None, **k: note("audit", device) or {"auc": 0.5})
     monkeypatch.setattr(prm, "write_prm_summary", lambda *a, **k: {"beats_all": False})
-    monkeypatch.setattr(pipeline, "read_records", lambda _: [])
+    monkeypatch.setattr(pipeline.stages, "read_records", lambda _: [])
     monkeypatch.setattr(index, "open_retriever", lambda _: None)
     monkeypatch.setattr(rft, "run_rft_files", lambda *a, device=None, **k: note("rft", device))
     monkeypatch.setattr(runner, "evaluate_files", lambda *a, device=None, **k: note("eval", device))

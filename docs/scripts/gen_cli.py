@@ -3,7 +3,8 @@
 Run from the repository root: ``python docs/scripts/gen_cli.py`` (``--check`` only reports whether
 CLI.md is current; tests/docs/test_cli_reference.py runs that). The help is rendered in this process
 the way a terminal shows it, made deterministic: 100 columns, no colour, program name ``prorag``,
-trailing spaces removed. The environment is set before Typer is imported, since Typer reads it then.
+trailing spaces removed, no ``PRORAG_PLUGINS`` (a user's plugins would add choices). The environment is
+set before Typer is imported, since Typer reads it then.
 Commands come in the order ``prorag --help`` lists them; hidden ones are left out.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 
 os.environ.update({"TERMINAL_WIDTH": "100", "COLUMNS": "100", "_TYPER_FORCE_DISABLE_TERMINAL": "1", "NO_COLOR": "1"})
-for _name in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TYPER_USE_RICH"):
+for _name in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TYPER_USE_RICH", "PRORAG_PLUGINS"):
     os.environ.pop(_name, None)
 
 import argparse  # noqa: E402

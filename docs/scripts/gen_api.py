@@ -2,7 +2,7 @@
 
 Run from the repository root: ``python docs/scripts/gen_api.py`` (``--check`` only reports whether the
 pages are current; tests/docs/test_api_pages.py runs that). A page is one mkdocstrings directive,
-``::: prorag.NAME``, whose ``show_submodules`` option renders every module of the subpackage, so moving
+``::: prorag.NAME`` (its heading the page's title), whose ``show_submodules`` option renders every module of the subpackage, so moving
 a module inside a subpackage needs no regeneration; adding, removing or renaming a subpackage does.
 Pages are ordered by layer, lowest first, as ``tests/test_layers.py`` lists them (read, not imported;
 a subpackage it does not name goes last), and the nav block between the markers of ``mkdocs.yml`` is
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -49,14 +50,15 @@ def layer_order() -> list[str]:
 
 
 def summary(name: str) -> str:
-    """The first sentence of a subpackage's docstring (up to the first blank line), one line."""
+    """The first sentence of a subpackage's docstring, on one line: up to a full stop followed by a
+    capital letter (so that "e.g. the" does not end it), within the first paragraph."""
     doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text(encoding="utf-8"))) or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(doc.split("\n\n")[0].split()), maxsplit=1)[0]
 
 
 def page(name: str) -> str:
     """The page of one subpackage."""
-    return f"{HEADER}\n\n# prorag.{name}\n\n::: prorag.{name}\n"
+    return f"{HEADER}\n\n::: prorag.{name}\n"
 
 
 def index(names: list[str]) -> str:
@@ -66,7 +68,7 @@ def index(names: list[str]) -> str:
         f"{HEADER}\n\n# API reference\n\n"
         "Generated from the docstrings. The subpackages are layers, lowest first: a module imports only\n"
         "from its own layer and those above it in this list ([Architecture](../ARCHITECTURE.md)).\n\n"
-        f"{rows}\n\n## The package root\n\n::: prorag\n    options:\n      show_submodules: false\n"
+        f"{rows}\n\n::: prorag\n    options:\n      show_submodules: false\n      heading_level: 2\n"
     )
 
 

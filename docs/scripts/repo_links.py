@@ -57,6 +57,8 @@ def on_files(files: Files, config: MkDocsConfig, **kwargs: Any) -> Files:
     docs_dir, root = _roots(config)
     wanted: set[str] = set()
     for f in files.documentation_pages():
+        if f.abs_src_path is None:  # a page another plugin generated: no source to read
+            continue
         for m in LINK.finditer(Path(f.abs_src_path).read_text(encoding="utf-8")):
             hit = _repo_target(f.src_uri, m["target"], docs_dir, root)
             if hit is not None and (root / hit[0]).is_file():

@@ -66,3 +66,20 @@ def test_a_link_to_a_missing_repository_file_is_a_warning(tmp_path: Path, caplog
         out = hook("[gone](../results/gone.json)", page("RESULTS.md"), fake_site(tmp_path))
     assert out == "[gone](../results/gone.json)"
     assert "no such file" in caplog.text
+
+
+def test_linked_repository_files_are_added_as_plain_files(tmp_path: Path) -> None:
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+
+    fake_site(tmp_path)
+    (tmp_path / "README.md").write_text("# readme")
+    (tmp_path / "docs" / "index.md").write_text("[r](../results/r.json) [m](../README.md) [gone](../nothing.txt)")
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\n")
+    config = load_config(config_file=str(tmp_path / "mkdocs.yml"))
+    config.plugins._current_plugin = "repo_links"  # what MkDocs sets while it runs a hook
+    files = load("repo_links").on_files(get_files(config), config)
+    added = {f.src_uri: f for f in files if f.src_uri.startswith("_repo/")}
+    assert sorted(added) == ["_repo/README.md", "_repo/results/r.json"]
+    assert not any(f.is_documentation_page() for f in added.values())
+    assert added["_repo/README.md"].dest_uri == "_repo/README.md"

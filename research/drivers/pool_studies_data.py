@@ -82,6 +82,10 @@ OFE_SIL_SHUF_GRPO = "oracle-first-error on silent groups shuffled vs grpo"
 OFE_INF_GRPO = "oracle-first-error on informative groups vs grpo"
 OFE_INF_SHUF = "oracle-first-error on informative groups vs its shuffled control"
 OFE_INF_SHUF_GRPO = "oracle-first-error on informative groups shuffled vs grpo"
+# The other methods' process rewards on the one trainer (the tiny model's family study).
+HIPRAG_GRPO = "hiprag vs grpo"
+CPSEARCH_GRPO = "cp-search vs grpo"
+P2S_GRPO = "p2s vs grpo"
 
 TINY = "tiny model, demo world"
 WIDE = "tiny, wide world"
@@ -91,6 +95,7 @@ B5, B7, B8, B9 = "small, build 5", "small, build 7", "small, build 8", "small, b
 # The result files (under results/) and their schemas.
 TINY_PROCESS = "process_2026-11-23.json"
 TINY_OFE = "process_oracle_first_error_2026-11-24.json"  # beside family_2026-11-24.json, the same GRPO runs
+TINY_FAMILY = "family_2026-11-24.json"
 WIDE_PROCESS = "process_wide_2026-11-24.json"
 B1_PROCESS = "process_small_2026-11-24.json"
 B1_OFE = "process_small_oracle_first_error_2026-11-25.json"  # GRPO re-run beside it: process_small's per-seed EM
@@ -109,6 +114,7 @@ B9_PTX = "rl_oracle_two_pass_build9_2026-11-29.json"  # the same schema; two pas
 FILE_SCHEMA: dict[str, str] = {
     TINY_PROCESS: "ablate",
     TINY_OFE: "ablate",
+    TINY_FAMILY: "ablate",
     WIDE_PROCESS: "ablate",
     B1_PROCESS: "ablate",
     B1_OFE: "ablate",
@@ -228,6 +234,10 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (OFE_INF_SHUF, B4, "last", B4_UNSCREENED, "nofeinf", "nofeinfsh", 1.57),
     (OFE_INF_SHUF, B4, "dev", B4_UNSCREENED, "nofeinf", "nofeinfsh", None),
     (OFE_INF_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofeinfsh", "ngrpo", -0.79),
+    # the tiny model's family study: each method's own process reward against GRPO run beside it
+    (HIPRAG_GRPO, TINY, "last", TINY_FAMILY, "hiprag", "grpo", -0.2),
+    (CPSEARCH_GRPO, TINY, "last", TINY_FAMILY, "cpsearch", "grpo", 0.5),
+    (P2S_GRPO, TINY, "last", TINY_FAMILY, "p2s", "grpo", 1.2),
 ]
 
 TOLERANCE = 0.06  # points: the rounding of the README's and the LOG's numbers

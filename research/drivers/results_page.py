@@ -381,6 +381,47 @@ def _em_file(study: str) -> str:
     }[study]
 
 
+# ---------------------------------------------------------------------------------------------- cost
+
+FAMILY_NAMES = {
+    "grpo": "outcome-only GRPO",
+    "prorag": "learned PRM",
+    "prorag-oracle": "oracle",
+    "hiprag": "HiPRAG",
+    "cpsearch": "CP-Search",
+    "p2s": "P2S",
+}
+GPU_CHECKS = "gpu_h200_checks_2026-11-27.json"
+
+
+def cost() -> dict[str, Any]:
+    """Seconds per RL step of each method's reward on the tiny model (the family study, one process of
+    one thread beside another), and one process-supervised RL step on an H200 against stock TRL's
+    ``GRPOTrainer`` (a random Qwen3-0.6B-shaped model; two machines of one kind)."""
+    family = contrasts.load(data.TINY_FAMILY)["stats"]
+    gpu = contrasts.load(GPU_CHECKS)
+    return {
+        "tiny_seconds_per_rl_step": {name: round(family[arm]["seconds_per_rl_step"], 1) for arm, name in FAMILY_NAMES.items()},
+        "h200": {
+            "device": gpu["call2"]["device"],
+            "shape": gpu["call2"]["shape"],
+            "prorag_seconds": round(gpu["call2"]["prorag"]["median"]["total"], 2),
+            "prorag_generation_seconds": round(gpu["call2"]["prorag"]["median"]["generation"], 2),
+            "stock_trl_seconds": round(gpu["call1"]["rl_trl"]["trl"]["seconds"], 2),
+        },
+    }
+
+
+def render_cost(c: dict[str, Any]) -> str:
+    tiny = c["tiny_seconds_per_rl_step"]
+    gpu = c["h200"]
+    lines = ["| | seconds per RL step |", "|---|---|"]
+    lines += [f"| {name}, tiny model, 2-core CPU | {seconds:.1f} |" for name, seconds in tiny.items()]
+    lines.append(f"| process-supervised step, {gpu['shape']} shape, one {gpu['device']} | {gpu['prorag_seconds']:.2f} |")
+    lines.append(f"| stock TRL `GRPOTrainer`, same shape, another {gpu['device']} | {gpu['stock_trl_seconds']:.2f} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------- contrast list
 
 
@@ -563,6 +604,23 @@ def render_contrasts(t: dict[str, Any], family: str) -> str:
     return "\n".join(lines)
 
 
+def render_counts(t: dict[str, Any]) -> str:
+    lines = []
+    for family, name in ((contrasts.STEP_REWARDS, "Step rewards"), (contrasts.OUTCOME_RL, "Outcome RL")):
+        c = t["counts"][family]
+        survivors = (
+            "none of them a test over seeds"
+            if c["holm_below_005_over_seeds"] == 0
+            else f"{c['holm_below_005_over_seeds']} of them over seeds"
+        )
+        lines.append(
+            f"- **{name}: {c['tests']} tests** ({c['no_spread']} more looks have no spread to test), "
+            f"**{c['nominal_below_005']} with nominal p < 0.05, {c['holm_below_005']} after Holm**, {survivors}; "
+            f"{c['predicted']} looks had a range predicted before their runs."
+        )
+    return "\n".join(lines)
+
+
 def render_codes() -> str:
     lines = ["| Codes in the results files | What the arm is |", "|---|---|"]
     lines += [f"| {', '.join(f'`{c.strip()}`' for c in codes.split(','))} | {name} |" for codes, name in ARM_NAMES.items()]
@@ -579,6 +637,8 @@ def fragments(page: dict[str, Any]) -> dict[str, str]:
         "reading": render_reading(page["reading"]),
         "contrasts-step-rewards": render_contrasts(t, contrasts.STEP_REWARDS),
         "contrasts-outcome-rl": render_contrasts(t, contrasts.OUTCOME_RL),
+        "cost": render_cost(page["cost"]),
+        "contrast-counts": render_counts(t),
         "codes": render_codes(),
     }
 
@@ -690,6 +750,7 @@ def compute() -> dict[str, Any]:
         "summary": rows,
         "detection": detection(rows),
         "reading": reading(),
+        "cost": cost(),
         "contrasts": tested(),
     }
 

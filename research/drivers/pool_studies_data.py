@@ -182,12 +182,18 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (PRM_SHUF_GRPO, B3, "last", B3_PRM, "prmsh", "w12", -1.1),  # README: "their shuffled controls cost 1.1 and 1.9"
     (OFE_SHUF_GRPO, B2, "last", B2_PROCESS, "oracle_first_error_shuffled", "grpo", None),
     (OFE_SHUF_GRPO, B3, "last", B3_OFE, "ofesh", "w12", -1.9),
+    # the same at the dev-chosen step (LOG 2026-11-26 evening, 2026-11-26 late night, 2026-11-27)
+    (PRM_SHUF_GRPO, B2, "dev", B2_DEV, "prm_shuffled", "grpo", 0.5),
+    (PRM_SHUF_GRPO, B3, "dev", B3_PRM, "prmsh", "w12", 0.46),
+    (OFE_SHUF_GRPO, B2, "dev", B2_DEV, "oracle_first_error_shuffled", "grpo", -0.1),
+    (OFE_SHUF_GRPO, B3, "dev", B3_OFE, "ofesh", "w12", -0.68),
     # small, build 4: unscreened RL questions; GRPO is ngrpo (the file's w12 is screened GRPO)
     (OFE_GRPO, B4, "last", B4_UNSCREENED, "nofe", "ngrpo", 0.36),
     (OFE_GRPO, B4, "dev", B4_UNSCREENED, "nofe", "ngrpo", -0.54),
     (OFE_SHUF, B4, "last", B4_UNSCREENED, "nofe", "nofesh", 2.89),
     (OFE_SHUF, B4, "dev", B4_UNSCREENED, "nofe", "nofesh", -0.86),
     (OFE_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofesh", "ngrpo", -2.54),
+    (OFE_SHUF_GRPO, B4, "dev", B4_UNSCREENED, "nofesh", "ngrpo", 0.32),
     # the learned PRM to its first error (builds 5, 7 and 8; unscreened, dual_signed; GRPO only on build 5);
     # the dev-chosen cells are the LOG's (the README gives the last step's)
     (PRMFE_GRPO, B5, "last", B5_RUNS, "prmfesgn", "ngrpo", 3.61),
@@ -229,11 +235,13 @@ CELLS: list[tuple[str, str, str, str, str, str, float | None]] = [
     (OFE_SIL_SHUF, B4, "last", B4_UNSCREENED, "nofesil", "nofesilsh", 0.54),
     (OFE_SIL_SHUF, B4, "dev", B4_UNSCREENED, "nofesil", "nofesilsh", None),
     (OFE_SIL_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofesilsh", "ngrpo", -1.18),
+    (OFE_SIL_SHUF_GRPO, B4, "dev", B4_UNSCREENED, "nofesilsh", "ngrpo", None),
     (OFE_INF_GRPO, B4, "last", B4_UNSCREENED, "nofeinf", "ngrpo", 0.79),
     (OFE_INF_GRPO, B4, "dev", B4_UNSCREENED, "nofeinf", "ngrpo", None),
     (OFE_INF_SHUF, B4, "last", B4_UNSCREENED, "nofeinf", "nofeinfsh", 1.57),
     (OFE_INF_SHUF, B4, "dev", B4_UNSCREENED, "nofeinf", "nofeinfsh", None),
     (OFE_INF_SHUF_GRPO, B4, "last", B4_UNSCREENED, "nofeinfsh", "ngrpo", -0.79),
+    (OFE_INF_SHUF_GRPO, B4, "dev", B4_UNSCREENED, "nofeinfsh", "ngrpo", None),
     # the tiny model's family study: each method's own process reward against GRPO run beside it
     (HIPRAG_GRPO, TINY, "last", TINY_FAMILY, "hiprag", "grpo", -0.2),
     (CPSEARCH_GRPO, TINY, "last", TINY_FAMILY, "cpsearch", "grpo", 0.5),

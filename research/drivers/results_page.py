@@ -465,7 +465,7 @@ def _p(p: float | None) -> str:
 
 def _cell_text(c: dict[str, Any] | None) -> str:
     if c is None:
-        return "not run"
+        return "not measured"
     if c["method"] == "no spread":
         return f"{_num(c['mean'])} in every seed (dev chose pi_rft)"
     low, high = c["ci"]
@@ -474,21 +474,22 @@ def _cell_text(c: dict[str, Any] | None) -> str:
 
 
 def render_summary(rows: list[dict[str, Any]]) -> str:
-    lines = []
-    group = None
-    header = (
+    """The summary as one table; a row in italics opens each group of step rewards."""
+    lines = [
         "| Step reward | vs outcome-only GRPO, last step | vs GRPO, dev-chosen step | vs its shuffled control, last step "
-        "| vs its control, dev-chosen step |\n|---|---|---|---|---|"
-    )
+        "| vs its control, dev-chosen step |",
+        "|---|---|---|---|---|",
+    ]
+    group = None
     for row in rows:
         if row["group"] != group:
             group = row["group"]
-            lines += ["", f"*{group}*", "", header]
+            lines.append(f"| *{group}* | | | | |")
         cells = [_cell_text(row["cells"][f"{ref}_{step}"]) for ref in REFERENCES for step in STEPS]
         if row["cells"]["control_last"] is None and row["cells"]["grpo_last"] is not None:
             cells[2] = cells[3] = "no control run"
         lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines).strip()
+    return "\n".join(lines)
 
 
 def render_bare(rows: list[dict[str, Any]]) -> str:
@@ -503,7 +504,7 @@ def render_bare(rows: list[dict[str, Any]]) -> str:
         texts = []
         for c in (last, dev):
             if c is None:
-                texts.append("not run")
+                texts.append("not measured")
             elif c["method"] == "no spread":
                 texts.append(f"{_num(c['mean'])} in every seed")
             else:

@@ -21,6 +21,7 @@ import math
 import re
 import statistics
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -642,6 +643,29 @@ def fragments(page: dict[str, Any]) -> dict[str, str]:
         "contrast-counts": render_counts(t),
         "codes": render_codes(),
     }
+
+
+def heading_anchors(markdown_text: str) -> set[str]:
+    """The ids Python-Markdown's ``toc`` extension (MkDocs' default) gives the headings of a page: the
+    heading's text without inline-code and emphasis marks, reduced to ASCII word characters, lower case,
+    runs of spaces and hyphens as one hyphen; a repeated id gets ``_1``, ``_2``. The page links LOG
+    entries by these ids, and its test checks each link against them."""
+    anchors: set[str] = set()
+    in_code = False
+    for line in markdown_text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not re.match(r"#{1,6} ", line):
+            continue
+        text = re.sub(r"[`*]", "", line.lstrip("#").strip())
+        text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+        slug = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
+        unique, n = slug, 0
+        while unique in anchors:
+            n += 1
+            unique = f"{slug}_{n}"
+        anchors.add(unique)
+    return anchors
 
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S)

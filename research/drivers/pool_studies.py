@@ -2,20 +2,13 @@
 
     python research/drivers/pool_studies.py [--out research/results/pooled_process_DATE.json]
 
-The README's answer table has one column per study (the tiny model on the demo and wide worlds,
-the small model's builds 1-4) and one row per contrast (a step-reward arm against outcome-only
-GRPO, or against its own step rewards shuffled within groups). Read cell by cell, every interval
-but a few holds zero; pooled, the question is whether the cells together show an effect that no
-one of them can. Inputs: the per-seed test EM of both arms in each study, and for the oracle
-up to the first error against GRPO the oracle's verdicts on the test steps (valid searches, valid
-sub-answers) where the studies kept them (``research/drivers/pool_studies_data.py``, from the committed
-result files, checked there against the README's cells and the LOG's means). Each study enters as
-the mean and standard error of its per-seed paired differences; the contrast is pooled by random
-effects (DerSimonian-Laird, modified Hartung-Knapp interval on k - 1 degrees of freedom) and, for
-comparison, by fixed effect (:mod:`research.analysis.meta_analysis`). Printed per contrast, metric and
-step (the last RL step, and the dev-chosen step where the studies had one): each study's mean ±
-95% CI, the pooled mean with its CI and p-value, tau (the between-study standard deviation) and
-I2, in points (EM, or percent of the steps of a kind).
+Inputs: the per-seed test EM of both arms of every cell, and the oracle's verdicts on the test steps
+where three studies kept them (``research/drivers/pool_studies_data.py``). Each study enters as the mean
+and standard error of its per-seed paired differences; a contrast is pooled by random effects
+(DerSimonian-Laird, modified Hartung-Knapp interval on k - 1 degrees of freedom) and, for comparison, by
+fixed effect (:mod:`research.analysis.meta_analysis`), at the last RL step and at the dev-chosen step.
+Printed per contrast: each study's mean and 95% CI, the pooled means with CI and p, tau and I2, in
+points. docs/RESULTS.md's summary is computed by ``results_page.py`` from the same inputs.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
-"""Per-seed test EM of paired arms in each process ablation, as inputs to pooling them.
+"""Per-seed test EM of paired arms in each process ablation, read from the committed results files.
 
-A study is one process ablation: one pi_rft (one build of a pipeline) and its RL arms, each run with
-the same seeds, questions and rollout streams. A cell is one contrast in one study (a step-reward arm
-against outcome-only GRPO or against its own shuffled control) at one step. Pooling the studies needs
-the per-seed numbers behind each cell, which lie in the committed result files under different
-schemas. This module reads them from `results/` and returns one record per (contrast, study, step):
+A study is one pi_rft and its RL arms; a cell is one contrast in one study (a step-reward arm against
+outcome-only GRPO or against its own shuffled control) at the last RL step (``last``) or at the
+dev-chosen step (``dev``). :func:`study_seed_ems` returns one record per cell, with test EM as fractions
+and only the seeds both arms hold, in one order:
 
     {"contrast", "metric": "em", "study", "source", "arm", "reference", "step", "seeds", "arm_values", "reference_values"}
 
-with test EM as fractions (files that store percents are divided by 100), at the last RL step
-("last") and, where a file has it, at the dev-chosen step ("dev"); only the seeds present for
-both arms, in the same order in both lists. `study_seed_validity()` does the same for the
-oracle's verdicts on the test steps (valid searches, valid sub-answers) of the oracle up to the
-first error against GRPO, in the three studies that kept them. Each cell carries the mean the LOG
-(and the README up to commit 3bcb8f8) quoted for it, so that `--check` catches a file or a key path
-that reads another arm.
+:func:`study_seed_validity` does the same for the oracle's verdicts on the test steps. Each cell carries
+the mean the LOG (and the README up to 3bcb8f8) quoted, so that ``--check`` catches a file or key path
+that reads another arm. Pure standard library.
 
-    python3 research/drivers/pool_studies_data.py            # the records as JSON
-    python3 research/drivers/pool_studies_data.py --check    # and a table against the quoted numbers
-
-Pure standard library.
+    python3 research/drivers/pool_studies_data.py [--check]
 """
 
 from __future__ import annotations

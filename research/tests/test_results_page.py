@@ -43,6 +43,13 @@ def test_the_pools_repeat_the_logs(page: dict) -> None:
     assert [s["flat"] for s in dev["studies"]] == [False, False, True] and dev["k"] == 2
 
 
+def test_the_opening_paragraph_quotes_the_counts(page: dict) -> None:
+    opening = PAGE.read_text().split("## Definitions")[0]
+    c = page["contrasts"]["counts"]["step rewards"]
+    assert f"Of {c['tests']} tests of step-reward contrasts,\n{c['nominal_below_005']} had p < 0.05" in opening
+    assert f"after Holm's correction {c['holm_below_005']} remain" in opening and c["holm_below_005_over_seeds"] == 0
+
+
 def test_results_keeps_only_the_files_the_page_cites() -> None:
     cited = set(re.findall(r"(?<![\w/])results/([\w.\-]+\.(?:json|png))", PAGE.read_text()))
     kept = {p.name for p in (ROOT / "results").iterdir()}

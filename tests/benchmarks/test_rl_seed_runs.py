@@ -100,11 +100,8 @@ def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_p
     assert last["mean_diff"] == pytest.approx(0.375)  # seed 0: 0.50 - 0.25, seed 1: 0.75 - 0.25
     assert data["compare"]["best"]["stats"]["a"]["vs_b_by_seed"]["mean_diff"] == pytest.approx(-0.125)
     # the pooling script's schema reads the same numbers
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from pool_studies_data import FILE_SCHEMA, per_seed_em
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    from research.drivers.pool_studies_data import FILE_SCHEMA, per_seed_em
+
     assert "runs" in FILE_SCHEMA.values()
     assert per_seed_em(data, "runs", "last", "a") == {0: 0.5, 1: 0.75}
     assert per_seed_em(data, "runs", "dev", "b") == {0: 0.5, 1: 0.25}

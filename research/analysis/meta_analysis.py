@@ -1,27 +1,15 @@
 """Pooling one contrast over several studies: inverse-variance meta-analysis of per-seed differences.
 
-The process ablations were run several times over (other worlds, other model sizes, builds of one
-config whose floats differ), each with five to seven seeds. One study's 95% interval of a step
-reward's effect on EM is a few points wide; several studies, pooled, say whether an effect shows
-across them or whether their differences are noise around zero. A study enters as the mean and the
-standard error of its per-seed paired differences (arm minus reference, same seed):
-:func:`study_estimate`.
-
-Two poolings, both standard:
-
-* :func:`fixed_effect`: one true effect shared by every study; the studies are weighted by their
-  inverse variance. Right when the studies repeat one experiment.
-* :func:`random_effects`: each study has its own true effect, drawn around a mean with variance
-  ``tau2`` (DerSimonian and Laird's moment estimate); the mean is what the pooled estimate is of.
-  Right here, where the studies differ in world, model and initial policy. Its interval uses
-  Hartung and Knapp's variance with the t distribution on ``k - 1`` degrees of freedom, kept no
-  narrower than DerSimonian and Laird's (the "modified" form, Röver et al. 2015): with a handful of
-  studies, the normal interval of the plain form is known to be too narrow.
-
-Heterogeneity is reported as Cochran's ``Q`` (with its chi-square p-value on ``k - 1`` degrees of
-freedom) and ``I2``, the share of the spread of the study means that is more than their standard
-errors explain. A caveat that no formula removes: each study's standard error comes from five to
-seven seeds, so the weights themselves are noisy.
+A study (one pi_rft and its RL arms, five to seven seeds) enters as the mean and standard error of its
+per-seed paired differences, arm minus reference: :func:`study_estimate`. Two poolings:
+:func:`fixed_effect` (one true effect shared by every study, inverse-variance weights; right when the
+studies repeat one experiment) and :func:`random_effects` (each study its own true effect around a mean,
+between-study variance ``tau2`` by DerSimonian and Laird's moments; right here, where studies differ in
+world, model and initial policy). The random-effects interval uses Hartung and Knapp's variance with t on
+``k - 1`` degrees of freedom, kept no narrower than DerSimonian and Laird's (the "modified" form, Röver
+et al. 2015): with a handful of studies the plain normal interval is too narrow. Heterogeneity is Cochran's
+``Q`` (chi-square p on ``k - 1`` df) and ``I2``. Caveat: each standard error comes from a few seeds, so
+the weights themselves are noisy.
 """
 
 from __future__ import annotations

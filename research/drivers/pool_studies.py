@@ -1,21 +1,14 @@
 """Each step-reward contrast of the process ablations, pooled over the studies that ran it.
 
-    python benchmarks/pool_studies.py [--out results/pooled_process_DATE.json]
+    python research/drivers/pool_studies.py [--out research/results/pooled_process_DATE.json]
 
-The README's answer table has one column per study (the tiny model on the demo and wide worlds,
-the small model's builds 1-4) and one row per contrast (a step-reward arm against outcome-only
-GRPO, or against its own step rewards shuffled within groups). Read cell by cell, every interval
-but a few holds zero; pooled, the question is whether the cells together show an effect that no
-one of them can. Inputs: the per-seed test EM of both arms in each study, and for the oracle
-up to the first error against GRPO the oracle's verdicts on the test steps (valid searches, valid
-sub-answers) where the studies kept them (``benchmarks/pool_studies_data.py``, from the committed
-result files, checked there against the README's cells and the LOG's means). Each study enters as
-the mean and standard error of its per-seed paired differences; the contrast is pooled by random
-effects (DerSimonian-Laird, modified Hartung-Knapp interval on k - 1 degrees of freedom) and, for
-comparison, by fixed effect (:mod:`prorag.core.meta_analysis`). Printed per contrast, metric and
-step (the last RL step, and the dev-chosen step where the studies had one): each study's mean ±
-95% CI, the pooled mean with its CI and p-value, tau (the between-study standard deviation) and
-I2, in points (EM, or percent of the steps of a kind).
+Inputs: the per-seed test EM of both arms of every cell, and the oracle's verdicts on the test steps
+where three studies kept them (``research/drivers/pool_studies_data.py``). Each study enters as the mean
+and standard error of its per-seed paired differences; a contrast is pooled by random effects
+(DerSimonian-Laird, modified Hartung-Knapp interval on k - 1 degrees of freedom) and, for comparison, by
+fixed effect (:mod:`research.analysis.meta_analysis`), at the last RL step and at the dev-chosen step.
+Printed per contrast: each study's mean and 95% CI, the pooled means with CI and p, tau and I2, in
+points. docs/RESULTS.md's summary is computed by ``results_page.py`` from the same inputs.
 """
 
 from __future__ import annotations
@@ -26,12 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pool_studies_data import study_seed_ems, study_seed_validity  # benchmarks/pool_studies_data.py, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: research/ is not installed
 
-from prorag.core.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
-from prorag.core.metrics import mean_and_ci
+from prorag.core.statistics import mean_and_ci
 from prorag.data.jsonl import write_json
+from research.analysis.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
+from research.drivers.pool_studies_data import study_seed_ems, study_seed_validity
 
 #: The small model's builds: one config (configs/arms_demo.yaml) built four times.
 SMALL_MODEL = "small, build"
@@ -62,13 +55,23 @@ def paired_values() -> list[dict[str, Any]]:
     return study_seed_ems() + study_seed_validity()
 
 
+def has_spread(record: dict[str, Any]) -> bool:
+    """Whether a cell's per-seed differences vary: a cell whose differences are all equal (build 8 at
+    the dev-chosen step, where dev chose pi_rft itself in every run of both arms) has a standard error
+    of 0, which no inverse-variance weight can take, and is left out of the pooling."""
+    diffs = [a - b for a, b in zip(record["arm_values"], record["reference_values"], strict=True)]
+    return max(diffs) - min(diffs) > 1e-12
+
+
 def pool(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per (contrast, metric, step, scope) with at least two studies: the studies'
     estimates and the pooled ones. Scope ``all`` takes every study; ``small model`` only the small
-    model's builds (one config, four builds), where they are fewer than all."""
+    model's builds (one config, several builds), where they are fewer than all. Cells without
+    spread are left out (:func:`has_spread`)."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["contrast"], r["metric"], r["step"]), []).append(r)
+        if has_spread(r):
+            groups.setdefault((r["contrast"], r["metric"], r["step"]), []).append(r)
     out = []
     for (contrast, metric, step), rows in groups.items():
         scopes = {"all": rows, "small model": [r for r in rows if r["study"].startswith(SMALL_MODEL)]}
@@ -138,7 +141,7 @@ def main() -> None:
                 "valid steps by the oracle's verdicts; "
                 "random effects: DerSimonian-Laird tau2, modified Hartung-Knapp interval on k - 1 df; fixed "
                 "effect: inverse variance, normal interval). Each study: per-seed paired differences.",
-                "command": "python benchmarks/pool_studies.py --out " + str(args.out),
+                "command": "python research/drivers/pool_studies.py --out " + str(args.out),
                 "pooled": pooled,
             },
         )

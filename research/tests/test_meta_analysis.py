@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from prorag.core.meta_analysis import StudyEstimate, fixed_effect, random_effects, study_estimate
+from research.analysis.meta_analysis import StudyEstimate, fixed_effect, random_effects, study_estimate
 
 
 def test_study_estimate_is_mean_and_standard_error_of_the_differences() -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pool_studies_data import study_seed_ems, study_seed_validity  # benchmarks/pool_studies_data.py, beside this file
 
 from prorag.core.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
-from prorag.core.metrics import mean_and_ci
+from prorag.core.statistics import mean_and_ci
 from prorag.data.jsonl import write_json
 
 #: The small model's builds: one config (configs/arms_demo.yaml) built four times.

@@ -40,7 +40,7 @@ from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this f
 from rl_seen_unseen import evaluate, last_weights, percent, pooled
 from rl_update_noise import WEIGHTS, write_policy
 
-from prorag.core.metrics import paired_t_test
+from prorag.core.statistics import paired_t_test
 from prorag.data.jsonl import read_jsonl
 from prorag.experiments.update_noise import apply_delta, mean_delta, update_delta
 

@@ -39,7 +39,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import p_value_text, yes_no_scores
+from prorag.core.metrics import yes_no_scores
+from prorag.core.statistics import p_value_text
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
 from prorag.experiments.stream_control import stream_difference

@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_seed_runs import evaluation, write_results  # benchmarks/rl_seed_runs.py, beside this file
 
-from prorag.core.metrics import mean_and_ci, paired_t_test
+from prorag.core.statistics import mean_and_ci, paired_t_test
 from prorag.data.jsonl import read_json, read_jsonl, write_jsonl
 from prorag.experiments.compare import parse_seeds
 from prorag.stages.training import last_complete_checkpoint

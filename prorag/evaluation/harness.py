@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import setting
-from prorag.core.metrics import answer_metrics, mean_and_spread, paired_t_test, retrieval_recall, rouge1_f1, yes_no_scores
+from prorag.core.metrics import answer_metrics, retrieval_recall, rouge1_f1, yes_no_scores
+from prorag.core.statistics import mean_and_spread, paired_t_test
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record
 from prorag.evaluation.baselines import EVAL_BASELINES, Baseline, EvalBaseline

@@ -43,14 +43,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import apply_overrides, parse_assignment, used_settings
-from prorag.core.metrics import (
-    mean_and_ci,
-    mean_and_spread,
-    p_value_text,
-    paired_t_test,
-    permutation_test,
-    yes_no_scores,
-)
+from prorag.core.metrics import yes_no_scores
+from prorag.core.statistics import mean_and_ci, mean_and_spread, p_value_text, paired_t_test, permutation_test
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.evaluation.harness import compare_predictions
 from prorag.evaluation.step_errors import STEP_VALIDITY_RATES

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prorag.core.metrics import mean_and_ci, paired_t_test
+from prorag.core.statistics import mean_and_ci, paired_t_test
 from prorag.data.jsonl import read_jsonl
 
 #: The control arm's name in an arms ablation (reserved: no extra arm may take it).

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import setting
-from prorag.core.metrics import paired_t_test
+from prorag.core.statistics import paired_t_test
 from prorag.data.benchmarks import FORMATS, load_benchmark
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records

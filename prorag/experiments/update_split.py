@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from prorag.core.errors import DataError
-from prorag.core.metrics import mean_and_ci, paired_t_test
+from prorag.core.statistics import mean_and_ci, paired_t_test
 from prorag.data.jsonl import read_jsonl, write_json
 from prorag.experiments.update_noise import (
     apply_delta,

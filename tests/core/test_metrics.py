@@ -1,4 +1,5 @@
-"""Tests for prorag.core.metrics: hand-computed golden cases, pitfalls, and properties.
+"""Tests for prorag.core.metrics: hand-computed golden cases, pitfalls, and properties (the tests of
+prorag.core.statistics are in test_statistics.py).
 
 Every expected value below is computed by hand (the arithmetic is in the comments or in the
 test), following the official SQuAD v1.1 / HotpotQA evaluation scripts' definitions.
@@ -6,27 +7,19 @@ test), following the official SQuAD v1.1 / HotpotQA evaluation scripts' definiti
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prorag.core.metrics import (
     ANSWER_METRICS,
-    PairedTest,
     answer_metrics,
     cover_exact_match,
     exact_match,
     f1_score,
     grouped_ranking_auc,
     is_yes_no_question,
-    mean_and_ci,
-    mean_and_spread,
     normalize_answer,
-    p_value_text,
-    paired_t_test,
-    permutation_test,
     ranking_auc,
     retrieval_recall,
     substring_match,
@@ -311,119 +304,6 @@ def test_retrieval_recall_errors() -> None:
         retrieval_recall("p1", ["p1"], k=1)
 
 
-# --------------------------------------------------------------------------- paired t-test
-
-
-def test_paired_t_test_by_hand_df2() -> None:
-    a = [1.0, 2.0, 4.0]
-    b = [0.0, 1.0, 2.0]
-    diffs = [x - y for x, y in zip(a, b)]  # [1, 1, 2]
-    n = len(diffs)
-    mean = sum(diffs) / n  # 4/3
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))  # sqrt((1/9 + 1/9 + 4/9) / 2) = sqrt(1/3)
-    t = mean / (sd / math.sqrt(n))  # (4/3) / (1/3) = 4
-    assert t == pytest.approx(4.0)
-    # Student t with 2 degrees of freedom: P(|T| > t) = 1 - t / sqrt(t^2 + 2).
-    p = 1 - t / math.sqrt(t * t + 2)  # 1 - 4 / sqrt(18) = 0.0572
-    result = paired_t_test(a, b)
-    assert isinstance(result, PairedTest)
-    assert result.t == pytest.approx(t)
-    assert result.p_value == pytest.approx(p)
-    assert result.mean_diff == pytest.approx(4 / 3)
-    assert result.n == 3
-
-
-def test_paired_t_test_by_hand_df3_mixed_signs() -> None:
-    a = [0.5, 1.0, 0.0, 1.0]
-    b = [0.0, 1.0, 1.0, 0.0]
-    # diffs [0.5, 0, -1, 1]: mean 1/8; squared deviations 9/64, 1/64, 81/64, 49/64 -> sum 140/64;
-    # var = (140/64) / 3 = 35/48; t = (1/8) / sqrt((35/48) / 4) = (1/8) / sqrt(35/192).
-    t = (1 / 8) / math.sqrt(35 / 192)
-    # Student t with 3 degrees of freedom: P(|T| > t) = 1 - (2/pi) * (atan(u) + u / (1 + u^2)), u = t / sqrt(3).
-    u = t / math.sqrt(3)
-    p = 1 - (2 / math.pi) * (math.atan(u) + u / (1 + u * u))
-    result = paired_t_test(a, b)
-    assert result.t == pytest.approx(t)
-    assert result.p_value == pytest.approx(p)
-    assert result.mean_diff == pytest.approx(1 / 8)
-    assert result.n == 4
-
-
-def test_paired_t_test_swapped_arguments() -> None:
-    forward = paired_t_test([1.0, 2.0, 4.0], [0.0, 1.0, 2.0])
-    backward = paired_t_test([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])
-    assert backward.t == pytest.approx(-forward.t)
-    assert backward.p_value == pytest.approx(forward.p_value)
-    assert backward.mean_diff == pytest.approx(-forward.mean_diff)
-
-
-def test_paired_t_test_all_differences_zero() -> None:
-    assert paired_t_test([0.2, 1.0, 0.0], [0.2, 1.0, 0.0]) == PairedTest(t=0.0, p_value=1.0, mean_diff=0.0, n=3)
-
-
-def test_paired_t_test_all_differences_equal_nonzero() -> None:
-    up = paired_t_test([1.0, 1.0, 0.5], [0.5, 0.5, 0.0])
-    assert up.t == math.inf and up.p_value == 0.0 and up.mean_diff == pytest.approx(0.5) and up.n == 3
-    down = paired_t_test([0.0, 0.0], [1.0, 1.0])
-    assert down.t == -math.inf and down.p_value == 0.0 and down.mean_diff == -1.0 and down.n == 2
-
-
-def test_p_value_text_names_identical_differences() -> None:
-    # An ordinary test prints its p-value; two seeds that both gained +0.75 print what p 0 is made of.
-    assert p_value_text(paired_t_test([1.0, 0.0, 1.0], [0.0, 0.0, 0.0])) == "0.184"  # t = 2, df 2: 1 - 2/sqrt(6)
-    assert p_value_text(paired_t_test([0.3425, 0.3275], [0.3350, 0.3200]), 2) == "0, all 2 differences equal"
-    assert p_value_text({"t": 0.0, "p_value": 1.0, "n": 3}) == "1.000"
-    # A test without t (the permutation test's dict) prints its p-value alone.
-    assert p_value_text({"p_value": 1 / 3, "n": 4}) == "0.333"
-
-
-def test_paired_t_test_rounding_noise_is_zero_variance() -> None:
-    # 0.1 + 0.2 - 0.3 = 5.6e-17 in floating point, mathematically 0: all differences are 0.
-    result = paired_t_test([0.1 + 0.2, 0.3, 0.7], [0.3, 0.3, 0.7])
-    assert (result.t, result.p_value) == (0.0, 1.0)
-    # 2/3 - 1/3 and 1/3 - 0 differ in the last bit; mathematically both are 1/3.
-    result = paired_t_test([2 / 3, 1 / 3], [1 / 3, 0.0])
-    assert (result.t, result.p_value) == (math.inf, 0.0)
-
-
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        ([1.0, 0.0], [1.0]),  # unequal lengths
-        ([1.0], [0.0]),  # fewer than 2 pairs
-        ([], []),
-        ([1.0, math.nan], [0.0, 0.0]),
-        ([1.0, 0.0], [0.0, math.inf]),
-    ],
-)
-def test_paired_t_test_rejects_bad_input(a, b) -> None:
-    with pytest.raises(ValueError):
-        paired_t_test(a, b)
-
-
-def test_paired_test_is_frozen() -> None:
-    result = paired_t_test([1.0, 2.0, 4.0], [0.0, 1.0, 2.0])
-    with pytest.raises(AttributeError):
-        result.t = 0.0  # type: ignore[misc]
-
-
-# --------------------------------------------------------------------------- mean and spread
-
-
-def test_mean_and_spread_by_hand() -> None:
-    # mean 2.5; squared deviations 2.25, 0.25, 0.25, 2.25 -> 5; sample variance 5/3.
-    mean, std = mean_and_spread([1.0, 2.0, 3.0, 4.0])
-    assert mean == pytest.approx(2.5)
-    assert std == pytest.approx(math.sqrt(5 / 3))
-
-
-def test_mean_and_spread_single_value_and_errors() -> None:
-    assert mean_and_spread([0.42]) == (0.42, 0.0)
-    assert mean_and_spread(v for v in [0.5, 0.5]) == (0.5, 0.0)
-    with pytest.raises(ValueError):
-        mean_and_spread([])
-
-
 # --------------------------------------------------------------------------- properties
 
 # Words chosen so that random answers collide: articles, yes/no/noanswer, shared tokens,
@@ -524,26 +404,6 @@ def test_property_recall_bounded_and_monotone_in_k(hits: list[str], gold: list[s
     assert recall == len(set(gold) & set(hits[:k])) / len(set(gold))
 
 
-_scores = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
-
-
-@PROPERTY_SETTINGS
-@given(pairs=st.lists(st.tuples(_scores, _scores), min_size=2, max_size=12))
-def test_property_paired_t_test_well_defined(pairs: list[tuple[float, float]]) -> None:
-    a = [x for x, _ in pairs]
-    b = [y for _, y in pairs]
-    forward = paired_t_test(a, b)
-    assert not math.isnan(forward.t)
-    assert 0.0 <= forward.p_value <= 1.0
-    assert forward.n == len(pairs)
-    backward = paired_t_test(b, a)
-    assert backward.p_value == pytest.approx(forward.p_value)
-    if math.isinf(forward.t):
-        assert backward.t == -forward.t
-    else:
-        assert backward.t == pytest.approx(-forward.t)
-
-
 # ----------------------------------------------------------------------------- ranking AUC
 
 
@@ -582,43 +442,6 @@ def test_property_ranking_auc_is_the_pair_count(pos: list[int], neg: list[int]) 
     wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
     assert ranking_auc(pos, neg) == pytest.approx(wins / (len(pos) * len(neg)))
     assert ranking_auc(neg, pos) == pytest.approx(1 - wins / (len(pos) * len(neg)))
-
-
-def test_mean_and_ci_by_hand() -> None:
-    # [1, 2, 3]: mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138.
-    mean, half = mean_and_ci([1.0, 2.0, 3.0])
-    assert mean == pytest.approx(2.0) and half == pytest.approx(2.484138, abs=1e-6)
-    # 5 seeds at 90%: t_{0.95, 4} = 2.131847; s of [0, 0, 0, 0, 5] = sqrt(5); half = 2.131847 * sqrt(5) / sqrt(5).
-    assert mean_and_ci([0, 0, 0, 0, 5], level=0.9)[1] == pytest.approx(2.131847, abs=1e-6)
-    with pytest.raises(ValueError, match="at least 2"):
-        mean_and_ci([1.0])
-
-
-def test_permutation_test_by_hand() -> None:
-    # a = [3, 4], b = [1, 2]: the 6 splits of {1, 2, 3, 4} give mean differences -2, -1, 0, 0, 1, 2;
-    # |d| >= 2 in 2 of them -> p = 1/3.
-    result = permutation_test([3, 4], [1, 2])
-    assert result.mean_diff == pytest.approx(2.0) and result.p_value == pytest.approx(1 / 3) and result.exact
-    # [1, 2, 3] against [4, 5, 6]: only the two extreme splits of the 20 reach |d| = 3 -> p = 0.1.
-    assert permutation_test([1, 2, 3], [4, 5, 6]).p_value == pytest.approx(0.1)
-    # ties count: identical sets give p = 1; unequal sizes, [0] vs [1, 1, 1]: splits put the 0 on a's side
-    # (d = -1) or on b's side (d = 1/3), |d| >= 1 in 1 of 4.
-    assert permutation_test([2.0, 2.0], [2.0, 2.0]).p_value == 1.0
-    assert permutation_test([0], [1, 1, 1]).p_value == pytest.approx(0.25)
-
-
-def test_permutation_test_sampled_beyond_max_exact() -> None:
-    # C(10, 5) = 252 splits; with max_exact below that the p-value is estimated and never 0.
-    a, b = [5.0, 6, 7, 8, 9], [0.0, 1, 2, 3, 4]
-    exact = permutation_test(a, b)
-    assert exact.exact and exact.p_value == pytest.approx(2 / 252)
-    sampled = permutation_test(a, b, max_exact=100, samples=20_000, seed=1)
-    assert not sampled.exact and 0 < sampled.p_value < 0.02
-    assert sampled == permutation_test(a, b, max_exact=100, samples=20_000, seed=1)  # seeded
-    with pytest.raises(ValueError, match="non-empty"):
-        permutation_test([], [1.0])
-    with pytest.raises(ValueError, match="finite"):
-        permutation_test([math.nan], [1.0])
 
 
 # ----------------------------------------------------------------------------- ROUGE-1 F1 (P2S)

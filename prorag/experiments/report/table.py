@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from prorag.core.metrics import mean_and_spread, p_value_text
+from prorag.core.statistics import mean_and_spread, p_value_text
 
 #: What each number of the results table means (shown in both reports, next to the table).
 METRIC_DESCRIPTIONS: Mapping[str, str] = {
@@ -68,7 +68,7 @@ class TableRow:
 def table_cell(metrics: Mapping[str, Any], per_seed: Sequence[Mapping[str, Any]], key: str) -> Cell:
     """A metric's mean and spread over seeds when per-seed results exist, else the run's value.
 
-    The spread is the sample standard deviation over seeds (:func:`prorag.core.metrics.mean_and_spread`),
+    The spread is the sample standard deviation over seeds (:func:`prorag.core.statistics.mean_and_spread`),
     so a table with seeds reads "mean ± std"; a missing metric gives an empty cell.
     """
     values = [float(m[key]) for m in per_seed if m.get(key) is not None]

@@ -319,7 +319,7 @@ def test_a_bad_extra_arm_is_refused_before_the_pipeline_runs(
     def no_pipeline(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pipeline ran before the arms were checked")
 
-    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    monkeypatch.setattr(ablations.command, "run_pipeline", no_pipeline)
     cfg = replace(demo_config(), extra_arms=extra, arm_controls=controls)
     with pytest.raises(ValueError, match=message):
         ablations.run_ablation(cfg, tmp_path, "process")
@@ -342,7 +342,7 @@ def test_arms_are_checked_before_the_pipeline_runs(tmp_path: Path, monkeypatch: 
     def no_pipeline(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pipeline ran before --arms was checked")
 
-    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    monkeypatch.setattr(ablations.command, "run_pipeline", no_pipeline)
     with pytest.raises(ValueError, match="unknown arm"):
         ablations.run_ablation(demo_config(), tmp_path, "process", arms=["orcale"])
     with pytest.raises(ValueError, match="applies to --what process or family"):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prorag.core.config import apply_overrides, parse_assignment
+from prorag.experiments.ablations.contrasts import check_primary, default_primary
 from prorag.experiments.ablations.runs import dpo_policy
 from prorag.experiments.pipeline import PipelineConfig, Run, rl_config, rl_dev_file, rl_replay
 from prorag.experiments.stream_control import FROZEN_ARM
@@ -23,6 +24,8 @@ from prorag.experiments.stream_control import FROZEN_ARM
 #: outcome-only GRPO from pi_rft; a ``process_reward`` other than ``none`` also turns on the
 #: config's beta and the PRM path (:func:`arm_config`).
 Arm = tuple[str, ...]
+#: The arm every other arm is tested against: outcome-only GRPO.
+REFERENCE = "grpo"
 #: The arms of the process ablation. ``grpo`` and ``prorag`` are the pipeline's systems (their
 #: runs are reused).
 PROCESS_ARMS: dict[str, Arm] = {
@@ -78,21 +81,26 @@ HELD_FIXED: tuple[str, ...] = ("policy", "train_file", "index", "seed")
 @dataclass(frozen=True)
 class ArmSet:
     """The arms of one ablation: RL arms (name -> assignments), offline arms (name -> ``fn(run,
-    seed)`` -> policy folder) and the pairs tested beside GRPO (arm -> its control)."""
+    seed)`` -> policy folder), the pairs tested beside GRPO (arm -> its control) and the primary
+    contrasts (``"ARM - OTHER"``, :mod:`~prorag.experiments.ablations.contrasts`)."""
 
     rl: dict[str, Arm]
     offline: dict[str, Callable[[Run, int], str]]
     controls: dict[str, str]
+    primary: tuple[str, ...] = ()
 
 
 def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
     """The arms of ``what`` (``process`` or ``family``): the registry's (:data:`PROCESS_ARMS`, or
     :data:`FAMILY_ARMS` and :data:`FAMILY_OFFLINE`), then the config's ``extra_arms`` in their
-    order, with :data:`CONTROLS` and the config's ``arm_controls``.
+    order, with :data:`CONTROLS` and the config's ``arm_controls``, and the config's
+    ``primary_contrasts`` (None: :func:`~prorag.experiments.ablations.contrasts.default_primary`, each
+    arm against :data:`REFERENCE` but the controls).
 
     Everything is checked here, before an ablation runs for hours: an extra arm may not reuse a
     built-in name (its runs would be taken for the built-in arm's), its assignments must set
-    ``rl.*`` fields to values the RL config accepts, and a control pair must name two arms."""
+    ``rl.*`` fields to values the RL config accepts, a control pair must name two arms, and a
+    primary contrast must be one the ablation tests."""
     if what not in ("process", "family"):
         raise ValueError(f"arms belong to --what process or family, not {what!r}")
     rl: dict[str, Arm] = dict(PROCESS_ARMS if what == "process" else FAMILY_ARMS)
@@ -128,7 +136,13 @@ def ablation_arms(config: PipelineConfig, what: str) -> ArmSet:
             why = f"unknown arm(s) {', '.join(unknown)}" if unknown else "an arm cannot be its own control"
             raise ValueError(f"arm_controls.{arm}: {control}: {why}; arms of the {what} ablation: {', '.join(known)}")
         controls[arm] = control
-    return ArmSet(rl, offline, controls)
+    declared = config.primary_contrasts
+    primary = (
+        check_primary(declared, known, REFERENCE, controls, where="primary_contrasts")
+        if declared is not None
+        else default_primary(known, REFERENCE, controls)
+    )
+    return ArmSet(rl, offline, controls, tuple(primary))
 
 
 def select_arms(

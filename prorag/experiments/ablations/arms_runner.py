@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prorag.data.jsonl import write_json
-from prorag.experiments.ablations.arms import CONTROLS, Arm, ablation_arms, arm_config, select_arms
+from prorag.experiments.ablations.arms import CONTROLS, REFERENCE, Arm, ablation_arms, arm_config, select_arms
 from prorag.experiments.ablations.comparison import (
     FAMILY_METRICS,
     PROCESS_METRICS,
@@ -27,6 +27,7 @@ from prorag.experiments.ablations.comparison import (
     read_evaluation,
     training_signals,
 )
+from prorag.experiments.ablations.contrasts import default_primary, parse_contrast, with_holm
 from prorag.experiments.ablations.runs import evaluate_on_test, train_rl_policy
 from prorag.experiments.pipeline import PipelineConfig, Run, resolve, rl_run_name, system_eval_config
 from prorag.experiments.stream_control import FROZEN_ARM, FROZEN_ASSIGNMENTS, stream_statistics
@@ -45,6 +46,7 @@ def arms_ablation(
     only: Sequence[str] | None = None,
     controls: Mapping[str, str] = CONTROLS,
     train_only: bool = False,
+    primary: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every arm (those named in ``only``, when given) for each seed
     (``process_seeds`` unless given), then :func:`process_statistics` with the evaluation's
@@ -52,7 +54,9 @@ def arms_ablation(
     arm's ``metrics.jsonl`` per seed (held-out EM with ``eval_every``).
     ``over_search`` turns on the evaluation's re-asking of sub-queries (``over_search_rate``).
     ``offline`` arms are trained without RL (``fn(run, seed)`` -> policy folder) and tested alike;
-    ``controls`` (arm -> control) are tested where both ran. ``train_only``: the runs and their
+    ``controls`` (arm -> control) are tested where both ran. ``primary``: the contrasts named primary
+    (None: :func:`~prorag.experiments.ablations.contrasts.default_primary`); those whose two arms ran are
+    the result's ``primary``, and every test gets its ``p_holm`` (:func:`with_holm`). ``train_only``: the runs and their
     evaluations, no statistics (a worker's share, :mod:`prorag.experiments.workers`; any number
     of seeds); returns ``{}``."""
     cfg = run.config
@@ -88,10 +92,14 @@ def arms_ablation(
         progress(f"{label}: {FROZEN_ARM} (stream control) done ({len(seeds)} seeds)")
     if train_only:
         return {}
+    ran = [*predictions]
+    declared = default_primary(ran, REFERENCE, controls) if primary is None else primary
+    ran_primary = [c for c in declared if all(arm in ran for arm in parse_contrast(c))]
     result = {
         "arms": {arm: list(a) for arm, a in arms.items()} | {arm: ["offline"] for arm in offline or {}},
         "seeds": seeds,
-        "stats": process_statistics(predictions, extras=extras, controls=controls),
+        "primary": ran_primary,
+        "stats": with_holm(process_statistics(predictions, extras=extras, controls=controls), ran_primary, REFERENCE),
         "curves": {arm: [f"rl/{rl_run_name(arm, s)}/metrics.jsonl" for s in seeds] for arm in arms},
     }
     if cfg.stream_control:
@@ -121,6 +129,7 @@ def process_ablation(
         only=only,
         controls=arms.controls,
         train_only=train_only,
+        primary=arms.primary,
     )
 
 
@@ -146,6 +155,7 @@ def family_ablation(
         only=only,
         controls=arms.controls,
         train_only=train_only,
+        primary=arms.primary,
     )
 
 

@@ -77,13 +77,11 @@ def run_ablation(
             # The workers train and evaluate every run; the pass below finds them done and reads them.
             todo = seeds if seeds is not None else run.config.process_seeds
             run_in_workers(run, what, todo, [*rl_arms, *offline_arms], workers, progress)
-        results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
-        where = write_arms_results(
-            Path(run_dir), results[f"{what}_ablation"], fingerprint(used_settings(run.config)), command, results_dir, what
-        )
-        text = process_table(results[f"{what}_ablation"]["stats"])
-        if "stream" in results[f"{what}_ablation"]:
-            text += "\n" + stream_table(results[f"{what}_ablation"]["stream"])
+        result = results[f"{what}_ablation"] = ablation(run, progress, seeds, arms)
+        where = write_arms_results(Path(run_dir), result, fingerprint(used_settings(run.config)), command, results_dir, what)
+        text = process_table(result["stats"], primary=result["primary"])
+        if "stream" in result:
+            text += "\n" + stream_table(result["stream"])
         text += f"\n-> {where}"
     else:
         raise ValueError(f"unknown ablation {what!r}; expected one of {', '.join(ABLATIONS)}")

@@ -127,10 +127,13 @@ def primary_note(primary: Sequence[str] | None) -> str:
     )
 
 
+def shows_holm(test: Mapping[str, Any], primary: bool, n_primary: int) -> bool:
+    """Whether a report prints a test's ``p_holm`` beside its p: not for a test without one (results from
+    before primaries were declared), nor for the one primary contrast (its nominal p is its own)."""
+    return "p_holm" in test and not (primary and n_primary == 1)
+
+
 def p_with_holm(test: Mapping[str, Any], p_text: str, primary: bool, n_primary: int) -> str:
-    """A test's printed p (``p_text``) with its Holm-adjusted value beside it: ``"0.044, Holm 0.131"``.
-    Left alone for a test without ``p_holm`` (results from before) and for the one primary contrast
-    (its nominal p is its own)."""
-    if "p_holm" not in test or (primary and n_primary == 1):
-        return p_text
-    return f"{p_text}, Holm {float(test['p_holm']):.3f}"
+    """A test's printed p (``p_text``) with its Holm-adjusted value beside it where :func:`shows_holm`:
+    ``"0.044, Holm 0.131"``."""
+    return f"{p_text}, Holm {float(test['p_holm']):.3f}" if shows_holm(test, primary, n_primary) else p_text

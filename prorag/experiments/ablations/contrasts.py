@@ -41,7 +41,7 @@ def parse_contrast(text: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def testable_contrasts(arms: Iterable[str], reference: str, controls: Mapping[str, str]) -> list[str]:
+def contrasts_of(arms: Iterable[str], reference: str, controls: Mapping[str, str]) -> list[str]:
     """The contrasts an arms comparison tests, in arm order: each arm against ``reference``, then each
     arm against its control (``controls``, arm -> control) where both are arms; each name once."""
     names = list(arms)
@@ -62,7 +62,7 @@ def check_primary(
     """``primary`` with each name in its canonical spelling, each once, in the order given; a name that
     is not ``'ARM - OTHER'``, names an arm that is not one, or a pair that is not tested (other than the
     reference or the arm's control) is refused with the contrasts that are tested."""
-    testable = testable_contrasts(arms, reference, controls)
+    testable = contrasts_of(arms, reference, controls)
     out: list[str] = []
     for text in primary:
         arm, other = parse_contrast(text)
@@ -80,7 +80,7 @@ def check_primary(
     return out
 
 
-def tested_pairs(stats: Mapping[str, Mapping[str, Any]], reference: str) -> list[tuple[str, str]]:
+def pairs_with_tests(stats: Mapping[str, Mapping[str, Any]], reference: str) -> list[tuple[str, str]]:
     """The ``(arm, other)`` pairs that have a test in ``stats`` (:func:`process_statistics`'s), each once."""
     pairs = []
     for arm, row in stats.items():
@@ -94,7 +94,7 @@ def with_holm(stats: Mapping[str, Mapping[str, Any]], primary: Sequence[str], re
     """``stats`` with ``p_holm`` in every test (see the module docstring for the families); the input is
     left as it was. ``primary`` are canonical contrast names (:func:`check_primary`)."""
     out = {arm: dict(row) for arm, row in stats.items()}
-    pairs = tested_pairs(stats, reference)
+    pairs = pairs_with_tests(stats, reference)
     for kind in TEST_KINDS:
         for is_primary in (True, False):
             keys = [

@@ -444,6 +444,10 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     measured = read_json(run_dir / "eval" / "grpo-seed0" / "metrics.json")
     assert all(rate in measured for rate in ablations.STEP_VALIDITY_RATES)
     assert {a: row["control"] for a, row in saved["stats"].items() if "control" in row} == ablations.CONTROLS
+    # Named before the run (the default: each arm against GRPO but the controls), and said in every report.
+    assert saved["primary"] == ["prorag - grpo", "prorag-oracle - grpo", "prorag-oracle-first-error - grpo"]
+    assert all("p_holm" in saved["stats"]["prorag-shuffled"][k] for k in ("vs_grpo", "vs_grpo_by_seed", "vs_grpo_runs"))
+    assert "Primary contrasts, named before the run: prorag - grpo, prorag-oracle - grpo" in result.output
     # The settings that decide what the runs do (a later field of an unused method block left out).
     assert saved["config_fingerprint"] == fingerprint(used_settings(resolve(load_config(config, PipelineConfig))))
     assert saved["command"].startswith("prorag ablate --config") and saved["command"].endswith(str(results))
@@ -455,6 +459,7 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     assert "process ablation" in (run_dir / "report.html").read_text()
     assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
     assert "Each arm against its control" in report
+    assert "Primary contrasts, named before the run: prorag - grpo" in report
     assert "process_ablation" in read_json(run_dir / "results.json")
     # The stream control: pi_rft at learning rate 0 on each seed's stream, through the real trainer (its
     # weights never move), no test evaluation; every RL arm's training EM paired with it batch by batch.

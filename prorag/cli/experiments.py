@@ -149,6 +149,14 @@ def compare_cmd(
         list[str] | None,
         typer.Option(help="ARM=CONTROL, repeated: also test ARM against CONTROL (e.g. its shuffled step rewards)."),
     ] = None,
+    primary: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="'ARM - OTHER', repeated: a contrast named primary before the runs (OTHER: the reference or ARM's "
+            "control), reported with its nominal p; every other test gets its Holm-adjusted p beside the nominal "
+            "one. Default: each arm against the reference, but the controls."
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the statistics, arms, seeds and command as JSON here.")] = None,
 ) -> None:
     """Compare arms from their evaluation folders, one per seed: EM and F1 mean ± 95% CI over seeds, and
@@ -160,14 +168,17 @@ def compare_cmd(
     from prorag.experiments.ablations import process_table
     from prorag.experiments.compare import compare_arms, parse_pairs, parse_seeds
 
-    result = compare_arms(parse_pairs(arm, "--arm"), parse_seeds(seeds), reference, parse_pairs(control or [], "--control"))
+    result = compare_arms(
+        parse_pairs(arm, "--arm"), parse_seeds(seeds), reference, parse_pairs(control or [], "--control"), primary=primary
+    )
     for name, absent in result["missing"].items():
         typer.echo(f"{name}: no evaluation for seeds {', '.join(map(str, absent))} (left out)")
-    typer.echo(process_table(result["stats"], reference=result["reference"]))
+    typer.echo(process_table(result["stats"], reference=result["reference"], primary=result["primary"]))
     if out is not None:
         words = ["prorag", "compare", *(w for a in arm for w in ("--arm", a)), "--seeds", seeds]
         words += ["--reference", reference] if reference is not None else []
         words += [w for c in control or [] for w in ("--control", c)]
+        words += [w for c in primary or [] for w in ("--primary", c)]
         write_json(out, {**result, "command": shlex.join([*words, "--out", str(out)])})
         typer.echo(f"-> {out}")
 

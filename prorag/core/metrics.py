@@ -27,7 +27,6 @@ from scipy import stats
 
 # Kept importable here for prorag.experiments.pipeline, which is being split in parallel and still imports
 # it from this module; import it from prorag.core.statistics.
-from prorag.core.statistics import mean_and_spread  # noqa: F401
 
 #: Metric name -> what it measures; the keys are those of :func:`answer_metrics`.
 ANSWER_METRICS: dict[str, str] = {

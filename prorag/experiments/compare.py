@@ -7,6 +7,10 @@ did not build) end with a folder of evaluations per arm and seed, and the same q
 of each arm, mean ± 95% CI over seeds, and each arm against a reference and against its control,
 paired by seed. This module reads those folders and hands them to the very function the ablation
 uses (:func:`~prorag.experiments.ablations.process_statistics`), so the two report the same numbers.
+Primary contrasts (``--primary``, default each arm against the reference but the controls) are
+reported with their nominal p-values; every other test carries a Holm-adjusted ``p_holm``
+(:mod:`~prorag.experiments.ablations.contrasts`). Name them before the runs: chosen after seeing the
+numbers they are not primary.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prorag.experiments.ablations import PROCESS_METRICS, process_statistics, read_evaluation
+from prorag.experiments.ablations.contrasts import check_primary, default_primary, with_holm
 
 #: The placeholder an arm's folder pattern must hold: each seed's folder is the pattern with it replaced.
 SEED_FIELD = "{seed}"
@@ -67,6 +72,7 @@ def compare_arms(
     reference: str | None = None,
     controls: Mapping[str, str] | None = None,
     metrics: Sequence[str] = PROCESS_METRICS,
+    primary: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Read every arm's evaluation folder per seed and compare the arms.
 
@@ -76,8 +82,11 @@ def compare_arms(
     two seeds, since one has no interval. ``reference`` (default: the first arm) is the arm every
     other is tested against; ``controls`` adds each arm's test against its control (arm -> control).
     ``metrics`` are read per seed from ``metrics.json`` where the evaluation wrote one (step
-    validity, searches), reported as mean ± 95% CI. Returns ``{"arms", "seeds", "missing",
-    "reference", "controls", "stats"}``, ``stats`` as :func:`process_statistics` gives them."""
+    validity, searches), reported as mean ± 95% CI. ``primary``: the contrasts named primary
+    (``"ARM - OTHER"``, OTHER the reference or ARM's control; None: each arm against the reference but
+    the controls), checked before any folder is read. Returns ``{"arms", "seeds", "missing",
+    "reference", "controls", "primary", "stats"}``, ``stats`` as :func:`process_statistics` gives them,
+    with ``p_holm`` beside every test's ``p_value``."""
     if len(arms) < 2:
         raise ValueError(f"compare needs at least two arms (--arm NAME=PATTERN), got {len(arms)}")
     for name, pattern in arms.items():
@@ -92,6 +101,12 @@ def compare_arms(
             raise ValueError(
                 f"--control {arm}={control}: {', '.join(map(repr, unknown))} is not an arm (arms: {', '.join(arms)})"
             )
+    names = list(arms)
+    chosen = (
+        default_primary(names, reference, controls or {})
+        if primary is None
+        else check_primary(primary, names, reference, controls or {}, where="--primary")
+    )
     predictions: dict[str, dict[int, list[dict[str, Any]]]] = {}
     extras: dict[str, dict[int, dict[str, float | None]]] = {}
     found: dict[str, list[int]] = {}
@@ -116,5 +131,8 @@ def compare_arms(
         "missing": missing,
         "reference": reference,
         "controls": dict(controls or {}),
-        "stats": process_statistics(predictions, reference=reference, extras=extras, controls=controls),
+        "primary": chosen,
+        "stats": with_holm(
+            process_statistics(predictions, reference=reference, extras=extras, controls=controls), chosen, reference
+        ),
     }

@@ -319,7 +319,7 @@ def test_a_bad_extra_arm_is_refused_before_the_pipeline_runs(
     def no_pipeline(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pipeline ran before the arms were checked")
 
-    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    monkeypatch.setattr(ablations.command, "run_pipeline", no_pipeline)
     cfg = replace(demo_config(), extra_arms=extra, arm_controls=controls)
     with pytest.raises(ValueError, match=message):
         ablations.run_ablation(cfg, tmp_path, "process")
@@ -342,7 +342,7 @@ def test_arms_are_checked_before_the_pipeline_runs(tmp_path: Path, monkeypatch: 
     def no_pipeline(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the pipeline ran before --arms was checked")
 
-    monkeypatch.setattr(ablations, "run_pipeline", no_pipeline)
+    monkeypatch.setattr(ablations.command, "run_pipeline", no_pipeline)
     with pytest.raises(ValueError, match="unknown arm"):
         ablations.run_ablation(demo_config(), tmp_path, "process", arms=["orcale"])
     with pytest.raises(ValueError, match="applies to --what process or family"):
@@ -444,6 +444,10 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     measured = read_json(run_dir / "eval" / "grpo-seed0" / "metrics.json")
     assert all(rate in measured for rate in ablations.STEP_VALIDITY_RATES)
     assert {a: row["control"] for a, row in saved["stats"].items() if "control" in row} == ablations.CONTROLS
+    # Named before the run (the default: each arm against GRPO but the controls), and said in every report.
+    assert saved["primary"] == ["prorag - grpo", "prorag-oracle - grpo", "prorag-oracle-first-error - grpo"]
+    assert all("p_holm" in saved["stats"]["prorag-shuffled"][k] for k in ("vs_grpo", "vs_grpo_by_seed", "vs_grpo_runs"))
+    assert "Primary contrasts, named before the run: prorag - grpo, prorag-oracle - grpo" in result.output
     # The settings that decide what the runs do (a later field of an unused method block left out).
     assert saved["config_fingerprint"] == fingerprint(used_settings(resolve(load_config(config, PipelineConfig))))
     assert saved["command"].startswith("prorag ablate --config") and saved["command"].endswith(str(results))
@@ -455,6 +459,7 @@ def test_ablate_process_end_to_end_on_the_tiny_world(tmp_path: Path, one_thread:
     assert "process ablation" in (run_dir / "report.html").read_text()
     assert "process ablation" in report and (run_dir / "plots" / "process_curves.png").is_file()
     assert "Each arm against its control" in report
+    assert "Primary contrasts, named before the run: prorag - grpo" in report
     assert "process_ablation" in read_json(run_dir / "results.json")
     # The stream control: pi_rft at learning rate 0 on each seed's stream, through the real trainer (its
     # weights never move), no test evaluation; every RL arm's training EM paired with it batch by batch.

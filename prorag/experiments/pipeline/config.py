@@ -186,6 +186,13 @@ class PipelineConfig:
         help="Arm -> the arm it is tested against beside GRPO (its control: the same run less one thing), added to "
         "the built-in pairs (each PRM arm -> its shuffled control), e.g. `oracle-first-error-kl: grpo-kl`.",
     )
+    primary_contrasts: list[str] | None = setting(
+        None,
+        help="The contrasts of `prorag ablate --what process|family` named primary before the run, 'ARM - OTHER' with "
+        "OTHER grpo or the arm's control, e.g. `[prorag - grpo]`: reported with their nominal p-values (Holm among "
+        "themselves), every other contrast with its Holm-adjusted p beside the nominal one. None: each arm against "
+        "grpo, but the arms that are controls.",
+    )
     stream_control: bool = setting(
         False,
         help="`prorag ablate --what process|family`: also run the `frozen` arm (outcome-only GRPO at learning rate 0: "

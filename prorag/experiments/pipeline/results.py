@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prorag.core.metrics import mean_and_spread
+from prorag.core.statistics import mean_and_spread
 from prorag.data.jsonl import read_json, read_jsonl
 from prorag.evaluation.harness import compare_predictions
 from prorag.experiments.pipeline.config import LABELS, RL_SYSTEMS

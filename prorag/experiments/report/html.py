@@ -185,7 +185,7 @@ def render_html(
             body += [f"<h2>{_e(title)}</h2>", _html_table(*sweep_table(sweep_rows(results[key]), col))]
     for key, (section, plot) in ARMS_SECTIONS.items():
         if results.get(key):
-            body += [f"<h2>{_e(section)}</h2>", f"<p>{_e(arms_note(plot))}</p>"]
+            body += [f"<h2>{_e(section)}</h2>", f"<p>{_e(arms_note(plot, results[key].get('primary')))}</p>"]
             for title, header, cells in process_tables(results[key]):
                 body += [f"<h3>{_e(title)}</h3>", _html_table(header, cells)]
     depth = depth_tables(results)

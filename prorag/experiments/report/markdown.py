@@ -40,7 +40,7 @@ def render_markdown(results: Mapping[str, Any], rows: Sequence[TableRow], plots:
             out += [f"## {title}", "", *_md_table(*table.sweep_table(table.sweep_rows(results[key]), col)), ""]
     for key, (section, plot) in table.ARMS_SECTIONS.items():
         if results.get(key):
-            out += [f"## {section}", "", table.arms_note(plot), ""]
+            out += [f"## {section}", "", table.arms_note(plot, results[key].get("primary")), ""]
             for title, header, cells in table.process_tables(results[key]):
                 out += [f"{title}:", "", *_md_table(header, cells), ""]
     steps_rows = []

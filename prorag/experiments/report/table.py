@@ -16,6 +16,7 @@ from statistics import fmean
 from typing import Any
 
 from prorag.core.statistics import mean_and_spread, p_value_text
+from prorag.experiments.ablations.contrasts import contrast_name, p_with_holm, primary_note
 
 #: What each number of the results table means (shown in both reports, next to the table).
 METRIC_DESCRIPTIONS: Mapping[str, str] = {
@@ -191,13 +192,16 @@ ARMS_EXTRAS: dict[str, tuple[str, bool]] = {
 }
 
 
-def arms_note(plot: str) -> str:
-    """The paragraph under an arms ablation's title."""
-    return (
+def arms_note(plot: str, primary: Sequence[str] | None = None) -> str:
+    """The paragraph under an arms ablation's title; with ``primary`` (the ablation's primary contrasts;
+    None for results from before they were declared), the sentence that names them and says how the
+    other p-values were adjusted (:func:`~prorag.experiments.ablations.contrasts.primary_note`)."""
+    note = (
         "Same starting policy, RL questions and budget in every arm; a seed gives every arm the same rollout "
         "streams. CI: t distribution over seeds; the paired t-test is on seed-averaged per-question EM against "
         f"GRPO. Held-out EM curves: plots/{plot}."
     )
+    return f"{note} {primary_note(primary)}".rstrip()
 
 
 def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
@@ -205,16 +209,23 @@ def _mean_ci(row: Mapping[str, Any], key: str, percent: bool) -> str:
     return f"{scale * row[key]:.{digits}f} ± {scale * row.get(f'{key}_ci95', 0.0):.{digits}f}"
 
 
-def _test_cell(test: Mapping[str, Any] | None) -> str:
+def _test_cell(test: Mapping[str, Any] | None, primary: bool = False, n_primary: int | None = None) -> str:
     """A test as "+x.x (p=...)", with the difference's 95% CI ("+x.x ± y.y") where the test has one
-    (those over seeds)."""
+    (those over seeds). Where the ablation named its primary contrasts (``n_primary``, their number; None:
+    results from before they were declared), the Holm-adjusted p is beside the nominal one ("p=0.044,
+    Holm 0.131") and a primary contrast's test says so ("p=0.044, primary"; with several primaries,
+    then their Holm among themselves)."""
     if not test:
         return ""
     spread = f" ± {100 * test['ci95']:.1f}" if "ci95" in test else ""
-    return f"{100 * test['mean_diff']:+.1f}{spread} (p={p_value_text(test)})"
+    p_text = f"{p_value_text(test)}, primary" if primary else p_value_text(test)
+    shown = p_text if n_primary is None else p_with_holm(test, p_text, primary, n_primary)
+    return f"{100 * test['mean_diff']:+.1f}{spread} (p={shown})"
 
 
-def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str], list[list[str]]]:
+def _controls_table(
+    controlled: Mapping[str, Mapping[str, Any]], primary: Sequence[str] | None = None
+) -> tuple[str, list[str], list[list[str]]]:
     """Each arm against its control (the same step rewards shuffled within each group): what the
     rewards' information adds, with the bare extra term in both arms' advantages."""
     header = ["Arm", "Control", "ΔEM (paired t, per question)", "ΔEM over seeds (paired t)"]
@@ -223,7 +234,10 @@ def _controls_table(controlled: Mapping[str, Mapping[str, Any]]) -> tuple[str, l
     rows = []
     for arm, row in controlled.items():
         control = row["control"]
-        rows.append([arm, control, *(_test_cell(row.get(f"vs_{control}{suffix}")) for suffix in suffixes)])
+        chosen = contrast_name(arm, control) in (primary or ())
+        n_primary = None if primary is None else len(primary)
+        cells = (_test_cell(row.get(f"vs_{control}{suffix}"), chosen, n_primary) for suffix in suffixes)
+        rows.append([arm, control, *cells])
     return ("Each arm against its control (built in: its step rewards shuffled within each group)", header, rows)
 
 
@@ -250,8 +264,11 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     ran (:data:`prorag.experiments.ablations.CONTROLS` and the config's ``arm_controls``), each RL
     arm against pi_rft on its own question stream (with ``stream_control``), then the
     extra per-seed metrics measured (:data:`ARMS_EXTRAS`), then EM (%) by question type and by hop
-    count, and the mean searches by hop count (where the rows record them)."""
+    count, and the mean searches by hop count (where the rows record them). Where the ablation names its
+    primary contrasts (``primary``), their tests are marked and every other test shows its Holm-adjusted p."""
     stats = ablation["stats"]
+    primary = ablation.get("primary")
+    n_primary = None if primary is None else len(primary)
     others = any("vs_grpo_non_yes_no_by_seed" in row for row in stats.values())
     unpaired = any("vs_grpo_runs" in row for row in stats.values())
     rows = []
@@ -260,6 +277,7 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
         rest = row.get("vs_grpo_non_yes_no_by_seed")
         runs = row.get("vs_grpo_runs")
         assignments = ablation["arms"].get(arm, "")
+        chosen = contrast_name(arm, "grpo") in (primary or ())
         rows.append(
             [
                 arm,
@@ -267,10 +285,10 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
                 str(len(row["per_seed"])),
                 _mean_ci(row, "em", True),
                 _mean_ci(row, "f1", True),
-                _test_cell(test) or "reference",
+                _test_cell(test, chosen, n_primary) or "reference",
             ]
-            + ([_test_cell(runs) or "reference"] if unpaired else [])
-            + ([_test_cell(rest) or "reference"] if others else [])
+            + ([_test_cell(runs, chosen, n_primary) or "reference"] if unpaired else [])
+            + ([_test_cell(rest, chosen, n_primary) or "reference"] if others else [])
         )
     header = ["Arm", "RL settings", "Seeds", "EM (%) ± 95% CI", "F1 (%) ± 95% CI", "ΔEM vs GRPO (paired t)"]
     header += ["ΔEM vs GRPO, runs unpaired (permutation)"] if unpaired else []
@@ -278,7 +296,7 @@ def process_tables(ablation: Mapping[str, Any]) -> list[tuple[str, list[str], li
     out = [("Test EM and F1 per arm", header, rows)]
     controlled = {arm: row for arm, row in stats.items() if "control" in row}
     if controlled:
-        out.append(_controls_table(controlled))
+        out.append(_controls_table(controlled, primary))
     if "stream" in ablation:
         out.append(_stream_table(ablation["stream"]))
     extras = [k for k in ARMS_EXTRAS if any(k in row for row in stats.values())]

@@ -1,26 +1,18 @@
 """The rollout engine's decode step as replayed CUDA graphs.
 
-A decode step of a small model is launch-bound: a Qwen3-0.6B forward is some 400 small kernels,
-and Python and the launches, not the GPU, set the pace (HF ``generate`` reaches well under 1% of
-what the memory bandwidth allows). Recording the step once as a CUDA graph and replaying it runs
-the same kernels back to back with one launch.
+A small model's decode step is launch-bound (hundreds of small kernels: Python and the launches set the
+pace); recorded once as a CUDA graph it replays with one launch, at fixed addresses and shapes, so:
 
-A graph replays fixed addresses and shapes, so the step is made static:
+* **Buffers that never move.** The KV cache is a :class:`~prorag.agent.kv_cache.SlotPool` that outlives
+  batches (finished rows compacted in place, a grown capacity starts a new generation of graphs); ids and
+  slots are copied into static ``(max_rows, 1)`` buffers, and the mask is built inside the graph.
+* **Shapes in buckets.** The batch is padded up to :func:`batch_bucket`, the attention width up to a
+  multiple of :data:`WIDTH_BUCKET`: one graph per (rows, width), captured when first met. Padding rows
+  compute on stale values, their logits are dropped, and they write only into pool rows no live row uses.
 
-* **Buffers that never move.** The KV cache lives in a :class:`~prorag.agent.kv_cache.SlotPool`
-  that outlives batches (finished rows are compacted in place, a grown capacity starts a new
-  generation of graphs); token ids and slots are copied into static ``(max_rows, 1)`` buffers,
-  and the mask is built inside the graph from the slots.
-* **Shapes in buckets.** Rows leave as they finish, so the batch is padded up to a bucket (1,
-  2, 4, 8, then multiples of 8); the attention width, the slots a step reads, is rounded up to a
-  multiple of :data:`WIDTH_BUCKET`. One graph per (rows, width) pair, captured when first met
-  and replayed after. The padding rows compute on stale values and their logits are dropped;
-  they write only into rows of the pool no live row uses.
-
-The token-in/token-out contract is the slot cache's (:class:`~prorag.agent.kv_cache.SlotState`):
-same ids at the same slots, same mask (``slot <= query slot``), so the log-probabilities agree
-with the eager path up to float noise (a wider padded width changes only the order of the
-reductions). ``capture=False`` runs the very same static path eagerly: what CPU tests check.
+Same ids, slots and mask as the slot cache (:class:`~prorag.agent.kv_cache.SlotState`), so log-probabilities
+match the eager path up to float noise (a wider width reorders the reductions); ``capture=False`` runs the
+very same static path eagerly: what CPU tests check.
 """
 
 from __future__ import annotations
@@ -40,9 +32,9 @@ log = logging.getLogger(__name__)
 #: The attention width a graph reads is rounded up to a multiple of this (a new graph per bucket).
 WIDTH_BUCKET = 128
 
-#: Failed captures after which decode steps run eagerly for good. A capture can fail once and
-#: not again (an H200 run lost every graph of a rollout to one failed capture, 2026-11-27): each
-#: failure drops the graphs and their pool and captures afresh, a few at most.
+#: Failed captures after which decode steps run eagerly for good. A capture can fail once and not
+#: again (one failed capture could otherwise cost a rollout every graph): each failure drops the
+#: graphs and their pool and captures afresh, a few at most.
 MAX_CAPTURE_FAILURES = 3
 
 
@@ -82,7 +74,7 @@ def grouped_attention(
     Here the query heads that share a key/value head are stacked as rows of one matrix product,
     so each key and value is read once, from the pool's strided view without a copy; the softmax
     runs in float32 (the scores themselves come out of the product in the model's dtype).
-    Measured on an H100 at batch 64 it was no faster than SDPA: opt-in (``DecodeGraphs(attention=)``).
+    Measured on a GPU it was no faster than SDPA: opt-in (``DecodeGraphs(attention=)``).
     """
     B, H, q, D = query.shape
     kv_heads, width = key.shape[1], key.shape[2]
@@ -159,9 +151,9 @@ class DecodeGraphs:
         self.slots = torch.zeros(max_rows, 1, dtype=torch.long, device=device)
         self.attention = attention
         """The attention the step runs: the model's own (``"model"``, the default), or :data:`SLOT_ATTENTION`
-        (:func:`grouped_attention`). On an H100 the two decoded at the same speed (the step's time is
-        elsewhere; docs/LOG.md, 2026-11-24), and the grouped one rounds its scores to bf16, so the
-        model's own attention stays the default."""
+        (:func:`grouped_attention`). Measured on a GPU the two decoded at the same speed (the step's time
+        is elsewhere), and the grouped one rounds its scores to bf16, so the model's own attention stays
+        the default."""
         self.additive = additive_mask_dtype(model) if attention == "model" else None
         """The dtype of an additive mask (the model's eager attention), or None: a boolean one."""
         self.compiled = compile

@@ -85,8 +85,8 @@ class _SlotLayer(CacheLayerMixin):
         # The first B rows each write their (head, slot) rows, as rows of the buffers' flat
         # (rows * heads * capacity, head_dim) views: one index_copy_ per buffer. A scatter_ along
         # the slots wrote the same, but a compiled decode step (``compile_decode``) turned it into a
-        # copy of the whole buffer, every layer and step (docs/LOG.md, 2026-11-27, compiled decode);
-        # index_copy_ into the flat view stays in place there too.
+        # copy of the whole buffer, every layer and step; index_copy_ into the flat view stays in
+        # place there too.
         B, H, q = key_states.shape[:3]
         flat = self.owner.flat_positions(B, H, q)
         self.keys.view(-1, self.keys.shape[-1]).index_copy_(0, flat, key_states.reshape(B * H * q, -1))

@@ -1,40 +1,18 @@
 """Which kernels the project's forwards run on a GPU: attention without cuDNN's per-shape set-up,
-and RMSNorm fused into one kernel per call.
+RMSNorm fused into one kernel, and the decode step compiled whole.
 
-**Attention.** PyTorch picks an SDPA kernel per call; on Hopper GPUs its first choice for many
-inputs is cuDNN's attention, which builds an execution graph on the host for each new input shape
-(and looks it up for a known one). A forward whose shape changes from call to call pays that set-up
-every time. The RL loss does exactly that: its rows run in groups cut to their span
-(:func:`~prorag.stages.rl.length_sorted_groups`), so nearly every group is a new (rows, width).
-Profiled on an H200 (docs/LOG.md, 2026-11-27, `benchmarks/rl_step_gpu.py --profile`): cuDNN's
-attention took 4.6 ms of host time per forward call and 6.8 ms per backward call against 0.07
-and 0.23 ms on the GPU, some 3.5 s of a loss part whose kernels ran 0.7 s. The rollout engine's
-eager forwards (prompts, the environment's replies, eager decode steps) change shape just as often.
-The flash and memory-efficient kernels have no per-shape set-up, so these forwards run without
-cuDNN's: the engine's always, the trainers' unless a stage sets ``cudnn_attention`` (fixed-shape
-batches of a large model may prefer cuDNN's kernel). Captured decode graphs
-(:mod:`prorag.agent.decode_graphs`) keep PyTorch's choice: a graph replays whatever kernel it
-recorded, with no host work per call.
+**Attention.** On Hopper GPUs PyTorch's SDPA often picks cuDNN's attention, which builds an execution
+graph on the host for each new input shape. The RL loss (rows in groups cut to their span,
+:func:`~prorag.stages.rl.length_sorted_groups`) and the rollout engine's eager forwards change shape
+nearly every call, and profiled, that host set-up far outweighed the attention's GPU time. The flash
+and memory-efficient kernels have no such set-up, so these forwards run without cuDNN's
+(:func:`variable_shape_attention`): the engine's always, the trainers' unless a stage sets
+``cudnn_attention`` (fixed-shape batches of a large model may prefer it). Captured decode graphs keep
+PyTorch's choice: a replay does no host work.
 
-**RMSNorm.** Transformers' RMSNorm (Llama, Qwen2/3, Mistral) is some seven elementwise kernels
-per call (up-cast, square, mean, add, rsqrt, multiply, down-cast and scale), and a Qwen3 layer
-calls four (input, post-attention, query and key norms): in the same profile, elementwise
-multiplications alone took more GPU time than the matrix products. :func:`compile_norms` compiles
-each norm module with ``torch.compile`` (dynamic shapes: a few compilations, one per input rank,
-size-1 dimension and grad mode, serve every batch and length), which fuses it into one kernel,
-forward and backward; the modules around it stay eager,
-so the slot cache and the decode graphs are untouched (a graph records the fused kernel). Opt-in
-(``compile_norms`` of a stage): the first forward pays the compilation.
-
-**The whole decode step.** A captured decode graph replays every kernel of the step, hundreds
-for a Qwen3-0.6B, most of them small elementwise ones (norms, rotary embeddings, residual adds,
-casts) that take a few microseconds each whatever their size: on an H100 the graph took several
-times what reading the weights once takes (docs/LOG.md, 2026-11-24). :func:`compile_static_step`
-compiles the engine's static decode step (the one the graphs capture) as one program, so that
-the elementwise work fuses around the matrix products, and the graphs then record the compiled
-kernels (``compile_decode`` of the rollout). Dynamic shapes: a few compilations (one row, the
-full cache width) serve every batch bucket and width. On a CPU the compiled step decodes at the
-eager step's speed (the step there is matrix products and attention); its reason is the GPU.
+**Fusion**, opt-in, paid by a compilation on first use: :func:`compile_norms` (``compile_norms``) fuses
+each RMSNorm into one kernel; :func:`compile_static_step` (``compile_decode``) compiles the static decode
+step so the small elementwise kernels a graph replays fuse around the matrix products.
 """
 
 from __future__ import annotations
@@ -53,7 +31,7 @@ def variable_shape_attention() -> Iterator[None]:
     docstring). The choice holds for the backward of what the block computes too (autograd records
     the kernel the forward ran), except where gradient checkpointing recomputes a forward during the
     backward: the recomputation picks its kernel afresh, so the backward must run inside the block as
-    well, or the recomputed tensors differ from the saved ones and the backward fails (an H200, cuDNN
+    well, or the recomputed tensors differ from the saved ones and the backward fails (cuDNN's kernel
     chosen on recomputation). The trainers' ``training_step`` holds both (``TrainerKernels``).
     On a CPU it changes nothing (cuDNN attention is CUDA-only)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -92,7 +70,14 @@ def compile_norms(model: Any, backend: str = "inductor") -> int:
     """Compile every RMSNorm module of ``model`` in place (``torch.compile``, dynamic shapes, with
     ``backend``); returns how many. Idempotent: a module compiled already is left alone. The
     modules' parameters and outputs are unchanged, up to float rounding of the fused kernel.
-    Raises dynamo's per-code recompile limit to :data:`NORM_RECOMPILE_LIMIT` (process-wide, never lowered)."""
+    Raises dynamo's per-code recompile limit to :data:`NORM_RECOMPILE_LIMIT` (process-wide, never lowered).
+
+    Why: transformers' RMSNorm (Llama, Qwen2/3, Mistral) is some seven elementwise kernels per call
+    (up-cast, square, mean, add, rsqrt, multiply, down-cast and scale), and a Qwen3 layer calls four
+    (input, post-attention, query and key norms); profiled, elementwise multiplications alone took more
+    GPU time than the matrix products. Compiled, each norm is one kernel, forward and backward; the
+    modules around it stay eager, so the slot cache and the decode graphs are untouched (a graph
+    records the fused kernel)."""
     _raise_recompile_limit()
     count = 0
     for module in model.modules():
@@ -107,7 +92,14 @@ def compile_static_step(step: Callable[..., Any], backend: str = "inductor") -> 
     ``torch.compile`` (dynamic shapes, ``backend``), to be called, and captured, in its place.
     Compiles lazily, on the first call (CUDA graphs: the warm-up before each capture). Raises
     dynamo's recompile limit as :func:`compile_norms` does: a step meets a few variants (one row,
-    the cache's full width) and past the limit dynamo would run it uncompiled."""
+    the cache's full width) and past the limit dynamo would run it uncompiled.
+
+    Why: a captured decode graph replays every kernel of the step, hundreds for a Qwen3-0.6B, most of
+    them small elementwise ones (norms, rotary embeddings, residual adds, casts) that take a few
+    microseconds each whatever their size, so the graph takes several times what reading the weights
+    once takes. Compiled as one program, that work fuses around the matrix products. On a CPU the
+    compiled step decodes at the eager step's speed (the step there is matrix products and attention):
+    its reason is the GPU."""
     import torch
 
     _raise_recompile_limit()

@@ -9,8 +9,8 @@ sentence says "answer is", when the model stops by itself after a sentence, or a
 ``max_sentences``. As in the paper, the question retrieves the first documents (``initial_retrieval``).
 
 Needs token log-probabilities (``generate(..., logprobs=True)``): a local model, or a served one
-that returns them. Defaults (:class:`FLAREOptions`): ``theta = 0.4`` (the issue's setting; the
-paper sweeps the threshold, and FlashRAG's reimplementation uses 0.2), ``mask_below = 0.4``,
+that returns them. Defaults (:class:`FLAREOptions`): ``theta = 0.4`` (the paper sweeps the
+threshold, and FlashRAG's reimplementation uses 0.2), ``mask_below = 0.4``,
 ``look_ahead_tokens = 64``, ``max_sentences = 8``, documents per search = ``EvalConfig.rollout.top_k``.
 """
 

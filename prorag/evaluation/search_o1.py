@@ -7,18 +7,11 @@ The model reasons and writes its own searches in Search-o1's tags::
 
 Generation stops at ``<|end_search_query|>``; the query is searched, and a separate generation,
 Reason-in-Documents (:data:`REASON_IN_DOCUMENTS`), condenses the documents, given the reasoning so
-far and the query, into the "Final Information" that is inserted back as::
-
-    <|begin_search_result|> condensed information <|end_search_result|>
-
-and the reasoning continues. The final answer is written as ``\\boxed{answer}``. A query asked
-again is answered "You have searched this query..." without a search; past ``max_searches`` the
-model is told the limit is exceeded (as in the paper's code).
-
-Defaults (:class:`SearchO1Options`): ``max_searches = 5`` (the released code's limit for
-single-hop QA; it uses 10 for multi-hop), ``max_turns = 10`` generations of reasoning,
-``reasoning_tokens = 512`` per turn, ``condense_tokens = 256``, documents per search =
-``EvalConfig.rollout.top_k`` (the paper retrieves 10).
+far and the query, into the "Final Information" inserted back between ``<|begin_search_result|>``
+and ``<|end_search_result|>``; the reasoning continues. The final answer is written as
+``\\boxed{answer}``. A query asked again is answered "You have searched this query..." without a
+search; past ``max_searches`` the model is told the limit is exceeded (as in the paper's code).
+Defaults: :class:`SearchO1Options`.
 """
 
 from __future__ import annotations
@@ -55,7 +48,9 @@ FINAL_INFORMATION = "**Final Information**"
 
 @dataclass
 class SearchO1Options:
-    """Search-o1's settings."""
+    """Search-o1's settings. ``max_searches = 5`` is the released code's limit for single-hop QA
+    (it uses 10 for multi-hop); documents per search are ``EvalConfig.rollout.top_k`` (the paper
+    retrieves 10)."""
 
     max_searches: int = setting(5, help="Most searches per question (then the model is told the limit is exceeded).")
     max_turns: int = setting(10, help="Most reasoning generations per question.")

@@ -3,21 +3,11 @@
 Exact match says how often a policy is right, not why it is wrong. On questions with gold
 decompositions (the built-in world, MuSiQue) every action of a trajectory is judged by the oracle
 after the actions before it (:func:`~prorag.supervision.judge.trajectory_verdicts`, the rule behind
-the MCTS pairs and the ``oracle`` step rewards), and the counts separate a searching error from a
-reading error:
-
-* ``search`` / ``search_valid``: sub-queries, and those that target an open hop;
-* ``conclude`` / ``conclude_valid``: sub-answers, and those that are a supported, correct sub-answer;
-  of the wrong ones, ``conclude_wrong_gold_in_documents`` were written right after reading
-  documents that held a gold sub-answer of the question (the evidence was there: a reading
-  error) and ``conclude_wrong_copied_from_documents`` copied another span of those documents;
-* ``answer`` / ``answer_valid``: final answers, and those right and worked out (not guessed);
-* ``malformed``: actions with no kind; ``unpaired``: trajectories whose text parses into other
-  actions than the verdicts (left out of the step counts).
-
-``benchmarks/step_errors.py`` prints them for the systems of a run folder. Every evaluation
-counts the first three kinds per question (:func:`step_validity_fields`, on its prediction lines)
-and reports their rates (:data:`STEP_VALIDITY_RATES`, in ``metrics.json``).
+the MCTS pairs and the ``oracle`` step rewards), and the counts (:func:`step_error_counts`) separate
+a searching error from a reading error. ``benchmarks/step_errors.py`` prints them for the systems of
+a run folder. Every evaluation counts searches, sub-answers and final answers per question
+(:func:`step_validity_fields`, on its prediction lines) and reports their rates
+(:data:`STEP_VALIDITY_RATES`, in ``metrics.json``).
 """
 
 from __future__ import annotations
@@ -38,7 +28,16 @@ def contains(haystack: str, needle: str) -> bool:
 
 
 def step_error_counts(trajectories: Iterable[tuple[Record, str]]) -> Counter[str]:
-    """The counts above over ``(record, trajectory text with tags)`` pairs."""
+    """The counts over ``(record, trajectory text with tags)`` pairs:
+
+    * ``search`` / ``search_valid``: sub-queries, and those that target an open hop;
+    * ``conclude`` / ``conclude_valid``: sub-answers, and those that are a supported, correct sub-answer;
+      of the wrong ones, ``conclude_wrong_gold_in_documents`` were written right after reading
+      documents that held a gold sub-answer of the question (the evidence was there: a reading
+      error) and ``conclude_wrong_copied_from_documents`` copied another span of those documents;
+    * ``answer`` / ``answer_valid``: final answers, and those right and worked out (not guessed);
+    * ``malformed``: actions with no kind; ``unpaired``: trajectories whose text parses into other
+      actions than the verdicts (left out of the step counts); ``trajectories``: all of them."""
     c: Counter[str] = Counter()
     for record, text in trajectories:
         actions = parse_trajectory(text).actions
@@ -78,8 +77,7 @@ def step_validity_fields(record: Record, text: str) -> dict[str, int]:
     record has no gold decomposition or the text does not parse into the judged actions.
 
     The choice made: EM says whether a policy ended right, these say whether its steps were, which
-    is what step rewards are meant to change (docs/LOG.md, 2026-11-27: on unscreened RL questions
-    the oracle's step rewards raised valid searches and sub-answers and left EM where it was)."""
+    is what step rewards are meant to change, and what they can change while EM stays where it was."""
     if not record.metadata.get("decomposition"):
         return {}
     c = step_error_counts([(record, text)])

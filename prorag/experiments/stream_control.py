@@ -12,7 +12,7 @@ every batch is new), with each batch's difficulty taken out.
 
 A schedule that learns sits above its ``frozen`` stream over the second half of the pass; one whose
 updates are noise at the signal it has, or that trades answers for something else the reward pays
-for, sits at or below it (docs/LOG.md, 2026-11-28, build 8: all eight runs paired with it below).
+for, sits at or below it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """An arms ablation's seeds spread over worker processes (``prorag ablate --workers N``).
 
-Every arm and seed of ``--what process`` or ``family`` is an independent RL run and test
-evaluation, each a stage of the run folder with its own marker. One after another they leave most
-of a machine idle: a small model's ops do not fill many cores, and one RL run uses one GPU.
-``--workers N`` starts N processes of :func:`~prorag.experiments.ablations.worker_main` on the same
-run folder, and worker i trains and evaluates every arm of the seeds ``seeds[i::N]``:
+Every arm and seed of ``--what process`` or ``family`` is an independent RL run and test evaluation,
+each a stage of the run folder with its own marker; one after another they leave most of a machine
+idle (a small model's ops do not fill many cores; one RL run uses one GPU). ``--workers N`` starts N
+processes of :func:`~prorag.experiments.ablations.worker_main` on the same run folder: worker i runs
+every arm of the seeds ``seeds[i::N]``, with ``cores // N`` torch threads and, where GPUs are visible,
+one of them (``CUDA_VISIBLE_DEVICES``, dealt round-robin). By seed, not by run, because the arms of one
+seed share a file (``rl/screening-rft-seedS.jsonl``, written by the first to run); every other file is
+a run's own, so workers never write the same file. The parent then goes through the ablation as
+without workers, only reading the evaluations; a killed ablation resumes where each run stopped.
 
-* **By seed, not by run**, because the arms of one seed share a file: the screening of their RL
-  questions (``rl/screening-rft-seedS.jsonl``), which the first of them to run writes. The other
-  files a run writes are its own (its folder, its markers), so workers never write the same file.
-* **Threads and devices**: each worker gets ``cores // N`` torch threads and, where GPUs are
-  visible, one of them (``CUDA_VISIBLE_DEVICES``, dealt round-robin).
-* **Then the usual pass**: the parent goes through the ablation as without workers; every run is
-  done by then, so it only reads the evaluations and computes the statistics. A killed ablation
-  resumes where each run stopped, with or without workers.
-
-On the CPU a run's floats can depend on its thread count (the order of sums), so an ablation
-repeats exactly at the same threads per run: the same ``--workers`` on the same machine.
+On the CPU a run's floats can depend on its thread count (the order of sums), so an ablation repeats
+exactly only at the same ``--workers`` on the same machine.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """The served backend: any OpenAI-compatible completions or chat endpoint as a :class:`TextGenerator`.
 
-A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference
-baselines the way the field runs large models, beside the local Hugging Face model of the rollout
-engine. :class:`ServedGenerator` sends every prompt of a batch concurrently (at most
-``concurrency`` in flight) and returns one :class:`~prorag.models.generator.Generation` per
-prompt, in order, with token log-probabilities when asked (FLARE needs them) and the server's
-token counts (the cost columns).
+A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference baselines
+the way the field runs large models. :class:`ServedGenerator` sends a batch's prompts concurrently (at
+most ``concurrency`` in flight) and returns one :class:`~prorag.models.generator.Generation` per prompt,
+in order, with token log-probabilities when asked (FLARE needs them) and the server's token counts.
 
-Robustness: exponential backoff with jitter on timeouts, connection errors, 408, 429 and 5xx
-(honouring ``Retry-After``, capped) and on replies that are not JSON or not of the schema; after
-``max_retries`` retries the batch fails with one :class:`~prorag.core.errors.ServiceUnavailableError`
-naming the endpoint and the last error. Any other status (a bad key, an unknown model, a prompt
-over the context) fails at once with :class:`ServedError`: asking again cannot help.
-
-Greedy replies (temperature 0) are cached in a JSONL file keyed by the SHA-256 of the request body
-(model, prompt or messages, sampling settings; not the key or URL), appended with a flush per
-reply, so a rerun or a resumed evaluation does not pay twice; identical greedy requests of one
-batch go out once. Sampled replies are never cached: a second sample of one prompt must be a new
-sample. The key comes from the environment variable ``api_key_env`` names and is never logged,
-cached or shown; a key that is named but not set is an error before any request. Plain http
-goes only to loopback unless ``allow_insecure_http``.
-
-The helpers :func:`api_key`, :func:`post`, :func:`retrying` (the retry loop), :class:`RequestCounts`,
+Timeouts, connection errors, 408, 429, 5xx and replies not of the schema are retried with capped
+exponential backoff and jitter (honouring ``Retry-After``), then fail as one
+:class:`~prorag.core.errors.ServiceUnavailableError` naming the endpoint; any other status (a bad key,
+an unknown model) fails at once with :class:`ServedError`: asking again cannot help. Greedy replies
+are cached on disk, sampled ones never (a second sample must be new). The key is read from the
+variable ``api_key_env`` names and is never logged, cached or shown; plain http goes only to loopback
+unless ``allow_insecure_http``. :func:`api_key`, :func:`post`, :func:`retrying`, :class:`RequestCounts`,
 :func:`request_key` and :func:`token_count` also serve the LLM teacher's chat client.
 """
 
@@ -362,6 +352,10 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 class ServedGenerator(TextGenerator):
     """A :class:`~prorag.models.generator.TextGenerator` on an OpenAI-compatible server (module docstring).
 
+    Greedy replies (temperature 0) are cached in a JSONL file (``cache_path``) keyed by the SHA-256 of
+    the request body (model, prompt or messages, sampling settings; not the key or URL), appended with a
+    flush per reply, so a rerun or a resumed evaluation does not pay twice; identical greedy requests of
+    one batch go out once. A key that is named but not set is an error before any request.
     ``usage`` accumulates over calls; ``sleep`` and ``rng`` are for tests (instant, seeded backoff).
     """
 

@@ -118,19 +118,17 @@ def resize_for_tags(
     its input embedding is in the region the network has seen and its output logit is about
     the average logit, so the next-token distribution barely moves (Hewitt, 2021,
     "Initializing new word embeddings for pretrained language models"). But an average logit
-    is far below the top of a peaked distribution: in SmolLM2-135M a mean-initialised
-    ``<step>`` has log-probability -18 where the SFT target puts it, and Adam moves a row by
-    about the learning rate per coordinate per step, so 16 steps at lr 1e-4 only took it to
-    -13.6 and a 115-step SFT on MuSiQue left the policy unable to open a step (every
-    trajectory format-invalid).
+    is far below the top of a peaked distribution: a mean-initialised ``<step>`` starts many
+    nats below where the SFT target puts it, and Adam moves a row by about the learning rate
+    per coordinate per step, so a short SFT on a pretrained model can leave the policy unable
+    to open a step (every trajectory format-invalid).
 
     ``init="spelling"`` (default): the mean of the rows of the old tokens that spell the new
     token's text (``<step>`` -> ``<``, ``step``, ``>``, tokenised with special tokens split),
     the usual initialisation of added vocabulary from its subwords. The tag then starts as
-    likely as its spelled-out form (-8.2 for ``<step>`` above, -4.1 to -10.1 for the tags of
-    one MuSiQue trajectory) and its input embedding reads like the text it stands for. A token whose spelling cannot
-    be had (a tokenizer that cannot split special tokens, or pieces that are themselves new)
-    falls back to the mean.
+    likely as its spelled-out form and its input embedding reads like the text it stands for. A
+    token whose spelling cannot be had (a tokenizer that cannot split special tokens, or pieces
+    that are themselves new) falls back to the mean.
 
     Both are exact and need no randomness, unlike transformers' own ``mean_resizing`` (a
     sample from a Gaussian with the old mean and covariance); ``seed`` only seeds whatever

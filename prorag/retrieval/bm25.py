@@ -51,8 +51,8 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
 
 
 #: Threads for bm25s's batched retrieve. Sequential: bm25s's numpy scorer holds the GIL for
-#: most of each query, and on 2 cores its thread pool was slower (1,700 vs 2,000 queries/s at
-#: batch 64 over 23k passages). Pass ``n_threads`` to try more on bigger machines.
+#: most of each query, and on 2 cores its thread pool measured slower than one thread. Pass
+#: ``n_threads`` to try more on bigger machines.
 DEFAULT_THREADS = 0
 
 

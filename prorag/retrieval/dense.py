@@ -34,9 +34,9 @@ EMBEDDINGS_FILE = "embeddings.safetensors"
 #: Corpora at least this large show a progress bar while being encoded.
 PROGRESS_MIN_TEXTS = 1000
 #: Below this many queries FAISS scans query by query (its BLAS threshold), so its OpenMP
-#: pool adds nothing but workers that spin against torch's own OpenMP pool: on 2 cores that
-#: made a batch-1 search 32 ms instead of 20 (batch 8: 93 vs 74 ms). Larger batches use
-#: FAISS's default thread count, where its BLAS call does gain from threads.
+#: pool adds nothing but workers that spin against torch's own OpenMP pool (measured slower on
+#: 2 cores, at batch 1 and 8 alike). Larger batches use FAISS's default thread count, where its
+#: BLAS call does gain from threads.
 FAISS_SINGLE_THREAD_BELOW = 20
 _FAISS_THREADS = faiss.omp_get_max_threads()
 

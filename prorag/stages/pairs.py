@@ -9,12 +9,10 @@ One JSON line per pair (the PRM trainer's contract): ids and texts of the contex
 rejected actions (actions never include the retrieval that follows), kinds, Q/N, judge, reason,
 depth. ``id`` is ``QUESTION_ID@ADDRESS`` (``#C>R`` for the extra pairs); the file is appended per
 sibling set and a rerun skips sets that already gave a pair. :func:`judge_agreement` compares two
-judges on the same sibling sets.
-
-``pointwise`` (on by default) also writes ``pointwise.jsonl`` beside the pairs file: one line per
-judged node (every child with ``min_visits`` visits, siblings or not) with its context, its step and
-the judge's per-step verdict as ``label`` 1/0 (:func:`make_point`). Only a judge that labels each
-step gives them (the oracle); an LLM judge names one pair, so it writes none (logged once).
+judges on the same sibling sets. ``pointwise`` (on by default) also writes ``pointwise.jsonl``: one
+line per judged node with its context, step and the judge's verdict as ``label`` 1/0
+(:func:`make_point`); only a judge that labels each step gives them (the oracle; an LLM judge names
+one pair, so it writes none).
 """
 
 from __future__ import annotations

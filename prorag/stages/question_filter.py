@@ -1,33 +1,18 @@
 """Which RL questions to train on: screening by the initial policy's pass rate.
 
-Outcome-only GRPO learns nothing from a question whose G samples are all right or all wrong:
-every advantage in the group is 0. On the built-in worlds 70-80% of the groups agree (the
-``groups_em_agree`` the RL stage logs), so most of each rollout batch is generated and then
-discarded by the advantage, and the few informative groups are diluted in the token-mean loss.
-DAPO's remedy (Yu et al., 2025, "dynamic sampling") over-samples and keeps only the groups
-whose outcomes disagree. This module does the same once, before training: every candidate
-question gets ``group_size`` samples from the initial policy at the RL rollout settings, and
-``question_filter: mixed`` keeps the questions with a pass rate strictly between 0 and 1.
+Outcome-only GRPO learns nothing from a question whose G samples are all right or all wrong (every
+advantage in the group is 0), and on the built-in worlds most groups agree (``groups_em_agree`` in the
+RL stage's log). DAPO (Yu et al., 2025, "dynamic sampling") over-samples and keeps the groups whose
+outcomes disagree; this module does it once, before training: each candidate gets ``group_size``
+samples from the initial policy at the RL rollout settings, and ``question_filter: mixed`` keeps those
+with a pass rate strictly between 0 and 1. Once is far cheaper than per step and keeps TRL's batch
+shapes fixed; the cost is that the pass rates are pi_init's, not the learning policy's. It drops the
+all-wrong questions too, where a process reward is the only signal, so it favours outcome-only
+training: compare arms on one screened set (same seed, same initial policy: same set).
 
-The choice made: screening once is far cheaper than DAPO's per-step over-sampling (one
-generation pass over the questions actually screened, stopped as soon as ``limit`` questions
-are kept) and keeps TRL's batch shapes fixed; its cost is that the pass rates are those of
-pi_init, not of the policy as it learns. It is an outcome criterion: it also drops the
-all-wrong questions, where a process reward is the only signal, so it favours outcome-only
-training; compare arms on one screened set (same seed, same initial policy: same set).
-
-Because a question two words can answer (yes or no) is one whose samples rarely all agree,
-``mixed`` keeps such questions far above their share of the pool, and outcome RL then learns the
-answer's form (the measurements are in docs/LOG.md, 2026-11-24). ``screening_strata`` (a metadata field, e.g.
-``type``) holds the kept questions to the pool's shares instead: each value of the field gets a
-quota of ``limit`` in proportion to its share of the candidates (:func:`stratum_quotas`), and a
-mixed question is kept only while its stratum's quota has room. A stratum with too few mixed
-questions leaves its quota short rather than handing it to another (which would bring the
-shift back), so fewer than ``limit`` questions may be kept; screening then runs to the end.
-
-Screening results are appended chunk by chunk (flushed) to ``screening.jsonl`` in the run folder (or the
-config's ``screening_file``), one row per question (``id``, ``key``, ``em`` of each sample,
-``kept``); a resumed run, or another run with the same key, re-screens nothing already there.
+``mixed`` keeps yes/no questions far above their share (their samples rarely all agree), and outcome
+RL then learns the answer's form; ``screening_strata`` holds them to the pool's shares (:func:`stratum_quotas`).
+Rows go to ``screening.jsonl`` (or ``screening_file``): a resumed run, or one with the same key, re-screens none.
 """
 
 from __future__ import annotations
@@ -67,7 +52,12 @@ def mixed_questions(em: Sequence[Sequence[float]]) -> list[bool]:
 def stratum_quotas(labels: Sequence[str], total: int) -> dict[str, int]:
     """How many of ``total`` kept questions each stratum gets: its share of ``labels`` (one label
     per candidate question) times ``total``, rounded by largest remainder so that the quotas sum
-    to ``total`` exactly; equal remainders go to the stratum seen first (deterministic)."""
+    to ``total`` exactly; equal remainders go to the stratum seen first (deterministic).
+
+    With ``screening_strata`` (a metadata field, e.g. ``type``) a mixed question is kept only while
+    its stratum's quota has room. A stratum with too few mixed questions leaves its quota short rather
+    than handing it to another (which would bring the shift back), so fewer than ``limit`` questions
+    may be kept; screening then runs to the end."""
     if total < 0:
         raise ValueError(f"total must be >= 0, got {total}")
     counts: dict[str, int] = {}
@@ -111,7 +101,8 @@ def screen_questions(
     or one of ``earlier_keys`` (the same settings as an earlier version keyed them,
     :func:`~prorag.stages.rl.screening_keys`) are reused, new ones appended under ``key``. ``strata``
     (one label per record, with ``keep``) keeps at most :func:`stratum_quotas` of each label,
-    screening until every quota is met."""
+    screening until every quota is met. Rows are appended chunk by chunk (flushed), one per question
+    (``id``, ``key``, ``em`` of each sample, ``kept``)."""
     if strata is not None and keep is None:
         raise ValueError("strata needs keep: the quotas are shares of the number of questions kept")
     if strata is not None and len(strata) != len(records):

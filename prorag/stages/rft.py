@@ -146,8 +146,8 @@ class RFTCounts:
     """Per hop count of the questions (where the records give one): ``questions``, ``samples``,
     ``correct`` and ``trajectories_kept``. The outcome filter keeps what pi_sft already answers, so
     long chains, which it rarely gets right, can all but vanish from the kept set, and fine-tuning
-    on that set then teaches the policy to stop searching early (docs/LOG.md, 2026-11-27, evening);
-    these counts show how skewed the set is."""
+    on that set then teaches the policy to stop searching early; these counts show how skewed the
+    set is."""
 
     def describe(self) -> str:
         """What the filters kept, on one line per hop count after the totals (``prorag rft`` prints it)."""

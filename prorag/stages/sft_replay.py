@@ -1,24 +1,17 @@
 """SFT replay during RL: the format-aware SFT loss on gold trajectories, added to the RL loss.
 
-``L = L_RL + coef * L_SFT(batch_k)``: InstructGPT's PPO-ptx ("mixing the pretraining gradients
-into the PPO gradients", Ouyang et al. 2022), with the warm-up's own data and loss (Eq. 1) in
-place of pretraining text. Why it is here: on the built-in world one pass of outcome RL moves the
-policy along a direction whose first-order worth on held-out questions is positive but whose
-second-order cost, paid in reading the retrieved documents, is larger; a KL penalty measured on
-the RL questions' own samples does not see that cost (docs/LOG.md, 2026-11-29). The replay loss
-measures the fit to gold reading steps on other questions, so its curvature is the one RL's steps
-pay; at the start its gradient is small (pi_rft fits its warm-up data), so it acts as a restoring
-force rather than a second objective.
+``L = L_RL + coef * L_SFT(batch_k)``: InstructGPT's PPO-ptx ("mixing the pretraining gradients into the
+PPO gradients", Ouyang et al. 2022), with the warm-up's own data and loss (Eq. 1) in place of pretraining
+text. Why: outcome RL can move the policy along a direction whose first-order worth on held-out
+questions is positive but whose second-order cost, paid in reading the retrieved documents, is larger,
+and a KL penalty on the RL questions' own samples does not see that cost. The replay loss measures the
+fit to gold reading steps on other questions, so its curvature is the one RL's steps pay; at the start
+its gradient is small (pi_rft fits its warm-up data), so it acts as a restoring force, not a second objective.
 
-The batches: draw ``k`` of a run holds ``batch_size`` trajectories taken in order from the
-concatenation of per-epoch permutations of the replay set, each permutation seeded by
-``(seed, epoch)`` (:func:`replay_indices`). A draw is a pure function of ``(seed, k)``, so a
-resumed run draws what the uninterrupted one would have, and arms with the same seed replay the
-same trajectories in the same order. The trainer numbers its draws by optimiser step,
-micro-batch and process (:func:`draw_index`).
-
-``coef`` 0 with a replay file only measures: the replay loss is computed without gradients and
-logged (``replay_nll``), the drift of the warm-up's fit as RL goes, at one forward per step.
+Draw ``k`` is a pure function of ``(seed, k)`` (:func:`replay_indices`; the trainer numbers its draws with
+:func:`draw_index`), so a resumed run draws what the uninterrupted one would have, and arms with one seed
+replay the same trajectories in the same order. ``coef`` 0 with a replay file only measures: the loss is
+computed without gradients and logged (``replay_nll``), the drift of the warm-up's fit, one forward a step.
 """
 
 from __future__ import annotations

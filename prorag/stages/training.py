@@ -107,7 +107,7 @@ class TrainingConfig:
         False,
         help="Let PyTorch pick cuDNN's attention kernel for the trainer's forwards (Hopper GPUs). Off: flash, "
         "memory-efficient or math kernels; cuDNN's sets up every new input shape on the host, and padded batches "
-        "change shape at every step (4.6 ms a forward call on an H200, docs/LOG.md 2026-11-27).",
+        "change shape at every step.",
     )
     compile_norms: bool = setting(
         False,

@@ -7,14 +7,10 @@ sub-answer on a record with a decomposition, else the step's own conclusion). Tw
 (:class:`~prorag.method.rewards.hiprag.OverSearchJudgeConfig`):
 
 * ``oracle`` (:class:`OracleEquivalence`, default): exact match after SQuAD normalisation.
-* ``llm`` (:class:`LLMEquivalence`): any OpenAI-compatible endpoint through the served client
-  (:class:`~prorag.models.served.ServedGenerator`: concurrency, retries with backoff on 429/5xx,
-  the key from ``api_key_env``, greedy replies cached by the hash of model and prompt, on disk
-  with ``cache_path``). Its prompt is ``prompts/over_search.txt`` (or ``prompt_file``) and the
-  reply must be the JSON object ``{"equivalent": "yes"}`` or ``{"equivalent": "no"}``
-  (:func:`parse_equivalence`); anything else is *unparsable*: counted, logged, and judged not
-  equivalent, so a talkative judge shows up as a count instead of inventing over-search. An
-  exact match is equivalent without a request (no judge would say otherwise; it saves the call).
+* ``llm`` (:class:`LLMEquivalence`): any OpenAI-compatible endpoint through the served client, asked
+  with ``prompts/over_search.txt`` (or ``prompt_file``) for ``{"equivalent": "yes"}`` or ``"no"``.
+  Anything else is *unparsable*: counted, logged, and judged not equivalent, so a talkative judge
+  shows up as a count instead of inventing over-search. An exact match is equivalent without a request.
 """
 
 from __future__ import annotations
@@ -92,8 +88,12 @@ def parse_equivalence(reply: str) -> bool | None:
 
 
 class LLMEquivalence:
-    """The ``llm`` judge (module docstring). ``generator`` defaults to the served client of
-    ``config``; ``asked`` and ``unparsable`` count the questions sent and the replies not read."""
+    """The ``llm`` judge (module docstring). ``generator`` defaults to the served client of ``config``
+    (:class:`~prorag.models.served.ServedGenerator`: concurrency, retries with backoff on 429/5xx, the
+    key from ``api_key_env``, greedy replies cached by the hash of model and prompt, on disk with
+    ``cache_path``); ``asked`` and ``unparsable`` count the questions sent and the replies not read
+    (:func:`parse_equivalence`). An exact match is equivalent without a request: no judge would say
+    otherwise, and it saves the call."""
 
     def __init__(self, config: EquivalenceEndpointConfig, generator: Any = None) -> None:
         self.config = config

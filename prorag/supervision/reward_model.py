@@ -7,16 +7,12 @@ id (pad is EOS in SmolLM2; :func:`last_token_rewards` scores a row alike however
 inputs are cut from the left (:func:`truncate_left`) so the step survives; ``append_eos`` (off)
 reproduces the reference code's EOS read-out and is saved with the model.
 
-``kind="likelihood"`` (option) keeps the LM head: ``beta * (mean log p(step) - offset)``, SimPO's
-length-normalised implicit reward, trained with the same Eq. 4 loss. MCTS siblings are the policy's
-own samples, so its likelihood already ranks them well (measured in docs/LOG.md); ``offset`` is
-fitted after training so that RFT's ``logit > 0`` keeps its meaning. ``kind="likelihood_ratio"``
-scores ``beta * (mean log pi_phi(step) - mean log pi_ref(step))`` against the frozen init policy
-pi_ref (pi_sft): the plain likelihood kind that keeps near-initial weights gives, to first order,
-log pi_sft(step), whose policy gradient in RL pulls the policy back to pi_sft (a -KL - entropy
-term); the ratio is 0 at initialisation and carries only what Eq. 4 taught. Saved as a transformers folder
-plus ``reward_model.json``; :meth:`ProcessRewardModel.load` serves RFT and RL through
-:meth:`~ProcessRewardModel.score_trajectories` (:class:`StepScorer`).
+``kind="likelihood"`` keeps the LM head: ``beta * (mean log p(step) - offset)``, SimPO's length-normalised
+implicit reward, trained with the same Eq. 4 loss (MCTS siblings are the policy's own samples, so its
+likelihood already ranks them well); ``offset`` is fitted after training so that RFT's ``logit > 0`` keeps
+its meaning. ``kind="likelihood_ratio"`` (:class:`LikelihoodRatioRewardModel`) scores against the frozen
+init policy. Saved as a transformers folder plus ``reward_model.json``; :meth:`ProcessRewardModel.load`
+serves RFT and RL through :meth:`~ProcessRewardModel.score_trajectories` (:class:`StepScorer`).
 """
 
 from __future__ import annotations
@@ -697,7 +693,11 @@ class LikelihoodRatioRewardModel(LikelihoodRewardModel):
     initialisation. pi_ref is the policy folder ``reference`` (the PRM stage's ``init``, saved
     as an absolute path in the settings), loaded once, frozen, on the model's device; Eq. 4 trains
     pi_phi alone (pi_ref's terms carry no gradient). 0 is the ratio's own zero point (as likely
-    as under pi_sft): no offset is fitted."""
+    as under pi_sft): no offset is fitted.
+
+    Why a ratio: the plain likelihood kind that keeps near-initial weights gives, to first order,
+    log pi_sft(step), whose policy gradient in RL pulls the policy back to pi_sft (a -KL - entropy
+    term); the ratio is 0 at initialisation and carries only what Eq. 4 taught."""
 
     kind: ClassVar[str] = "likelihood_ratio"
     needs_zero_point: ClassVar[bool] = False

@@ -59,8 +59,8 @@ class WorldConfig:
     rl_worlds: int = 0
     """Extra worlds, after the test worlds, whose questions go to ``rl.jsonl`` for RL alone. Why:
     a world's facts recur across its questions, so outcome RL on a dozen worlds can raise its reward
-    by learning those worlds' facts, which contradict every other world's and unlearn reading
-    (docs/LOG.md, 2026-11-24); with one question per world a fact pays once and only reading recurs.
+    by learning those worlds' facts, which contradict every other world's and unlearn reading; with
+    one question per world a fact pays once and only reading recurs.
     Adding them changes no other world (each world's draws are seeded by its own index)."""
     rl_questions_per_world: int = 1
     """Questions drawn from each of the ``rl_worlds``."""

@@ -2,9 +2,9 @@
 
 Why a fixed, shared pool: a probe showed that a tiny model trained on worlds whose names are
 freshly invented (and split into several sub-word tokens) memorises instead of reading and
-fails on an unseen world (16% EM), while with names drawn from one fixed pool, each a single
-token of the world tokenizer, and facts re-drawn per world, it learns to copy answers from the
-retrieved text (78% EM on an unseen world). The same name therefore means different things in
+fails on an unseen world, while with names drawn from one fixed pool, each a single token of the
+world tokenizer, and facts re-drawn per world, it learns to copy answers from the retrieved text
+and answers most questions of an unseen world. The same name therefore means different things in
 different worlds, and the only way to answer is to read.
 
 Names are short pronounceable pseudo-words (never English words, so BM25 and the tokenizer

@@ -25,7 +25,7 @@ between the start and the trained policy of WiSE-FT), and the average of several
 
 A run that learned has a positive linear part on the questions it trained on and, if it generalises,
 on held-out ones; a run whose updates are noise shows a quadratic part as large as its whole change
-and a linear part near 0. ``benchmarks/rl_update_noise.py`` runs the evaluations on a build's runs.
+and a linear part near 0. ``research/drivers/rl_update_noise.py`` runs the evaluations on a build's runs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The studies' analyses, importable from the repository root as ``research.analysis.<module>``."""

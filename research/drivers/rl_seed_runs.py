@@ -44,6 +44,7 @@ from research.analysis.arms import read_arms
 from research.analysis.results_file import write_results
 from research.analysis.scores import SIGNALS, evaluation, first_last, verdict_counts
 
+
 def run_summary(run: Path, arm: str, seed: int, question_ids: list[str]) -> dict[str, Any]:
     """One (arm, seed): dev curve, chosen step, test scores at both steps, training signals."""
     probes = run / "probes"

@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, required=True, help="record file to evaluate on (held-out questions)")
     parser.add_argument("--index", "-i", required=True, help="index folder or http(s):// URL of a retrieval server")
     parser.add_argument("--out", "-o", type=Path, required=True, help="folder: policies/, eval/ and split.json (resumes)")
-    parser.add_argument("--scale", type=float, action="append", default=[], help="also start + SCALE x the update (0 < SCALE < 1)")
+    parser.add_argument(
+        "--scale", type=float, action="append", default=[], help="also start + SCALE x the update (0 < SCALE < 1)"
+    )
     parser.add_argument("--permutations", type=int, default=1, help="permuted-update controls (each tensor's entries shuffled)")
     parser.add_argument("--max-actions", type=int, default=13, help="actions per trajectory (RL's dev evaluation uses 11)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N records")

@@ -101,7 +101,9 @@ def test_the_shell_driver_runs_each_arm_with_its_assignments(tmp_path: Path) -> 
     env = {**os.environ, "PRORAG": str(fake), "CALLS": str(calls), "PYTHON": sys.executable}
     script = DRIVERS / "rl_seed_runs.sh"
     jobs = ["prm-first-error-signed:0", "frozen:1"]
-    done = subprocess.run(["bash", str(script), str(run), *jobs], env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        ["bash", str(script), str(run), *jobs], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     lines = calls.read_text().splitlines()
     rl = [line for line in lines if line.startswith("rl ")]
@@ -111,9 +113,14 @@ def test_the_shell_driver_runs_each_arm_with_its_assignments(tmp_path: Path) -> 
     evals = [line for line in lines if line.startswith("eval ")]  # the last step and dev's choice; none for frozen
     assert len(evals) == 2
     assert "checkpoints/checkpoint-48 " in evals[0] and "probes/test-prm-first-error-signed-s0-last" in evals[0]
-    assert "probes/prm-first-error-signed-s0/policy " in evals[1] and json.loads((run / "probes" / "test-prm-first-error-signed-s0-best" / "metrics.json").read_text()) == {}
+    assert (
+        "probes/prm-first-error-signed-s0/policy " in evals[1]
+        and json.loads((run / "probes" / "test-prm-first-error-signed-s0-best" / "metrics.json").read_text()) == {}
+    )
 
     calls.unlink()
-    done = subprocess.run(["bash", str(script), str(run), "frozen:2", "prmfesgn:0"], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["bash", str(script), str(run), "frozen:2", "prmfesgn:0"], env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 2 and "old code of arm 'prm-first-error-signed'" in done.stderr
     assert not calls.exists(), "a bad job is refused before the first run starts"

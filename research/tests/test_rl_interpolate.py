@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from research.tests.drivers import run_driver
 from research.tests.test_rl_seen_unseen import RL, TEST, write_eval
 from research.tests.test_rl_update_noise import run_dir  # noqa: F401  (the fixture)
-from research.tests.drivers import run_driver
 
 
 def test_half_steps_and_a_soup_are_written_and_scored(run_dir: Path, tmp_path: Path) -> None:  # noqa: F811

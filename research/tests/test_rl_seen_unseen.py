@@ -79,13 +79,17 @@ def test_seen_unseen_and_test_gains_over_pi_rft_per_run_and_pooled(run_dir: Path
 
 def test_a_screened_run_is_refused_with_its_config_named(run_dir: Path, tmp_path: Path) -> None:
     write_run(run_dir, "b-s0", seen=set(), unseen=set(), test=set(), question_filter="mixed")
-    done = run_driver("rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "3", "--out", str(tmp_path / "o")])
+    done = run_driver(
+        "rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "3", "--out", str(tmp_path / "o")]
+    )
     assert done.returncode != 0
     assert "b-s0/rl_config.json" in done.stderr and "'mixed'" in done.stderr
 
 
 def test_too_few_rl_questions_for_the_unseen_set_is_an_error(run_dir: Path, tmp_path: Path) -> None:
-    done = run_driver("rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "5", "--out", str(tmp_path / "o")])
+    done = run_driver(
+        "rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "5", "--out", str(tmp_path / "o")]
+    )
     assert done.returncode != 0
     assert "splits/rl.jsonl: 6 questions, fewer than limit 2 + unseen 5" in done.stderr
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from research.tests.test_rl_seen_unseen import RL, TEST, write_eval
 from research.tests.drivers import run_driver
+from research.tests.test_rl_seen_unseen import RL, TEST, write_eval
 
 INITIAL = {"w": torch.tensor([1.0, 2.0, 3.0, 4.0]), "b": torch.tensor([0.5])}
 

@@ -15,7 +15,9 @@ import pytest
 from research.tests.drivers import ROOT
 
 #: What a checkout holds beside its sources (.gitignore's folders), left out of the copy.
-NOT_SOURCES = shutil.ignore_patterns(".git", "runs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".venv")
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".venv", ".ruff_cache", ".hypothesis"
+)
 #: Commands the studies once had in the CLI; none may come back.
 RESEARCH_COMMANDS = ("update-split", "update-noise", "seen-unseen", "interpolate", "pool-studies", "seed-runs")
 

@@ -1,5 +1,4 @@
-"""What a trained policy's update is worth to first order and costs to second (driver:
-``python -m research.drivers.update_split``).
+"""What a trained policy's update is worth to first order and costs to second (`drivers/update_split.py`).
 
 A run's change of EM, ``EM(start + delta) - EM(start)``, mixes what its direction buys and what a step
 of its length costs whatever the direction. Evaluating the mirrored policy ``start - delta`` and a

@@ -15,7 +15,7 @@ reading error:
 * ``malformed``: actions with no kind; ``unpaired``: trajectories whose text parses into other
   actions than the verdicts (left out of the step counts).
 
-``benchmarks/step_errors.py`` prints them for the systems of a run folder. Every evaluation
+``research/drivers/step_errors.py`` prints them for the systems of a run folder. Every evaluation
 counts the first three kinds per question (:func:`step_validity_fields`, on its prediction lines)
 and reports their rates (:data:`STEP_VALIDITY_RATES`, in ``metrics.json``).
 """

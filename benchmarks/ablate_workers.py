@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import yaml
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.core.config import load_config
 from prorag.data.jsonl import read_jsonl
@@ -106,6 +107,7 @@ def main() -> None:
                 b = [r["prediction"] for r in read_jsonl(root / "split" / "eval" / name / "predictions.jsonl")]
                 same, total = same + sum(x == y for x, y in zip(a, b, strict=True)), total + len(a)
     result = {
+        "machine": machine_name(),
         "cores": cores,
         "torch": torch.__version__,
         "runs": len(arms) * len(seeds),
@@ -122,7 +124,7 @@ def main() -> None:
     }
     threads = max(1, cores // args.workers)
     print(
-        f"{result['runs']} RL runs with their test evaluations, {cores} cores: one process ({cores} threads) "
+        f"{result['machine']}: {result['runs']} RL runs with their test evaluations, one process ({cores} threads) "
         f"{one:.1f} s; {args.workers} workers ({threads} thread{'s' if threads > 1 else ''} each) {split:.1f} s: "
         f"{one / split:.2f}x; predictions the same in both: {same / total:.1%}"
     )

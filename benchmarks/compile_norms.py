@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from decode_graphs import sync, time_engine  # benchmarks/decode_graphs.py, beside this file
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.core.kernels import compile_norms
@@ -98,7 +99,7 @@ def main() -> None:
     same = sum(a.completion_ids == b.completion_ids for a, b in zip(rollouts["stock"][2], rollouts["compiled"][2], strict=True))
     tokens = rollouts["stock"][1]
     print(
-        f"{device}, {args.size} model, torch {torch.__version__}, {compiled} RMSNorms compiled in {compile_seconds:.1f} s (warm-up)"
+        f"{machine_name(device)}, {args.size} model, torch {torch.__version__}, {compiled} RMSNorms compiled in {compile_seconds:.1f} s (warm-up)"
     )
     for part, times in result.items():
         print(
@@ -112,6 +113,7 @@ def main() -> None:
             json.dumps(
                 {
                     "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+                    "machine": machine_name(device),
                     "size": args.size,
                     "torch": torch.__version__,
                     "compiled_norms": compiled,

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.decode_graphs import SLOT_ATTENTION, DecodeGraphs
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
@@ -297,6 +298,7 @@ def main() -> None:
 
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "machine": machine_name(device),
         "shape": args.shape,
         "parameters": params,
         "dtype": args.dtype,
@@ -361,7 +363,7 @@ def main() -> None:
 
     gen = result["generate"]["tokens_per_s"]
     print(
-        f"{result['device']}, {args.shape} shape ({params:,} parameters, {args.dtype}), batch {len(records)}, torch {torch.__version__}"
+        f"{result['machine']}, {args.shape} shape ({params:,} parameters, {args.dtype}), batch {len(records)}, torch {torch.__version__}"
     )
     print(f"{'side':<16}{'tokens':>8}{'seconds':>9}{'tok/s':>9}{'vs generate':>13}{'retriever':>11}{'searches/row':>14}")
     print(f"{'HF generate':<16}{result['generate']['tokens']:>8}{result['generate']['seconds']:>9.2f}{gen:>9.0f}{1:>12.2f}x")

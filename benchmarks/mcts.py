@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.data.records import Record, read_passages, read_records
@@ -177,7 +178,8 @@ def main() -> None:
     token_ratio = batched["tokens_per_s"] / single["tokens_per_s"]
     device = next(model.parameters()).device
     print(
-        f"policy {'random ' + args.size if args.policy is None else args.policy}, {device}, {torch.get_num_threads()} thread(s); "
+        f"policy {'random ' + args.size if args.policy is None else args.policy}, {machine_name(str(device))}, "
+        f"{torch.get_num_threads()} thread(s); "
         f"{args.simulations} simulations per tree, K={args.k}, depth {args.max_depth}"
     )
     print(f"{'side':<14}{'trees':>6}{'sims':>6}{'seconds':>9}{'sim/s':>9}{'nodes/tree':>12}{'tokens':>8}{'tokens/s':>10}")
@@ -198,6 +200,7 @@ def main() -> None:
                     "one_at_a_time": single,
                     "ratio": ratio,
                     "token_ratio": token_ratio,
+                    "machine": machine_name(str(device)),
                     "args": vars(args) | {"policy": str(args.policy), "world": str(args.world), "out": str(args.out)},
                 },
                 indent=2,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from machine import cpu_name  # benchmarks/machine.py, beside this file
 
 from prorag.core.metrics import retrieval_recall
 from prorag.data.benchmarks import load_benchmark
@@ -308,7 +309,9 @@ def main() -> None:
         sys.exit(f"no benchmark data at {bench_dir}; pass --shared")
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    results: dict[str, Any] = {"machine": f"{platform.machine()}, {cores} CPU cores, Python {platform.python_version()}"}
+    results: dict[str, Any] = {
+        "machine": f"{cpu_name()}, {platform.machine()}, {cores} CPU cores, Python {platform.python_version()}"
+    }
     with tempfile.TemporaryDirectory(prefix="prorag-retrieval-bench-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside this file
 
 from prorag.agent.gold import render_gold, tokenize_segments
@@ -263,7 +264,7 @@ def main() -> None:
         f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters) and {'a PRM of its backbone' if prm_side else (args.outcome_reward or args.process_reward) + ' rewards'}, "
         f"{args.questions} questions x G={args.group} = {n} trajectories, {proc['model_tokens']} model tokens "
         f"of {proc['tokens']} completion tokens, {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
-        f"{'sampled' if args.sampled else 'greedy'} decoding"
+        f"{'sampled' if args.sampled else 'greedy'} decoding, on {machine_name()}"
     )
     print(f"{'part':<16}{'process (s)':>12}{'share':>8}{'outcome (s)':>13}{'share':>8}")
     for part in PARTS:
@@ -282,7 +283,16 @@ def main() -> None:
         print(f"P2S likelihood passes over all timed steps: {passes[0]} asked, {passes[1]} distinct computed")
     if args.out:
         args.out.write_text(
-            json.dumps({"process": proc, "outcome": out, "ratio": ratio, "args": vars(args) | {"out": str(args.out)}}, indent=2)
+            json.dumps(
+                {
+                    "process": proc,
+                    "outcome": out,
+                    "ratio": ratio,
+                    "machine": machine_name(),
+                    "args": vars(args) | {"out": str(args.out)},
+                },
+                indent=2,
+            )
         )
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from decode_graphs import qwen3_shaped  # benchmarks/decode_graphs.py, beside this file
+from machine import machine_name  # benchmarks/machine.py, beside this file
 from rl_step import PARTS, time_step  # benchmarks/rl_step.py, beside this file
 
 from prorag.agent.rollout import RolloutConfig
@@ -228,6 +229,7 @@ def main() -> None:
         records = read_records(Path(tmp) / "train.jsonl")[: args.prompts]
         result: dict[str, Any] = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "machine": machine_name(args.device),
             "shape": args.shape,
             "torch": torch.__version__,
             "args": {k: v for k, v in vars(args).items() if k != "out"},
@@ -243,7 +245,7 @@ def main() -> None:
             result["matmul_parameters"] = result["parameters"] - model.get_input_embeddings().weight.numel()
             result["prorag"] = time_prorag(model, tokenizer, records, retriever, args, tmp)
 
-    print(f"{result['device']}, {args.shape} shape, {args.prompts} prompts x G {args.group}, torch {torch.__version__}")
+    print(f"{result['machine']}, {args.shape} shape, {args.prompts} prompts x G {args.group}, torch {torch.__version__}")
     if "prorag" in result:
         p = result["prorag"]["median"]
         mfu = 6 * result["matmul_parameters"] * p["sequence_tokens"] / p["loss"] / (args.peak_tflops * 1e12)

@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 from rl_step import build_sides, parser  # benchmarks/rl_step.py, beside this file
 
 
@@ -82,7 +83,8 @@ def main() -> None:
     print(
         f"{args.size} policy, {len(rows)} trajectories, completion {tuple(mask.shape)}: {int(mask.sum())} policy tokens of "
         f"{int(batch['completion_mask'].sum())} completion tokens, {int(real.sum())} real positions of {real.numel()} "
-        f"({1 - real.float().mean():.0%} padding), {torch.get_num_threads()} torch thread(s), best of {args.repeats}"
+        f"({1 - real.float().mean():.0%} padding), {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
+        f"on {machine_name()}"
     )
     totals = {name: sum(shared.values()) + best[name]["sum"] for name in variants}
     print(f"{'part':<16}" + "".join(f"{name + ' (s)':>28}{'share':>8}" for name in variants))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
@@ -283,7 +284,10 @@ def main() -> None:
         retriever = BM25Retriever(read_passages(Path(tmp) / "corpus.jsonl"))
         records = read_records(Path(tmp) / "test.jsonl")[: args.questions]
     rows = [measure(size, tokenizer, retriever, records, args.batch, args.repeats) for size in args.sizes]
-    print(f"{len(records)} questions, batch {args.batch}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}")
+    print(
+        f"{len(records)} questions, batch {args.batch}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}, "
+        f"on {machine_name()}"
+    )
     print(
         f"{'model':<7}{'params':>10}{'searches':>10}{'tokens':>8}{'engine tok/s':>14}{'naive tok/s':>13}{'speedup':>9}{'agree':>7}{'logp drift':>12}"
     )

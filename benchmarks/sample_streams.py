@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.rollout import RolloutConfig, RolloutEngine
 from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams
@@ -106,7 +107,7 @@ def main() -> None:
     wide = engine(replace(cfg, batch_size=2 * args.batch))
     print(
         f"{len(records)} questions x {args.samples} samples, batch {args.batch}, {torch.get_num_threads()} torch thread(s), "
-        f"best of {args.repeats}"
+        f"best of {args.repeats}, on {machine_name()}"
     )
     rows = []
     for side in SAMPLE_STREAMS:
@@ -125,7 +126,14 @@ def main() -> None:
     ratio = best["row"] / best["batch"]
     print(f"row streams: {ratio:.2f}x the time of one generator per batch (the two sides write other samples)")
     if args.out:
-        result = {"questions": len(records), "samples": args.samples, "batch": args.batch, "time_ratio": ratio, "rows": rows}
+        result = {
+            "machine": machine_name(),
+            "questions": len(records),
+            "samples": args.samples,
+            "batch": args.batch,
+            "time_ratio": ratio,
+            "rows": rows,
+        }
         args.out.write_text(json.dumps(result, indent=2))
 
 

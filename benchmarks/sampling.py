@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.sampling import sample_next
 
@@ -46,7 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args()
     g = torch.Generator().manual_seed(0)
-    print(f"{args.rows} rows x {args.vocab} tokens, top-p {args.top_p}, {torch.get_num_threads()} thread(s)")
+    print(f"{args.rows} rows x {args.vocab} tokens, top-p {args.top_p}, {torch.get_num_threads()} thread(s), on {machine_name()}")
     print(f"{'rows':8s} {'sort + multinomial':>20s} {'sample_next':>12s} {'ratio':>7s}")
     for name, scale in (("peaked", 8.0), ("flat", 0.3)):
         logits = torch.randn(args.rows, args.vocab, generator=g) * scale

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the fake server
+
+from machine import machine_name  # noqa: E402 - benchmarks/machine.py, beside this file
 
 from prorag.data.records import Record  # noqa: E402
 from prorag.evaluation.generator_eval import evaluate_generator  # noqa: E402
@@ -65,7 +66,7 @@ def main() -> None:
         Record(f"q{i}", f"Who founded the town where person {i} was born?", [f"founder {i}"]) for i in range(args.questions)
     ]
     results: dict[str, Any] = {
-        "device": f"{platform.machine()} {platform.processor() or ''} x{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "device": f"{machine_name()}, Python {platform.python_version()}",
         "questions": args.questions,
         "rounds": args.rounds,
         "latency_s": args.latency,

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_name  # noqa: E402 - benchmarks/machine.py, beside this file
 from retrieval import running_server  # noqa: E402 - the sibling benchmark's server fixture
 
 from prorag.data.records import read_records  # noqa: E402
@@ -106,6 +107,7 @@ def measure(*, clients: int, requests: int, max_seconds: float, batch: int, work
     lat = load.latencies
     p50 = percentile(lat, 0.5) if lat else float("nan")
     return {
+        "machine": machine_name(),
         "clients": clients,
         "batch": batch,
         "answered": len(lat),

@@ -4,7 +4,9 @@
 
 Recall here is of each hop's gold page when the hop's template search keywords (the ``query``
 of the gold decomposition, what the template teacher will write) are searched in the question's
-own world, at k = 1, 2, 3, 5: the ceiling a policy that asks the right sub-queries can reach.
+own world, at k = 1, 2, 3, 5: the ceiling a policy that asks the right sub-queries can reach. Each
+size's build time is also given as a ratio to the tiny world's, beside the ratio of their page counts
+(a build that scales linearly has the two equal), with the machine it was measured on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.core.metrics import retrieval_recall
 from prorag.data.records import read_passages, read_records
@@ -30,13 +34,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    results: dict = {"build_seconds": {}}
+    results: dict = {"machine": machine_name(), "build_seconds": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for size in SIZES:
             t0 = time.perf_counter()
             summary = build_world(Path(tmp) / size, seed=args.seed, size=size)
             results["build_seconds"][size] = time.perf_counter() - t0
             results.setdefault("counts", {})[size] = summary.counts
+        tiny_seconds, tiny_pages = results["build_seconds"]["tiny"], results["counts"]["tiny"]["passages"]
+        results["build_vs_tiny"] = {
+            size: {"time": seconds / tiny_seconds, "pages": results["counts"][size]["passages"] / tiny_pages}
+            for size, seconds in results["build_seconds"].items()
+        }
         world = Path(tmp) / args.size
         passages = read_passages(world / "corpus.jsonl")
         t0 = time.perf_counter()
@@ -67,7 +76,12 @@ def main() -> None:
             results["recall"][split]["queries_per_second"] = qps
         results["audit"] = json.loads((world / "world.json").read_text())["memorisation_audit"]["test"]
 
+    print(f"on {results['machine']}")
     print("world build time: " + ", ".join(f"{s} {t:.2f}s" for s, t in results["build_seconds"].items()))
+    print(
+        "against the tiny world: "
+        + ", ".join(f"{s} {r['time']:.1f}x the time for {r['pages']:.1f}x the pages" for s, r in results["build_vs_tiny"].items())
+    )
     print(f"BM25 over the {args.size} world ({len(passages)} pages, partitioned) built in {results['bm25_build_seconds']:.2f}s")
     for split, rows in results["recall"].items():
         print(f"gold-page recall of template sub-queries, {split} ({rows['queries_per_second']:.0f} queries/s):")

@@ -1,4 +1,4 @@
-"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``), compare, update-split, table1 and report.
+"""The whole method: pipeline, demo, ablate (built from ``PipelineConfig``), compare, table1 and report.
 
 ``pipeline`` and ``ablate`` take ``--config FILE`` and ``--set KEY=VALUE`` over any field of the
 pipeline's config, stage sections included (``--set rl.beta=0.5``).
@@ -181,49 +181,6 @@ def compare_cmd(
         words += [w for c in primary or [] for w in ("--primary", c)]
         write_json(out, {**result, "command": shlex.join([*words, "--out", str(out)])})
         typer.echo(f"-> {out}")
-
-
-@app.command("update-split")
-@friendly_errors
-def update_split_cmd(
-    start: Annotated[str, typer.Option(help="The policy training started from (e.g. pi_rft: runs/x/policies/rft/policy).")],
-    policy: Annotated[str, typer.Option(help="The trained policy (a checkpoint folder or a run folder's merged policy/).")],
-    data: Annotated[Path, typer.Option(help="Record file to evaluate on (held-out questions, e.g. splits/test.jsonl).")],
-    index: Annotated[str, typer.Option("--index", "-i", help="Index folder or http(s):// URL of a retrieval server.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder: policies/, eval/ and split.json (resumes).")],
-    scale: Annotated[
-        list[float] | None, typer.Option(help="Also evaluate start + SCALE x the update (0 < SCALE < 1), repeated.")
-    ] = None,
-    permutations: Annotated[int, typer.Option(help="Permuted-update controls (each tensor's entries shuffled).")] = 1,
-    max_actions: Annotated[int, typer.Option(help="Actions per trajectory (RL's dev evaluation uses 11).")] = 13,
-    limit: Annotated[int | None, typer.Option(help="Only the first N records.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
-) -> None:
-    """Split a trained policy's change of EM into what its update's direction buys (first order) and what
-    a step of its size costs either way (second order), from greedy evaluations of start, start + update,
-    start - update and start + the update with each tensor's entries shuffled (docs/LOG.md, 2026-11-29)."""
-    from dataclasses import replace
-
-    from prorag.evaluation.harness import EvalConfig
-    from prorag.experiments.update_split import update_split
-
-    if limit is not None and limit < 2:
-        raise ValueError(f"--limit must be >= 2 (a split over questions needs two), got {limit}")
-    base = EvalConfig()
-    config = replace(base, limit=limit, rollout=replace(base.rollout, max_actions=max_actions))
-    result = update_split(
-        start, policy, data, index, out, config, scales=scale or [], permutations=permutations, seed=seed, device=device
-    )
-    em = result["em"]
-    typer.echo(f"EM start {em['start']:.2f}, +update {em['plus']:.2f}, -update {em['minus']:.2f}, permuted {em.get('permuted')}")
-    for key in ("change", "linear", "quadratic", "permuted_change"):
-        if key in result:
-            r = result[key]
-            typer.echo(f"{key:>16}: {r['mean']:+.2f} ± {r['ci95']:.2f} EM (p {r['p']:.4f}, {result['questions']} questions)")
-    for s, value in result["scales"].items():
-        typer.echo(f"{'scale ' + s:>16}: {value:.2f} EM")
-    typer.echo(f"-> {out}/split.json")
 
 
 @config_command(app, "table1", "prorag.experiments.table1:Table1Config", "table1", {}, expand=False)

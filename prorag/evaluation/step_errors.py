@@ -4,7 +4,7 @@ Exact match says how often a policy is right, not why it is wrong. On questions 
 decompositions (the built-in world, MuSiQue) every action of a trajectory is judged by the oracle
 after the actions before it (:func:`~prorag.supervision.judge.trajectory_verdicts`, the rule behind
 the MCTS pairs and the ``oracle`` step rewards), and the counts (:func:`step_error_counts`) separate
-a searching error from a reading error. ``benchmarks/step_errors.py`` prints them for the systems of
+a searching error from a reading error. ``research/drivers/step_errors.py`` prints them for the systems of
 a run folder. Every evaluation counts searches, sub-answers and final answers per question
 (:func:`step_validity_fields`, on its prediction lines) and reports their rates
 (:data:`STEP_VALIDITY_RATES`, in ``metrics.json``).

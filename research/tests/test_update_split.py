@@ -1,5 +1,5 @@
-"""`prorag update-split` (`prorag.experiments.update_split`): the split's statistics by hand, the
-policies it writes, and the command end to end on a tiny model."""
+"""The update split (`research.analysis.update_split`): the split's statistics by hand, the policies it
+writes, and its driver (`research/drivers/update_split.py`) end to end on a tiny model."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from prorag.cli import app
 from prorag.core.errors import DataError
 from prorag.data.jsonl import write_jsonl
-from prorag.experiments.update_split import em_by_question, read_weights, split_from_scores
 from prorag.models.checkpoints import save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.index import build_index
+from research.analysis.update_split import em_by_question, read_weights, split_from_scores
+from research.drivers import update_split as driver
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,8 +60,8 @@ def test_em_by_question_follows_the_given_order_and_names_a_missing_question(tmp
 
 
 @pytest.mark.slow
-def test_update_split_cli_writes_the_mirrored_and_permuted_policies_and_the_split(
-    tmp_path: Path, tiny_world: Path, world_tokenizer: Any
+def test_update_split_driver_writes_the_mirrored_and_permuted_policies_and_the_split(
+    tmp_path: Path, tiny_world: Path, world_tokenizer: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start_model = make_tiny_model(world_tokenizer, size="tiny", seed=0)
     start = save_policy(start_model, world_tokenizer, tmp_path / "start")
@@ -74,10 +73,10 @@ def test_update_split_cli_writes_the_mirrored_and_permuted_policies_and_the_spli
     trained = save_policy(trained_model, world_tokenizer, tmp_path / "trained")
     build_index(tiny_world / "corpus.jsonl", tmp_path / "index", kind="bm25")
     out = tmp_path / "split"
-    args = ["update-split", "--start", str(start), "--policy", str(trained), "--data", str(tiny_world / "test.jsonl")]
+    args = ["--start", str(start), "--policy", str(trained), "--data", str(tiny_world / "test.jsonl")]
     args += ["--index", str(tmp_path / "index"), "--out", str(out), "--limit", "4", "--max-actions", "3", "--scale", "0.5"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    driver.main(args)
+    output = capsys.readouterr().out
 
     initial, final = read_weights(start), read_weights(trained)
     minus = read_weights(out / "policies" / "minus")
@@ -97,24 +96,11 @@ def test_update_split_cli_writes_the_mirrored_and_permuted_policies_and_the_spli
     assert split["linear"]["mean"] + split["quadratic"]["mean"] == pytest.approx(split["change"]["mean"], abs=0.02)
     for name in ("start", "plus", "minus", "permuted0", "scale0.5"):
         assert json.loads((out / "eval" / name / "metrics.json").read_text())["n"] == 4
-    assert "linear" in result.output and "-> " in result.output
+    assert "linear" in output and "-> " in output
 
 
-def test_update_split_cli_refuses_a_limit_below_two(tmp_path: Path) -> None:
-    args = [
-        "update-split",
-        "--start",
-        "a",
-        "--policy",
-        "b",
-        "--data",
-        "d",
-        "--index",
-        "i",
-        "--out",
-        str(tmp_path),
-        "--limit",
-        "1",
-    ]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code != 0 and "--limit must be >= 2" in result.output
+def test_update_split_driver_refuses_a_limit_below_two(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--start", "a", "--policy", "b", "--data", "d", "--index", "i", "--out", str(tmp_path), "--limit", "1"]
+    with pytest.raises(SystemExit) as exited:
+        driver.main(args)
+    assert exited.value.code != 0 and "--limit must be >= 2" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`benchmarks/rl_interpolate.py` writes pi_rft plus a fraction of each RL run's update, and pi_rft plus
+"""`research/drivers/rl_interpolate.py` writes pi_rft plus a fraction of each RL run's update, and pi_rft plus
 the mean of several runs' updates, and scores them against pi_rft and the runs. Tested on the hand-made
 run folder of `test_rl_update_noise.py`, whose evaluations already exist (so no model runs)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.benchmarks.test_rl_seen_unseen import RL, TEST, write_eval
-from tests.benchmarks.test_rl_update_noise import run_dir  # noqa: F401  (the fixture)
-from tests.benchmarks.test_scripts import _run
+from research.tests.drivers import run_driver
+from research.tests.test_rl_seen_unseen import RL, TEST, write_eval
+from research.tests.test_rl_update_noise import run_dir  # noqa: F401  (the fixture)
 
 
 def test_half_steps_and_a_soup_are_written_and_scored(run_dir: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -26,7 +26,7 @@ def test_half_steps_and_a_soup_are_written_and_scored(run_dir: Path, tmp_path: P
     write_eval(folder / "soup-both-test", TEST, {"q0", "q1", "q2", "q3"})
     out = tmp_path / "out.json"
     args = [str(run_dir), "--runs", "a-s0", "a-s1", "--scale", "0.5", "--soup", "both=a-s0,a-s1", "--out", str(out)]
-    done = _run("rl_interpolate.py", args)
+    done = run_driver("rl_interpolate", args)
     assert done.returncode == 0, done.stderr[-3000:]
     half = load_file(str(folder / "a-s0-a0.5" / "model.safetensors"))
     assert half["w"].tolist() == [1.5, 2.0, 3.0, 4.0] and half["b"].tolist() == [0.5]
@@ -57,9 +57,9 @@ def test_half_steps_and_a_soup_are_written_and_scored(run_dir: Path, tmp_path: P
 
 
 def test_a_scale_outside_0_1_and_a_one_run_soup_are_refused(run_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    done = _run("rl_interpolate.py", [str(run_dir), "--runs", "a-s0", "--scale", "1.5", "--out", str(tmp_path / "o")])
+    done = run_driver("rl_interpolate", [str(run_dir), "--runs", "a-s0", "--scale", "1.5", "--out", str(tmp_path / "o")])
     assert done.returncode == 2 and "--scale must be in (0, 1)" in done.stderr
-    done = _run("rl_interpolate.py", [str(run_dir), "--soup", "x=a-s0", "--out", str(tmp_path / "o")])
+    done = run_driver("rl_interpolate", [str(run_dir), "--soup", "x=a-s0", "--out", str(tmp_path / "o")])
     assert done.returncode == 2 and "two runs or more" in done.stderr
 
 
@@ -69,7 +69,7 @@ def test_include_keeps_only_the_matching_tensors_of_each_update(run_dir: Path, t
         write_eval(folder / f"{name}-test", TEST, {"q0"})
     out = tmp_path / "out.json"
     args = [str(run_dir), "--runs", "a-s0", "a-s1", "--scale", "1", "--include", "bias=^b$", "--sets", "test", "--out", str(out)]
-    done = _run("rl_interpolate.py", args)
+    done = run_driver("rl_interpolate", args)
     assert done.returncode == 0, done.stderr[-3000:]
     # a-s0 moved only w; restricted to b, its update is nothing: pi_rft's weights
     kept = load_file(str(folder / "a-s0-a1-bias" / "model.safetensors"))
@@ -77,8 +77,8 @@ def test_include_keeps_only_the_matching_tensors_of_each_update(run_dir: Path, t
     data = json.loads(out.read_text())
     assert data["include"] == {"label": "bias", "pattern": "^b$"}
     assert data["runs"]["a-s0"]["test"]["a1-bias"] == 25.0
-    done = _run("rl_interpolate.py", [str(run_dir), "--runs", "a-s0", "--scale", "1", "--out", str(tmp_path / "o")])
+    done = run_driver("rl_interpolate", [str(run_dir), "--runs", "a-s0", "--scale", "1", "--out", str(tmp_path / "o")])
     assert done.returncode == 2 and "or 1 with --include" in done.stderr
     args = [str(run_dir), "--runs", "a-s0", "--include", "x=nothing", "--sets", "test", "--out", str(tmp_path / "o")]
-    done = _run("rl_interpolate.py", args)
+    done = run_driver("rl_interpolate", args)
     assert done.returncode != 0 and "no tensor name matches 'nothing'" in done.stderr

@@ -1,11 +1,11 @@
 """A shorter step along each RL run's own update, and the average of several runs' updates: do they keep
 what the update buys and pay less of what it costs?
 
-    python benchmarks/rl_interpolate.py RUN --runs ngrpo-s0 ngrpo-s1 --scale 0.5 \\
-        --soup all=ngrpo-s0,ngrpo-s1 --jobs 2 --out results/rl_interpolate_build8.json
+    python -m research.drivers.rl_interpolate RUN --runs outcome-grpo-s0 outcome-grpo-s1 --scale 0.5 \\
+        --soup all=outcome-grpo-s0,outcome-grpo-s1 --jobs 2 --out results/X.json
 
 RUN is a pipeline run folder whose ``probes/NAME/`` RL runs started from ``policies/rft/policy`` and
-whose seen/unseen evaluations exist (``benchmarks/rl_seen_unseen.py``). ``benchmarks/rl_update_noise.py``
+whose seen/unseen evaluations exist (``research/drivers/rl_seen_unseen.py``). ``research/drivers/rl_update_noise.py``
 splits a run's change into a linear part (its direction's worth) and a quadratic part (the cost of a step
 of its size); where the second outweighs the first, a step of ``--scale`` times the update (pi_rft +
 scale x delta: the weight-space interpolation of WiSE-FT, whose default is 0.5) keeps ``scale`` of the
@@ -28,21 +28,18 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
-from rl_seen_unseen import evaluate, last_weights, percent, pooled
-from rl_update_noise import WEIGHTS, write_policy
-
 from prorag.core.statistics import paired_t_test
 from prorag.data.jsonl import read_jsonl
-from prorag.experiments.update_noise import apply_delta, mean_delta, update_delta
+from research.analysis.results_file import write_results
+from research.analysis.run_folder import WEIGHTS, evaluate, last_weights, write_policy
+from research.analysis.scores import evaluation, percent, pooled
+from research.analysis.update_noise import apply_delta, mean_delta, update_delta
 
 SET_NAMES = ("seen", "unseen", "test", "dev")
 
@@ -58,7 +55,7 @@ def set_files(run: Path) -> dict[str, Path]:
 
 
 def known_evaluation(run: Path, name: str, which: str) -> Path | None:
-    """The folder of an evaluation the earlier benchmarks already made (pi_rft's or a run's last
+    """The folder of an evaluation the earlier drivers already made (pi_rft's or a run's last
     weights on ``which``), or None where there is none (dev: RL's own dev curve is not per question)."""
     if which == "test":
         return run / "eval" / "rft" if name == "pi_rft" else run / "probes" / f"test-{name}-last"
@@ -89,7 +86,7 @@ def collect(
     files = set_files(run)
     for which in sets:
         if not files[which].is_file():
-            raise FileNotFoundError(f"{files[which]}: missing (seen/unseen come from benchmarks/rl_seen_unseen.py)")
+            raise FileNotFoundError(f"{files[which]}: missing (seen/unseen come from research/drivers/rl_seen_unseen.py)")
     ids = {s: [r["id"] for r in read_jsonl(files[s])] for s in sets}
     folder = run / "probes" / "interpolate"
     base_policy = run / "policies" / "rft" / "policy"
@@ -109,7 +106,7 @@ def collect(
         policies[f"soup-{soup}"] = write_policy(
             base_policy, apply_delta(initial, mean_delta([deltas[r] for r in runs])), folder / f"soup-{soup}"
         )
-    # the references the earlier benchmarks did not make: pi_rft and each run on the sets they skipped
+    # the references the earlier drivers did not make: pi_rft and each run on the sets they skipped
     references = {"pi_rft": base_policy, **{name: finals[name] for name in names}}
     tasks = [(p, s) for p in policies for s in sets]
     tasks += [(r, s) for r in references for s in sets if known_evaluation(run, r, s) is None]
@@ -189,7 +186,7 @@ def parse_include(text: str) -> tuple[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the pipeline run folder (its probes/ holds the RL runs)")
-    parser.add_argument("--runs", nargs="*", default=[], help="RL run folders under probes/ to interpolate, e.g. ngrpo-s0")
+    parser.add_argument("--runs", nargs="*", default=[], help="RL run folders under probes/ to interpolate, e.g. outcome-grpo-s0")
     parser.add_argument("--scale", type=float, default=0.5, help="the step along each update (0 < scale <= 1)")
     parser.add_argument(
         "--include",

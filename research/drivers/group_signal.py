@@ -1,7 +1,7 @@
 """Which RL questions can outcome-only GRPO learn from, and in which direction: each question's
 greedy answer beside G sampled trajectories from the same policy.
 
-    python benchmarks/group_signal.py RUN [--policy DIR] [--split rl] [--questions 96] [--group-size 8]
+    python -m research.drivers.group_signal RUN [--policy DIR] [--split rl] [--questions 96] [--group-size 8]
         [--temperature 1.0] [--json OUT.json]
 
 A group whose G answers all agree on EM has outcome advantage 0 on every row: nothing to learn

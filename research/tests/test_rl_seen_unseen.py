@@ -1,16 +1,16 @@
-"""`benchmarks/rl_seen_unseen.py` splits a build's RL questions into the ones its runs trained on and
+"""`research/drivers/rl_seen_unseen.py` splits a build's RL questions into the ones its runs trained on and
 unseen ones of the same worlds, and scores every run's last checkpoint on both and on test against
 pi_rft. Tested on a hand-made run folder whose evaluations already exist (so no model runs)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.test_scripts import BENCHMARKS, _run
+from research.analysis.run_folder import last_weights
+from research.tests.drivers import run_driver
 
 RL = [f"r{i}" for i in range(6)]
 TEST = ["q0", "q1", "q2", "q3"]
@@ -57,7 +57,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 def test_seen_unseen_and_test_gains_over_pi_rft_per_run_and_pooled(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    done = _run("rl_seen_unseen.py", [str(run_dir), "--arms", "a", "--seeds", "0-2", "--unseen", "3", "--out", str(out)])
+    done = run_driver("rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0-2", "--unseen", "3", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     written = run_dir / "probes" / "seen_unseen"
@@ -79,13 +79,17 @@ def test_seen_unseen_and_test_gains_over_pi_rft_per_run_and_pooled(run_dir: Path
 
 def test_a_screened_run_is_refused_with_its_config_named(run_dir: Path, tmp_path: Path) -> None:
     write_run(run_dir, "b-s0", seen=set(), unseen=set(), test=set(), question_filter="mixed")
-    done = _run("rl_seen_unseen.py", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "3", "--out", str(tmp_path / "o")])
+    done = run_driver(
+        "rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "3", "--out", str(tmp_path / "o")]
+    )
     assert done.returncode != 0
     assert "b-s0/rl_config.json" in done.stderr and "'mixed'" in done.stderr
 
 
 def test_too_few_rl_questions_for_the_unseen_set_is_an_error(run_dir: Path, tmp_path: Path) -> None:
-    done = _run("rl_seen_unseen.py", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "5", "--out", str(tmp_path / "o")])
+    done = run_driver(
+        "rl_seen_unseen", [str(run_dir), "--arms", "a", "--seeds", "0", "--unseen", "5", "--out", str(tmp_path / "o")]
+    )
     assert done.returncode != 0
     assert "splits/rl.jsonl: 6 questions, fewer than limit 2 + unseen 5" in done.stderr
 
@@ -93,11 +97,6 @@ def test_too_few_rl_questions_for_the_unseen_set_is_an_error(run_dir: Path, tmp_
 def test_a_lora_runs_last_weights_are_its_merged_policy_when_it_kept_the_last_step(run_dir: Path) -> None:
     """A LoRA run's checkpoints hold the adapter; its last weights as a model are policy/ (select_policy
     last), and a LoRA run that let dev choose policy/ has no merged last model to read."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from rl_seen_unseen import last_weights
-    finally:
-        sys.path.remove(str(BENCHMARKS))
     run = run_dir / "probes" / "a-s0"
     assert last_weights(run) == run / "checkpoints" / "checkpoint-12"
     (run / "checkpoints" / "checkpoint-12" / "adapter_config.json").write_text("{}")

@@ -5,7 +5,7 @@ sub-answers those written next to documents that held a gold sub-answer (reading
 those that copied another span of them; answers right and worked out. Questions with gold
 decompositions only (the built-in world, MuSiQue).
 
-    python benchmarks/step_errors.py RUN rft grpo-seed0 prorag-oracle-seed0 [--json OUT.json]
+    python -m research.drivers.step_errors RUN rft grpo-seed0 prorag-oracle-seed0 [--json OUT.json]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # gold decompositions, a BM25 index of the pooled MuSiQue paragraphs, SmolLM2-135M-Instruct (offline).
 # On CPU, one model process at a time. Results: $OUT/<method>/metrics.jsonl; timings in $OUT/times.tsv.
 #
-#   PRORAG_SHARED=/work/shared bash benchmarks/real_data_methods.sh [OUT] [METHOD...]
+#   PRORAG_SHARED=/work/shared bash research/drivers/real_data_methods.sh [OUT] [METHOD...]
 #
 # METHODs: grpo prorag-oracle hiprag cpsearch prorag dpo (default: all). prorag and dpo need step
 # pairs: a 2-question MCTS with the same checkpoint, judged by the oracle (`prorag pairs`). The PRM is

@@ -1,31 +1,17 @@
-"""Is an RL run's weight update a direction, or a random walk? Its signal and its noise, from weights.
+"""An RL run's weight update, ``delta = theta_last - theta_init``: a direction, or a random walk?
 
-A run's update is ``delta = theta_last - theta_init``. Two questions about it can be answered from the
-weights alone, without another RL run:
+- Agreement: :func:`delta_cosine` between two seeds' updates (near 0: mostly the samples' noise), and
+  :func:`adam_signal_ratio` of a run's Adam state beside :func:`adam_noise_ratio`, a pure-noise
+  gradient's level (Adam spreads noise over every weight at about ``lr * sqrt(steps)``).
+- First and second order: with ``EM(theta_init + delta) ~ EM_0 + g.delta + delta'H delta / 2``, the
+  mirrored update's EM splits a change (:func:`second_order_split`): half ``EM(+delta) - EM(-delta)``
+  is the linear part (learning), their mean minus ``EM_0`` the quadratic part (drift). A permuted
+  update (:func:`permuted_delta`: each tensor's entries shuffled) has the same sizes and no direction,
+  so it costs the size alone.
+- Keeping the first and paying less of the second: a shorter step (``apply_delta`` with ``scale`` below
+  1, WiSE-FT's interpolation) and the mean of several runs' updates (:func:`mean_delta`).
 
-- **Do runs agree on a direction?** Two seeds of one schedule see the same questions in other orders
-  and other samples; whatever the questions teach is common to both updates, whatever the samples'
-  noise adds is not. :func:`delta_cosine` near 0 between seeds says the updates are mostly noise; an
-  optimiser that normalises each weight's step (Adam) spreads that noise over every weight at about
-  ``lr * sqrt(steps)``, whether its gradient carried anything or not (:func:`adam_noise_ratio` gives
-  the level of a pure-noise gradient in Adam's own state, to set a run's state against).
-- **What does the update do to EM, to first and second order?** A policy's EM near ``theta_init`` is
-  ``EM(theta_init + delta) ~ EM_0 + g.delta + delta'H delta / 2``. Evaluating the mirrored update
-  ``theta_init - delta`` as well splits the two (:func:`second_order_split`): half the difference
-  ``EM(+delta) - EM(-delta)`` is the linear part (what the update's direction buys: its learning), the
-  mean of the two minus ``EM_0`` the quadratic part (what a step of that size costs whatever its
-  sign: drift). A random update with the same sizes (:func:`permuted_delta`: each tensor's entries
-  shuffled, as the step-reward controls shuffle scores) has no linear part, so it measures the cost
-  of the size alone.
-
-Two ways to keep the linear part and pay less of the quadratic one follow: a shorter step along the
-same update (``apply_delta(initial, delta, scale)`` with ``scale`` below 1, the weight-space interpolation
-between the start and the trained policy of WiSE-FT), and the average of several runs' updates
-(:func:`mean_delta`), which keeps what the runs share and divides what each run's samples added alone.
-
-A run that learned has a positive linear part on the questions it trained on and, if it generalises,
-on held-out ones; a run whose updates are noise shows a quadratic part as large as its whole change
-and a linear part near 0. ``benchmarks/rl_update_noise.py`` runs the evaluations on a build's runs.
+Weights are name -> tensor mappings; differences are taken in float32 and integer buffers are skipped.
 """
 
 from __future__ import annotations

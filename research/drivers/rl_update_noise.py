@@ -1,13 +1,13 @@
 """RL runs' weight updates: a direction, or a random walk? Their agreement across seeds, their Adam
 state against pure noise's, and what the update buys to first and to second order.
 
-    python benchmarks/rl_update_noise.py RUN --runs ngrpo-s0 ngrpo-s1 prmfesgn-s0 --jobs 2 \\
-        --out results/rl_update_noise_build8.json
+    python -m research.drivers.rl_update_noise RUN --runs outcome-grpo-s0 outcome-grpo-s1 prm-first-error-signed-s0 \\
+        --jobs 2 --out results/X.json
 
 RUN is a pipeline run folder whose ``probes/NAME/`` RL runs started from ``policies/rft/policy``
-(``benchmarks/rl_seed_runs.sh``) and whose seen/unseen evaluations exist
-(``benchmarks/rl_seen_unseen.py``: ``probes/seen_unseen/``). For each named run, with ``delta`` its
-last checkpoint minus pi_rft (:mod:`prorag.experiments.update_noise`):
+(``research/drivers/rl_seed_runs.sh``) and whose seen/unseen evaluations exist
+(``research/drivers/rl_seen_unseen.py``: ``probes/seen_unseen/``). For each named run, with ``delta`` its
+last checkpoint minus pi_rft (:mod:`research.analysis.update_noise`):
 
 - the update's RMS, the cosine between every two runs' updates (same seed: the same questions in the
   same order and the same first samples; other seeds: the same questions, other orders and samples),
@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import evaluation, write_results  # benchmarks/, beside this file
-from rl_seen_unseen import SETS, evaluate, last_checkpoint, last_weights, percent, pooled
+from safetensors.torch import load_file
 
 from prorag.data.jsonl import read_jsonl
-from prorag.experiments.update_noise import (
+from research.analysis.results_file import write_results
+from research.analysis.run_folder import WEIGHTS, evaluate, last_checkpoint, last_weights, write_policy
+from research.analysis.scores import evaluation, percent, pooled
+from research.analysis.update_noise import (
     adam_noise_ratio,
     adam_signal_ratio,
     apply_delta,
@@ -51,24 +48,7 @@ from prorag.experiments.update_noise import (
     second_order_split,
     update_delta,
 )
-
-WEIGHTS = "model.safetensors"
-
-
-def write_policy(base_policy: Path, weights: dict[str, torch.Tensor], out: Path) -> Path:
-    """A policy folder: ``weights`` as safetensors beside a copy of ``base_policy``'s other files
-    (config, tokenizer), written under a temporary name and renamed into place."""
-    if (out / WEIGHTS).is_file():
-        return out
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for path in base_policy.iterdir():
-        if path.is_file() and path.name != WEIGHTS:
-            shutil.copy2(path, tmp / path.name)
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS))
-    tmp.rename(out)
-    return out
+from research.drivers.rl_seen_unseen import SETS
 
 
 def adam_state(checkpoint: Path) -> dict[str, Any] | None:
@@ -97,7 +77,7 @@ def collect(run: Path, names: list[str], permutations: int, jobs: int) -> dict[s
     files = {"seen": seen_unseen / "seen.jsonl", "unseen": seen_unseen / "unseen.jsonl", "test": run / "splits" / "test.jsonl"}
     for path in files.values():
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (run benchmarks/rl_seen_unseen.py on {run} first)")
+            raise FileNotFoundError(f"{path}: missing (run research/drivers/rl_seen_unseen.py on {run} first)")
     ids = {s: [r["id"] for r in read_jsonl(files[s])] for s in SETS}
     base_policy = run / "policies" / "rft" / "policy"
     initial = load_file(str(base_policy / WEIGHTS))
@@ -172,7 +152,7 @@ def collect(run: Path, names: list[str], permutations: int, jobs: int) -> dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the pipeline run folder (its probes/ holds the RL runs)")
-    parser.add_argument("--runs", nargs="+", required=True, help="RL run folders under probes/, e.g. ngrpo-s0")
+    parser.add_argument("--runs", nargs="+", required=True, help="RL run folders under probes/, e.g. outcome-grpo-s0")
     parser.add_argument("--permutations", type=int, default=1, help="shuffled-update controls per run")
     parser.add_argument("--jobs", type=int, default=1, help="evaluations at a time (one torch thread each)")
     parser.add_argument("--out", type=Path, required=True)

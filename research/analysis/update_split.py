@@ -1,13 +1,13 @@
-"""`prorag update-split`: what a trained policy's update is worth to first order and costs to second.
+"""What a trained policy's update is worth to first order and costs to second (`drivers/update_split.py`).
 
 A run's change of EM, ``EM(start + delta) - EM(start)``, mixes what its direction buys and what a step
 of its length costs whatever the direction. Evaluating the mirrored policy ``start - delta`` and a
 policy moved by the same step sizes in no direction (``start + permuted delta``) separates them
-(:mod:`prorag.experiments.update_noise` has the algebra): per question, half of ``EM(+) - EM(-)`` is
+(:mod:`research.analysis.update_noise` has the algebra): per question, half of ``EM(+) - EM(-)`` is
 the linear part, the mean of the two minus ``EM(start)`` the quadratic part, and the permuted step's
 change is what a step of that size costs where nothing was learned. Optional shorter steps
 (``start + scale * delta``, WiSE-FT's interpolation) show how much of the first order a shorter step
-keeps. What it found on the small model's RL runs: docs/LOG.md, 2026-11-29.
+keeps.
 
 Every policy is written under ``OUT/policies/`` (safetensors, through :func:`save_policy`, from the
 start policy's own model so configs, tied weights and the tokenizer stay right) and evaluated greedily
@@ -26,7 +26,7 @@ import torch
 from prorag.core.errors import DataError
 from prorag.core.statistics import mean_and_ci, paired_t_test
 from prorag.data.jsonl import read_jsonl, write_json
-from prorag.experiments.update_noise import (
+from research.analysis.update_noise import (
     apply_delta,
     delta_rms,
     permuted_delta,

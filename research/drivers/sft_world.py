@@ -1,7 +1,7 @@
 """Stage 1 on the built-in world: SFT of a tiny model from scratch, next to the naive and
 standard-RAG baselines trained with the same questions, model, optimiser and number of steps.
 
-    python benchmarks/sft_world.py [--steps 700] [--batch 16] [--lr 3e-3] [--k 3] [--size tiny]
+    python -m research.drivers.sft_world [--steps 700] [--batch 16] [--lr 3e-3] [--k 3] [--size tiny]
                                    [--targets prorag,naive,standard-rag] [--test 400] [--out DIR]
 
 What it does, all on the CPU:

@@ -1,7 +1,7 @@
 """Where an EM gain comes from: each evaluation's EM split into the yes/no questions (beside the
 constant guess's EM there) and the rest, and by question type.
 
-    python benchmarks/answer_types.py EVAL_DIR [EVAL_DIR ...] [--json OUT.json]
+    python -m research.drivers.answer_types EVAL_DIR [EVAL_DIR ...] [--json OUT.json]
 
 An EVAL_DIR is an evaluation's output folder (its ``predictions.jsonl``), e.g. ``RUN/eval/rft`` and
 ``RUN/eval/grpo-seed0``. A policy can gain EM on yes/no questions by answering one of the two words

@@ -2,7 +2,7 @@
 every method's reward with no model: the oracle's step verdicts, CP-Search's progressive reward, HiPRAG's
 reward (no re-ask), I_traj and the answer. The paths real data takes that an untuned policy never reaches.
 
-    python benchmarks/real_data_gold_rewards.py RUN_DIR    # RUN_DIR of benchmarks/real_data_methods.sh
+    python -m research.drivers.real_data_gold_rewards RUN_DIR    # RUN_DIR of research/drivers/real_data_methods.sh
 """
 
 import collections

@@ -1,20 +1,34 @@
-"""`benchmarks/rl_seed_runs.py` turns a build's run folder into its results file: per-run scores in the
+"""`research/drivers/rl_seed_runs.py` turns a build's run folder into its results file: per-run scores in the
 schema `pool_studies_data.py` reads, per-question EM strings in one question order, and the arms
 compared over seeds. Tested on a hand-made folder whose numbers are known."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from tests.benchmarks.test_scripts import BENCHMARKS, _run
+from research.analysis.arms import read_arms
+from research.analysis.results_file import cpu_model
+from research.tests.drivers import DRIVERS, ROOT, run_driver
 
 QUESTIONS = ["q0", "q1", "q2", "q3"]
 GOLD = {"q0": "paris", "q1": "yes", "q2": "1926", "q3": "no"}
+
+
+def pool_studies_data() -> ModuleType:
+    """The pooling script's data module, from research/drivers/ or, before it moved, benchmarks/ (it is
+    a script beside its results, loaded by path)."""
+    path = next(p for p in (DRIVERS / "pool_studies_data.py", ROOT / "benchmarks" / "pool_studies_data.py") if p.is_file())
+    spec = importlib.util.spec_from_file_location("pool_studies_data", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_eval(folder: Path, correct: set[str], *, valid_searches: int = 1) -> None:
@@ -71,7 +85,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "results.json"
-    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--control", "a=b", "--out", str(out)])
+    done = run_driver("rl_seed_runs", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--control", "a=b", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["question_ids"] == QUESTIONS
@@ -100,17 +114,16 @@ def test_rl_seed_runs_writes_each_run_in_the_pooling_schema(run_dir: Path, tmp_p
     assert last["mean_diff"] == pytest.approx(0.375)  # seed 0: 0.50 - 0.25, seed 1: 0.75 - 0.25
     assert data["compare"]["best"]["stats"]["a"]["vs_b_by_seed"]["mean_diff"] == pytest.approx(-0.125)
     # the pooling script's schema reads the same numbers
-    from research.drivers.pool_studies_data import FILE_SCHEMA, per_seed_em
-
-    assert "runs" in FILE_SCHEMA.values()
-    assert per_seed_em(data, "runs", "last", "a") == {0: 0.5, 1: 0.75}
-    assert per_seed_em(data, "runs", "dev", "b") == {0: 0.5, 1: 0.25}
+    pooling = pool_studies_data()
+    assert "runs" in pooling.FILE_SCHEMA.values()
+    assert pooling.per_seed_em(data, "runs", "last", "a") == {0: 0.5, 1: 0.75}
+    assert pooling.per_seed_em(data, "runs", "dev", "b") == {0: 0.5, 1: 0.25}
 
 
 def test_rl_seed_runs_names_the_missing_question(run_dir: Path, tmp_path: Path) -> None:
     lines = (run_dir / "probes" / "test-a-s0-last" / "predictions.jsonl").read_text().splitlines()
     (run_dir / "probes" / "test-a-s0-last" / "predictions.jsonl").write_text("\n".join(lines[1:]) + "\n")
-    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--out", str(tmp_path / "o.json")])
+    done = run_driver("rl_seed_runs", [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--out", str(tmp_path / "o.json")])
     assert done.returncode != 0
     assert "test-a-s0-last/predictions.jsonl" in done.stderr and "q3" in done.stderr
 
@@ -121,7 +134,7 @@ def test_rl_seed_runs_pairs_each_run_with_the_frozen_stream(run_dir: Path, tmp_p
     (frozen / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "answer_em": 0.2}) + "\n" for s in range(1, 11)))
     out = tmp_path / "results.json"
     args = [str(run_dir), "--arms", "a", "b", "--seeds", "0-1", "--stream-control", "frozen", "--out", str(out)]
-    done = _run("rl_seed_runs.py", args)
+    done = run_driver("rl_seed_runs", args)
     assert done.returncode == 0, done.stderr[-3000:]
     stream = json.loads(out.read_text())["stream"]
     assert stream["control"] == "frozen" and set(stream["runs"]) == {"a", "b"}
@@ -143,7 +156,7 @@ def test_a_run_that_kept_its_last_step_reads_its_dev_curve_from_its_log(run_dir:
         shutil.rmtree(probes / f"test-c-s{seed}-best")
         shutil.copytree(probes / f"test-c-s{seed}-last", probes / f"test-c-s{seed}-best")  # as rl_seed_runs.sh copies it
     out = tmp_path / "results.json"
-    done = _run("rl_seed_runs.py", [str(run_dir), "--arms", "a", "c", "--seeds", "0-1", "--out", str(out)])
+    done = run_driver("rl_seed_runs", [str(run_dir), "--arms", "a", "c", "--seeds", "0-1", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     c0 = json.loads(out.read_text())["runs"]["c"]["0"]
     assert c0["dev_em_by_step"] == {"0": 0.2, "2": 0.3} and c0["selected_step"] == 2
@@ -154,14 +167,25 @@ def test_a_run_that_kept_its_last_step_reads_its_dev_curve_from_its_log(run_dir:
 def test_cpu_model_names_the_family_model_and_vector_width() -> None:
     """Two "AMD EPYC" machines gave other floats from one config and seed, so the name alone is not
     enough: the first processor's family, model, stepping and AVX-512 are read, the second's ignored."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from rl_seed_runs import cpu_model
-    finally:
-        sys.path.remove(str(BENCHMARKS))
     first = (
         "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2 avx512f\n"
     )
     second = "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Other\nflags\t\t: fpu\n"
     assert cpu_model(first + "\n" + second) == "AMD EPYC (cpu family 25, model 17, stepping 1, AVX-512)"
     assert cpu_model(second) == "Other (cpu family 6, model 85, no AVX-512)"
+
+
+def test_an_arm_of_the_arms_file_is_written_with_its_assignments(run_dir: Path, tmp_path: Path) -> None:
+    """A results file names what each arm ran: the arms file's assignments for an arm it names,
+    nothing for a folder name it does not know (an earlier build's code, here ``a``)."""
+    probes = run_dir / "probes"
+    for seed in (0, 1):
+        write_run(probes, "outcome-grpo", seed, {"q0"}, {"q0"}, chosen=0)
+    out = tmp_path / "results.json"
+    done = run_driver("rl_seed_runs", [str(run_dir), "--arms", "outcome-grpo", "a", "--seeds", "0-1", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert list(data["arms"]) == ["outcome-grpo"]
+    assert data["arms"]["outcome-grpo"] == list(read_arms()["outcome-grpo"].assignments)
+    assert "rl.process_reward=none" in data["arms"]["outcome-grpo"]
+    assert data["runs"]["outcome-grpo"]["1"]["test_last"]["em_by_question"] == "1000"

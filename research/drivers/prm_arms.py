@@ -7,8 +7,8 @@ each arm on the same pairs and writes its ``summary.json`` (:func:`~prorag.stage
 (Eq. 4 + the pointwise cross-entropy) and ``head_pointwise_small`` (the same on a fresh ``small``
 backbone, larger than the tiny policy). A quality measurement, not a speed one; results in docs/LOG.md.
 
-    python benchmarks/prm_arms.py RUN [--sft-steps 300] [--sft-batch 16] [--arm NAME ...]
-    python benchmarks/prm_arms.py RUN --config configs/arms_demo.yaml   # on a finished pipeline run
+    python -m research.drivers.prm_arms RUN [--sft-steps 300] [--sft-batch 16] [--arm NAME ...]
+    python -m research.drivers.prm_arms RUN --config configs/arms_demo.yaml   # on a finished pipeline run
 """
 
 from __future__ import annotations

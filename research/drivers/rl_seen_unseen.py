@@ -1,10 +1,10 @@
 """Where one pass of RL's updates show, if anywhere: greedy EM on the questions a run trained on, on
 unseen questions of the same worlds, and on the held-out test worlds, each against pi_rft.
 
-    python benchmarks/rl_seen_unseen.py RUN --arms prmfesgn prmfesgnsh --seeds 0-4 --jobs 2 \\
-        --out results/rl_seen_unseen_build8.json
+    python -m research.drivers.rl_seen_unseen RUN --arms prm-first-error-signed prm-first-error-signed-shuffled \\
+        --seeds 0-4 --jobs 2 --out results/X.json
 
-RUN is a pipeline run folder whose ``probes/ARM-sS/`` runs were made by `benchmarks/rl_seed_runs.sh`
+RUN is a pipeline run folder whose ``probes/ARM-sS/`` runs were made by `research/drivers/rl_seed_runs.sh`
 (RL from pi_rft on the first ``limit`` questions of ``splits/rl.jsonl``, unscreened, one pass). Three
 question sets, one ladder of distance from what the updates saw:
 
@@ -24,44 +24,18 @@ evaluated greedily (``prorag eval``, as the test evaluations were: ``--max-actio
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_seed_runs import evaluation, write_results  # benchmarks/rl_seed_runs.py, beside this file
-
-from prorag.core.statistics import mean_and_ci, paired_t_test
+from prorag.core.statistics import paired_t_test
 from prorag.data.jsonl import read_json, read_jsonl, write_jsonl
 from prorag.experiments.compare import parse_seeds
-from prorag.stages.training import last_complete_checkpoint
+from research.analysis.results_file import write_results
+from research.analysis.run_folder import evaluate, last_weights
+from research.analysis.scores import evaluation, percent, pooled
 
 SETS = ("seen", "unseen", "test")
-
-
-def last_checkpoint(run: Path) -> Path:
-    """A run's newest complete checkpoint (:func:`~prorag.stages.training.last_complete_checkpoint`)."""
-    found = last_complete_checkpoint(run / "checkpoints")
-    if found is None:
-        raise FileNotFoundError(f"{run}/checkpoints: no complete checkpoint-N folder (did the run finish?)")
-    return found[0]
-
-
-def last_weights(run: Path) -> Path:
-    """The folder holding a run's last weights as a whole model: its newest checkpoint, or, where that
-    checkpoint is a LoRA adapter (``adapter_config.json``, no merged weights), ``policy/``, which
-    holds the merged last weights when the run kept its last step (``select_policy: last``); a LoRA
-    run that let dev choose is refused, since neither folder is then its last model."""
-    checkpoint = last_checkpoint(run)
-    if not (checkpoint / "adapter_config.json").is_file():
-        return checkpoint
-    if read_json(run / "rl_config.json").get("select_policy") != "last":
-        raise ValueError(f"{checkpoint}: a LoRA adapter, and {run}/policy is not the last step (select_policy is not 'last')")
-    return run / "policy"
 
 
 def question_sets(run: Path, unseen: int) -> dict[str, Path]:
@@ -94,32 +68,6 @@ def question_sets(run: Path, unseen: int) -> dict[str, Path]:
     write_jsonl(out / "seen.jsonl", rows[:limit])
     write_jsonl(out / "unseen.jsonl", rows[limit : limit + unseen])
     return {"seen": out / "seen.jsonl", "unseen": out / "unseen.jsonl", "test": run / "splits" / "test.jsonl"}
-
-
-def evaluate(run: Path, policy: Path, data: Path, out: Path) -> Path:
-    """``prorag eval`` of ``policy`` on ``data`` into ``out`` (kept if its metrics.json exists)."""
-    if not (out / "metrics.json").is_file():
-        command = ["prorag", "eval", "--policy", str(policy), "--data", str(data), "--index", str(run / "index")]
-        command += ["--out", str(out), "--max-actions", "11"]
-        log = out.with_name(out.name + ".log")
-        with open(log, "w") as f:
-            done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        if done.returncode != 0:
-            raise RuntimeError(f"{shlex.join(command)} failed (exit {done.returncode}); see {log}")
-    return out
-
-
-def percent(string: str) -> float:
-    """EM in points from a per-question string of 0s and 1s."""
-    return 100 * string.count("1") / len(string)
-
-
-def pooled(values: list[float]) -> dict[str, Any] | None:
-    """Mean ± 95% CI over runs (t), how many are above 0 and how many there are; None below two."""
-    if len(values) < 2:
-        return None
-    mean, ci = mean_and_ci(values)
-    return {"mean": round(mean, 2), "ci95": round(ci, 2), "positive": sum(v > 0 for v in values), "n": len(values)}
 
 
 def run_scores(em: dict[str, str], base: dict[str, str]) -> dict[str, Any]:
@@ -191,7 +139,7 @@ def collect(run: Path, arms: list[str], seeds: list[int], unseen: int, jobs: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the pipeline run folder (its probes/ holds the RL runs)")
-    parser.add_argument("--arms", nargs="+", required=True, help="arm names as in rl_seed_runs.sh")
+    parser.add_argument("--arms", nargs="+", required=True, help="arms: their probes/ARM-sS folder names")
     parser.add_argument("--seeds", required=True, help="0-4, 0,2,5 or 0-2,5 (seeds without a finished run are skipped)")
     parser.add_argument("--unseen", type=int, default=200, help="questions after the training set, same worlds")
     parser.add_argument("--jobs", type=int, default=1, help="evaluations at a time (one torch thread each)")

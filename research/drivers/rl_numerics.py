@@ -1,7 +1,7 @@
 """How far the RL trainer's numerics move when nothing mathematical changes, and RL run that way.
 
-    OMP_NUM_THREADS=1 python benchmarks/rl_numerics.py check [--policy DIR] [--rows 64] [--out check.json]
-    OMP_NUM_THREADS=1 python benchmarks/rl_numerics.py rl --pad-columns 16 -- <the arguments of `prorag rl`>
+    OMP_NUM_THREADS=1 python -m research.drivers.rl_numerics check [--policy DIR] [--rows 64] [--out check.json]
+    OMP_NUM_THREADS=1 python -m research.drivers.rl_numerics rl --pad-columns 16 -- <the arguments of `prorag rl`>
 
 Why: the trainer computes the policy's log-probabilities on a padded batch, and several ways of doing so
 are the same function: one forward per micro-batch (``rl.scoring_rows: null``), rows in length-sorted

@@ -28,6 +28,9 @@ def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug 
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from prorag.core.plugins import load_plugins
+
+    load_plugins()  # PRORAG_PLUGINS and the prorag.plugins entry points: their methods register before any config is read
 
 
 def main() -> None:

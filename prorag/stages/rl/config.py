@@ -4,6 +4,12 @@ Defaults are the paper's (G = 8, beta = 0.3, 1 epoch) and its reference code's (
 KL, lr 1e-5, LoRA r 16 alpha 32, 11 actions per trajectory); the rest follow TRL. Checks that
 relate fields (``replay_only``, ``select_policy``) live in ``__post_init__``, so a YAML file,
 ``--set`` and code are refused alike.
+
+The methods are named, not written in: ``process_reward``, ``advantage`` and ``outcome_reward.form``
+pick from their registries, and a method registered with its own settings class has them in a
+section of its name (``cpsearch.alpha``, ``outcome_reward.p2s.k``), added by
+:func:`~prorag.core.config.method_settings`. Importing this module imports the supervision layer's
+methods, which register themselves: the registries, in the method layer, cannot import them.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from prorag.agent.rollout import RolloutConfig
-from prorag.core.config import setting
+from prorag.core.config import method_settings, setting
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
 from prorag.method.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -22,20 +28,19 @@ from prorag.method.advantages import (
     scale_name,
 )
 from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
-from prorag.method.rewards.cpsearch import CPSearchConfig
-from prorag.method.rewards.outcome import (
-    OutcomeRewardConfig,
-)
+from prorag.method.rewards.outcome import OutcomeRewardConfig
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 from prorag.stages.question_filter import QUESTION_FILTERS
 from prorag.stages.sft_replay import SFTReplayConfig
 from prorag.stages.training import LoRAConfig, TrainingConfig
+from prorag.supervision import hiprag, p2s, step_rewards  # noqa: F401  (their methods register on import)
 
 #: What ``policy/`` holds (:attr:`RLConfig.select_policy`).
 POLICY_SELECTIONS: tuple[str, ...] = ("last", "best_dev")
 
 
+@method_settings(process_reward=STEP_REWARD_SOURCES, advantage=ADVANTAGE_ESTIMATORS)
 @dataclass
 class RLConfig(TrainingConfig):
     """Settings of the RL stage. Defaults are the paper's (G = 8, beta = 0.3, 1 epoch) and its
@@ -103,23 +108,14 @@ class RLConfig(TrainingConfig):
     # --- rewards and advantages
     process_reward: str = setting(
         "prm",
-        help="Where step rewards come from, a name in STEP_REWARD_SOURCES: `prm` (ProRAG's learned PRM), `none` "
-        "(outcome only, the GRPO baseline; `beta` is then ignored and no PRM called), `oracle` (the oracle judge's "
-        "+1/-1 verdict per step: needs gold decompositions), `oracle-first-error` (the oracle's verdicts up to a "
-        "trajectory's first wrong step, none after), `prm-first-error` (the PRM's scores up to the first step it "
-        "scores below 0, none after), `shuffled` (the PRM's scores permuted within each "
-        "group: the control arm), `oracle-first-error-shuffled` / `prm-first-error-shuffled` (the first-error "
-        "scores, permuted the same way: their controls) or `cpsearch` (CP-Search's chain progressive reward from gold evidence per hop; "
-        "pair with `advantage: cpgrpo`).",
+        choices=STEP_REWARD_SOURCES,
+        help="Where step rewards come from, a name in STEP_REWARD_SOURCES (a source's own settings sit in its "
+        "section, e.g. `cpsearch.alpha`):",
     )
     advantage: str = setting(
         "dual",
-        help="How rewards become token advantages, a name in ADVANTAGE_ESTIMATORS: `dual` (Eq. 7-8, ProRAG), "
-        "`grpo` (outcome only), `cpgrpo` (CP-Search's |A| * pr), `dual_silent` (`dual` on the groups whose outcome "
-        "rewards all agree, where GRPO is silent; `grpo` on the others), `dual_informative` (its complement: `dual` on "
-        "the groups whose outcome rewards disagree, `grpo` on the silent ones), `dual_signed` (`dual` with each step's "
-        "advantage kept on its trajectory's side of 0: the step term never reverses the outcome's sign), `zero` (every "
-        "token 0: the control for a term beside the policy gradient, e.g. `sft_replay` alone).",
+        choices=ADVANTAGE_ESTIMATORS,
+        help="How rewards become token advantages, a name in ADVANTAGE_ESTIMATORS:",
     )
     beta: float = setting(0.3, help="Weight of the process advantage, `A = A_out + beta * A_proc` (Eq. 8; the paper's 0.3).")
     # See prm_judged_actions.
@@ -154,12 +150,9 @@ class RLConfig(TrainingConfig):
         None,
         help="Rows per forward when the policy's log-probabilities are computed (loss, pi_old, pi_init): rows "
         "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding "
-        "(about 2x faster scoring on CPU); None (default): TRL's micro-batches as they come, the path the "
-        "published tables were measured on. Equal per step up to float rounding, which RL amplifies: GRPO "
-        "runs whose numerics differ (8 here, or padding added) end several EM away (docs/LOG.md, 2026-11-25).",
-    )
-    cpsearch: CPSearchConfig = setting(
-        factory=CPSearchConfig, help="The accumulators of `process_reward: cpsearch` (alpha, beta, initial gamma_plus/minus)."
+        "(faster scoring); None (default): TRL's micro-batches as they come, the path the "
+        "published tables were measured on. Equal per step up to float rounding, which RL amplifies: runs whose "
+        "numerics differ can end several EM apart, so compare runs with the same setting.",
     )
 
     # --- loss (Eq. 9)

@@ -64,10 +64,10 @@ class Registry(Generic[T]):
         def add(obj: T) -> T:
             if name in self._entries and not replace and self._entries[name] is not obj:
                 raise ValueError(f"{self.what} {name!r} is already registered")
-            self._entries[name] = obj
-            self._meta[name] = Entry(config, help if help is not None else first_line(getattr(obj, "__doc__", None)))
-            for watcher in self._watchers:
-                watcher(name, self._meta[name])
+            entry = Entry(config, help if help is not None else first_line(getattr(obj, "__doc__", None)))
+            for watcher in self._watchers:  # before the name is taken: a watcher that refuses it leaves no trace
+                watcher(name, entry)
+            self._entries[name], self._meta[name] = obj, entry
             return obj
 
         return add

@@ -18,7 +18,7 @@ import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.core.config import apply_overrides
+from prorag.core.config import apply_overrides, load_config
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
@@ -339,6 +339,7 @@ def test_a_few_steps_move_the_weights_and_log_the_curve(
     curve = list(csv.DictReader((tmp_path / "learning_curve.csv").open()))
     assert [int(c["step"]) for c in curve] == [1, 2]
     assert json.loads((tmp_path / "rl_config.json").read_text())["beta"] == 0.3
+    assert load_config(tmp_path / "rl_config.json", RLConfig) == cfg  # the saved config reads back, method sections included
     reloaded, _ = load_policy(str(out))
     assert torch.equal(reloaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
 

@@ -189,7 +189,7 @@ def build_sides(
         tokenizer.eos_token_id,
     )
     steered = SteeredModel(policy, script)
-    rl.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
+    rl.rollouts.unwrap_model_for_generation = lambda *a, **k: contextlib.nullcontext(steered)  # rollouts follow the gold
 
     sides = {
         "process": make_rl_trainer(proc_cfg, Path(tmp) / "process", policy, tokenizer, records, retriever, prm),

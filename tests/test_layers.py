@@ -1,7 +1,8 @@
 """The package's layers: no module imports from a layer above its own, and no import cycles.
 
 Every ``prorag`` import of every module counts, including imports inside functions and under
-``TYPE_CHECKING``: a lazy import from a higher layer is still a dependency on it.
+``TYPE_CHECKING``: a lazy import from a higher layer is still a dependency on it. So does every
+module a registry names in its ``builtins`` (imported by name on its first look-up).
 """
 
 from __future__ import annotations
@@ -109,3 +110,58 @@ def test_no_import_cycles():
 @pytest.mark.parametrize("module,expected", [("prorag.core.config", 0), ("prorag.stages.rl", 8), ("prorag.cli", 10)])
 def test_layer_of(module, expected):
     assert layer_of(module) == expected
+
+
+# ----------------------------------------------------------------------------- registries' module lists
+
+
+def registry_builtins(source: str) -> list[str]:
+    """The module names of every ``Registry(..., builtins=(...))`` call in ``source`` (the second
+    positional argument or the keyword); a list that is not literal strings is refused, since it
+    could not be checked."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Registry"):
+            continue
+        given = [k.value for k in node.keywords if k.arg == "builtins"] + node.args[1:2]
+        for value in given:
+            items = value.elts if isinstance(value, ast.Tuple | ast.List) else [value]
+            for item in items:
+                if not (isinstance(item, ast.Constant) and isinstance(item.value, str)):
+                    raise ValueError(f"line {item.lineno}: a registry's builtins must be literal module names")
+                out.append(item.value)
+    return out
+
+
+def upward_builtins(module: str, source: str) -> list[str]:
+    """The builtins of the registries defined in ``module`` (its ``source``) that lie in a higher
+    layer than ``module``: an import by name that the import graph does not see."""
+    return [
+        f"{module} (layer {layer_of(module)}) names {name} (layer {layer_of(name)}) in a registry's builtins"
+        for name in registry_builtins(source)
+        if layer_of(name) > layer_of(module)
+    ]
+
+
+def test_no_registry_names_a_module_of_a_higher_layer():
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found = [(m, registry_builtins(p.read_text(encoding="utf-8"))) for m, p in sorted(modules.items())]
+    assert [f"{m}: {name}" for m, names in found for name in names if name not in modules] == []  # no stale name
+    assert [line for m, p in sorted(modules.items()) for line in upward_builtins(m, p.read_text(encoding="utf-8"))] == []
+    assert any(names for _, names in found), "no registry with builtins found: the check would pass vacuously"
+
+
+def test_the_registry_check_catches_an_upward_module_list():
+    bad = (
+        "from prorag.core.registry import Registry\n"
+        "SOURCES = Registry('step reward source', builtins=('prorag.method.rewards.cpsearch', 'prorag.supervision.step_rewards'))\n"
+        "KINDS = registry.Registry('kind', ('prorag.stages.rl',))\n"
+    )
+    assert registry_builtins(bad) == ["prorag.method.rewards.cpsearch", "prorag.supervision.step_rewards", "prorag.stages.rl"]
+    assert upward_builtins("prorag.method.rewards.sources", bad) == [
+        "prorag.method.rewards.sources (layer 5) names prorag.supervision.step_rewards (layer 6) in a registry's builtins",
+        "prorag.method.rewards.sources (layer 5) names prorag.stages.rl (layer 8) in a registry's builtins",
+    ]
+    assert upward_builtins("prorag.stages.fake", bad) == []
+    with pytest.raises(ValueError, match="literal module names"):
+        registry_builtins("R = Registry('x', builtins=MODULES)")

@@ -457,17 +457,15 @@ def rl_cmd(
     process_reward: Annotated[
         str | None,
         typer.Option(
-            help="Step-reward source (STEP_REWARD_SOURCES): prm (ProRAG), none (the outcome-only GRPO baseline), "
-            "oracle (the oracle judge's +1/-1 per step), oracle-first-error (up to a trajectory's first wrong step), "
-            "shuffled (the PRM's scores permuted within each group), oracle-first-error-shuffled (the oracle's) or "
-            "cpsearch (CP-Search's progressive reward from gold evidence; with --advantage cpgrpo)."
+            help="Step-reward source, a name in STEP_REWARD_SOURCES: prm (ProRAG), none (the outcome-only GRPO "
+            "baseline), ... (the process_reward field below lists them all)."
         ),
     ] = None,
     advantage: Annotated[
         str | None,
         typer.Option(
-            help="Advantage estimator, a name in ADVANTAGE_ESTIMATORS: dual (ProRAG), grpo, cpgrpo, dual_silent, "
-            "dual_informative, dual_signed, zero (RLConfig.advantage says what each does)."
+            help="Advantage estimator, a name in ADVANTAGE_ESTIMATORS: dual (ProRAG), grpo, ... (the advantage "
+            "field below lists them all)."
         ),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,

@@ -1,27 +1,23 @@
 """Stage configs from YAML files: one typed dataclass per stage, every field settable.
 
-:func:`load_config` reads a YAML mapping into a config dataclass (e.g.
-:class:`~prorag.stages.sft.SFTConfig`) and refuses, with a :class:`~prorag.core.errors.DataError`
-naming ``file:line`` and the key, anything the dataclass would not mean: an unknown key (with
-the closest known name suggested), a value of the wrong type, a value the dataclass's own
-checks (``__post_init__``) reject.
+:func:`load_config` reads a YAML mapping into a config dataclass and refuses, with a
+:class:`~prorag.core.errors.DataError` naming ``file:line`` and the key, anything the dataclass would
+not mean: an unknown key (the closest known name suggested), a value of the wrong type, a value its
+own checks (``__post_init__``) reject. Types are checked against the annotations rather than
+trusted, because PyYAML follows YAML 1.1, where ``3e-3`` (no dot) is a string: a float field
+accepts an int or a numeric string (converted); every other mismatch is an error.
 
-Types are checked against the dataclass's annotations (``int``, ``float``, ``bool``, ``str``,
-``None``, unions, ``Literal``, ``list[...]``, ``dict[...]``, nested config dataclasses written as
-mappings) rather than trusted, because YAML typing has traps: PyYAML follows YAML 1.1, where
-``3e-3`` (no dot) is a **string**, not a float, and ``learning_rate: 3e-3`` would otherwise reach
-the optimiser as text. A float field therefore accepts an int or a numeric string (converted);
-every other mismatch is an error.
-
-:func:`apply_overrides` sets fields from dotted ``key.sub=value`` assignments (the command line's
-``--set``), each value read as YAML and checked the same way, so ``--set`` accepts exactly what
-the file would.
+:func:`apply_overrides` sets fields from dotted ``key.sub=value`` assignments (``--set``), each
+value read as YAML and checked the same way. A config that selects methods by name holds each such
+method's own settings as a field named after it (``cpsearch.alpha``), added when the method
+registers (:func:`method_settings`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import types
 import typing
@@ -32,6 +28,7 @@ from typing import Any, Literal, TypeVar, Union
 import yaml
 
 from prorag.core.errors import DataError, decode_utf8
+from prorag.core.registry import Entry, Registry
 
 C = TypeVar("C")
 
@@ -265,6 +262,8 @@ def _unknown_key(key: str, cls: type, fields: set[str]) -> str:
     """The "unknown key" message, with the closest known field suggested (files and ``--set`` alike)."""
     close = difflib.get_close_matches(key, sorted(fields), n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
+    if not close and getattr(cls, "__method_sections__", None) is not None:
+        hint = " (a method's settings are known once its module is imported: --plugin or PRORAG_PLUGINS)"
     return f"unknown key '{key}' for {cls.__name__}{hint}"
 
 
@@ -372,12 +371,20 @@ def _field_rows(cls: type, default: Any, prefix: str) -> list[tuple[str, str, st
         name, tp = prefix + f.name, hints[f.name]
         value = getattr(default, f.name) if default is not None else f.default
         if dataclasses.is_dataclass(tp) and isinstance(tp, type) and dataclasses.is_dataclass(value):
-            rows.append((name, tp.__name__, "", f.metadata.get("help", "")))
+            rows.append((name, tp.__name__, "", _help_text(f)))
             rows.extend(_field_rows(tp, value, name + "."))
             continue
         shown = "" if value is dataclasses.MISSING else repr(value)
-        rows.append((name, _describe(tp), shown, f.metadata.get("help", "")))
+        rows.append((name, _describe(tp), shown, _help_text(f)))
     return rows
+
+
+def _help_text(f: dataclasses.Field[Any]) -> str:
+    """A field's help, followed for a field that names a method (``choices``, a registry) by each
+    registered name and its description, read when the help is shown: a plugin's methods included."""
+    text = f.metadata.get("help", "")
+    choices = f.metadata.get("choices")
+    return f"{text} {choices.describe()}".strip() if choices is not None else text
 
 
 #: Settings added after run folders existed, in the order they were added, each with the value
@@ -474,17 +481,118 @@ __all__ = [
     "field_help",
     "load_config",
     "load_config_with_overrides",
+    "method_settings",
     "parse_assignment",
     "replace_field",
+    "setting",
     "used_settings",
     "without_later_fields",
 ]
 
 
-def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str) -> Any:
+def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, help: str, choices: Registry[Any] | None = None) -> Any:
     """A config field with its ``--help`` text (``beta: float = setting(0.3, help="...")``);
-    ``factory`` builds a mutable or nested default. The text lives in the field's metadata,
-    where :func:`field_help` and the command line read it."""
+    ``factory`` builds a mutable or nested default. ``choices``: the registry a name-valued field
+    picks from, whose names and descriptions :func:`field_help` appends to the text. Both live in
+    the field's metadata, where :func:`field_help` and the command line read them."""
+    metadata = {"help": help} if choices is None else {"help": help, "choices": choices}
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+# ----------------------------------------------------------------------------- the settings of registered methods
+
+
+def method_settings(**selectors: Registry[Any]) -> Any:
+    """Class decorator over a config dataclass whose fields select methods by name
+    (``@method_settings(process_reward=STEP_REWARD_SOURCES)`` over :class:`~prorag.stages.rl.RLConfig`):
+    every method registered in such a registry with its own settings class (``register(name,
+    config=...)``) becomes a field of the method's name holding those settings, defaults first
+    (``cpsearch: {alpha: 0.2, ...}``), now or when the method registers later (a plugin's).
+
+    The field is an ordinary nested config to everything else: YAML, ``--set cpsearch.alpha=0.3``,
+    ``--help`` (:func:`field_help`), :func:`dataclasses.asdict` (run folders' saved configs, stage
+    fingerprints) and :func:`dataclasses.replace`. So adding a method edits no config class, and a
+    config written before a method moved into its registry reads and dumps as it did. Every method
+    of the registry has its section, selected or not (kept, unused): a plugin's section is in every
+    dump while the plugin is loaded, so a stage marker written without it no longer matches. A
+    method's name must be an identifier and not a field of the class."""
+
+    def decorate(cls: type[C]) -> type[C]:
+        missing = sorted(set(selectors) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        if missing:
+            raise TypeError(f"method_settings: {cls.__name__} has no field {missing} to select a method with")
+        if "__method_sections__" not in cls.__dict__:
+            cls.__method_sections__ = {}  # type: ignore[attr-defined]
+            cls.__init__ = _init_with_sections(cls.__init__)  # type: ignore[misc]
+            cls.__eq__ = _eq_by_fields  # type: ignore[assignment,method-assign]
+            cls.__repr__ = _repr_by_fields  # type: ignore[assignment,method-assign]
+        for selector, registry in selectors.items():
+            registry.watch(functools.partial(_add_section, cls, selector, registry))
+        return cls
+
+    return decorate
+
+
+def _add_section(cls: type, selector: str, registry: Registry[Any], name: str, entry: Entry) -> None:
+    """Give ``cls`` the field ``name`` of type ``entry.config`` (a method registered with settings)."""
+    sections: dict[str, tuple[str, type]] = cls.__method_sections__  # type: ignore[attr-defined]
+    if entry.config is None or sections.get(name) == (selector, entry.config):
+        return
+    if name in sections and sections[name][0] != selector:
+        clash = f"the settings of `{sections[name][0]}: {name}`"
+        raise TypeError(f"{registry.what} {name!r} has settings, but {cls.__name__} already holds {clash}")
+    if name not in sections and name in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+        raise TypeError(f"{registry.what} {name!r} has settings, but {cls.__name__} already has a field {name!r}")
+    if not name.isidentifier():
+        raise TypeError(f"{registry.what} {name!r} has settings: its name must be an identifier to name their section")
+    help = f"Settings of `{selector}: {name}`" + (f": {entry.help.rstrip('.')}." if entry.help else ".")
+    spec = dataclasses.field(default_factory=entry.config, metadata={"help": help})
+    made = dataclasses.make_dataclass(f"{cls.__name__}_{name}", [(name, entry.config, spec)])
+    cls.__dataclass_fields__[name] = made.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    cls.__annotations__[name] = entry.config  # read by typing.get_type_hints
+    setattr(cls, name, _SectionDefault(name, entry.config))
+    sections[name] = (selector, entry.config)
+
+
+class _SectionDefault:
+    """A section's class attribute: an instance made before its method registered reads the
+    method's defaults (kept on the instance), as one made after would hold them."""
+
+    def __init__(self, name: str, factory: type) -> None:
+        self.name, self.factory = name, factory
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.factory()
+        return value
+
+
+def _init_with_sections(init: Any) -> Any:
+    """The dataclass's ``__init__``, which knows the fields of the class as written, taking the
+    sections as keywords too (set before ``__post_init__`` runs)."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name, (_, factory) in type(self).__method_sections__.items():
+            given = kwargs.pop(name, dataclasses.MISSING)
+            object.__setattr__(self, name, factory() if given is dataclasses.MISSING else given)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+def _eq_by_fields(self: Any, other: Any) -> Any:
+    """The dataclass's ``__eq__`` over the fields the class has now (its sections included)."""
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    names = [f.name for f in dataclasses.fields(self) if f.compare]
+    return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+
+
+def _repr_by_fields(self: Any) -> str:
+    """The dataclass's ``__repr__`` over the fields the class has now (its sections included)."""
+    shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+    return f"{type(self).__qualname__}({shown})"

@@ -124,7 +124,7 @@ EVAL_BASELINES: Registry[type[EvalBaseline]] = Registry(
 )
 
 
-@EVAL_BASELINES.register("naive")
+@EVAL_BASELINES.register("naive", help="the question alone, answered without retrieval")
 class NaiveBaseline(EvalBaseline):
     """The question alone, answered without retrieval."""
 
@@ -134,7 +134,9 @@ class NaiveBaseline(EvalBaseline):
         return [naive_prompt(tokenizer, r.question, style) for r in records], {}
 
 
-@EVAL_BASELINES.register("standard-rag")
+@EVAL_BASELINES.register(
+    "standard-rag", help="one retrieval with the question, its documents before the question, then an answer"
+)
 class StandardRAGBaseline(EvalBaseline):
     """One retrieval with the question itself, its documents before the question, then an answer."""
 

@@ -469,7 +469,7 @@ AdvantageEstimator = Callable[[AdvantageInputs], torch.Tensor]
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
+@ADVANTAGE_ESTIMATORS.register("grpo", help="outcome only: GRPO's group-standardised outcome reward on every generated token")
 def grpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """Outcome only: :func:`grpo_advantages` on every generated token (step rewards ignored)."""
     a_out = grpo_advantages(inputs.outcome, inputs.group_ids, scale=inputs.scale, eps=inputs.eps)
@@ -477,7 +477,7 @@ def grpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return broadcast_to_tokens(a_out, [torch.zeros(0)] * rows, [[]] * rows, inputs.loss_mask)
 
 
-@ADVANTAGE_ESTIMATORS.register("dual")
+@ADVANTAGE_ESTIMATORS.register("dual", help="ProRAG's Eq. 7-8, `A_out + beta * A_proc` on each scored step's tokens")
 def dual_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """ProRAG's Eq. 7-8, :func:`dual_granularity_advantages`: ``A_out + beta * A_proc`` on the
     tokens of each scored step, ``A_out`` on the other generated tokens. Without step rewards
@@ -504,7 +504,9 @@ def _dual(inputs: AdvantageInputs, process_rows: torch.Tensor | None = None, bou
     )
 
 
-@ADVANTAGE_ESTIMATORS.register("cpgrpo")
+@ADVANTAGE_ESTIMATORS.register(
+    "cpgrpo", help="CP-Search's `|A_out| * pr` on each scored step's tokens (pair with `process_reward: cpsearch`)"
+)
 def cpgrpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """CP-Search's CPGRPO: ``|A_out| * pr`` on the tokens of each scored step (``pr`` its step
     reward, :func:`cpgrpo_advantages`); generated tokens outside every scored step keep ``A_out``
@@ -515,7 +517,9 @@ def cpgrpo_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return broadcast_to_tokens(a_out, signed, spans, inputs.loss_mask)
 
 
-@ADVANTAGE_ESTIMATORS.register("dual_silent")
+@ADVANTAGE_ESTIMATORS.register(
+    "dual_silent", help="`dual` on the groups whose outcome rewards all agree (where GRPO is silent), `grpo` on the others"
+)
 def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """``dual`` on the groups outcome-only GRPO is silent on (outcome rewards all equal: ``A_out = 0``
     on every row, so the step term is the only push), plain GRPO on the others.
@@ -533,7 +537,9 @@ def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, process_rows=agreeing_rows(inputs.outcome, inputs.group_ids))
 
 
-@ADVANTAGE_ESTIMATORS.register("dual_informative")
+@ADVANTAGE_ESTIMATORS.register(
+    "dual_informative", help="its complement: `dual` on the groups whose outcome rewards disagree, `grpo` on the silent ones"
+)
 def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """The complement of ``dual_silent``: ``dual`` on the groups whose outcome rewards disagree
     (the ones outcome-only GRPO already ranks), plain GRPO (advantage 0) on the silent ones.
@@ -547,7 +553,10 @@ def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, process_rows=~agreeing_rows(inputs.outcome, inputs.group_ids))
 
 
-@ADVANTAGE_ESTIMATORS.register("dual_signed")
+@ADVANTAGE_ESTIMATORS.register(
+    "dual_signed",
+    help="`dual` with each step's advantage kept on its trajectory's side of 0: the step term never reverses the outcome's sign",
+)
 def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """``dual`` with each step's advantage held on its trajectory's side of 0 (:func:`sign_bounded`):
     the step term can weaken or strengthen the outcome's push on a step, never reverse it, and
@@ -561,7 +570,9 @@ def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     return _dual(inputs, bound_sign=True)
 
 
-@ADVANTAGE_ESTIMATORS.register("zero")
+@ADVANTAGE_ESTIMATORS.register(
+    "zero", help="0 on every token: the control for a term beside the policy gradient, e.g. `sft_replay` alone"
+)
 def zero_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     """Zero on every token: the rollouts teach nothing, whatever their rewards (still computed
     and logged). The control for a term added beside the policy-gradient loss, e.g. SFT replay

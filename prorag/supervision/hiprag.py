@@ -30,7 +30,14 @@ from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.schema import ActionKind, parse_trajectory
 from prorag.core.metrics import cover_exact_match, exact_match, normalize_answer
 from prorag.data.records import Record
-from prorag.method.rewards.hiprag import ReasoningStep, SearchCounts, hiprag_value, reasoning_steps, search_counts
+from prorag.method.rewards.hiprag import (
+    HiPRAGRewardConfig,
+    ReasoningStep,
+    SearchCounts,
+    hiprag_value,
+    reasoning_steps,
+    search_counts,
+)
 from prorag.method.rewards.outcome import (
     OUTCOME_REWARDS,
     OutcomeRewardConfig,
@@ -159,7 +166,12 @@ def trajectory_search_counts(
     return batch_search_counts([record], [text], answers, judge)[0]
 
 
-@OUTCOME_REWARDS.register("hiprag")  # the class is the factory: HiPRAGReward(config)
+@OUTCOME_REWARDS.register(  # the class is the factory: HiPRAGReward(config)
+    "hiprag",
+    config=HiPRAGRewardConfig,
+    help="HiPRAG's `A (1 - lambda_f) + lambda_f F + lambda_p A F N_opt / N`, its over-search judged by re-asking "
+    "the policy (`hiprag.judge`: `oracle` or `llm`)",
+)
 class HiPRAGReward:
     """HiPRAG's reward as an :class:`~prorag.method.rewards.outcome.OutcomeReward`: ``A`` is cover
     EM of the answer, ``F`` I_traj (the config's grammar); the batch's search steps are re-asked

@@ -149,7 +149,11 @@ def synthesize(
     return [trajs[i * config.k : (i + 1) * config.k] for i in range(len(records))]
 
 
-@OUTCOME_REWARDS.register("p2s")  # the class is the factory: P2SReward(config)
+@OUTCOME_REWARDS.register(  # the class is the factory: P2SReward(config)
+    "p2s",
+    config=P2SConfig,
+    help="P2S's hierarchical reward: outcome, then path faithfulness to a gold-conditioned path the policy writes",
+)
 class P2SReward:
     """P2S's reward (Eq. 9) as an :class:`~prorag.method.rewards.outcome.OutcomeReward` (see the
     module docstring). Without a policy (TRL's logged reward) no likelihood is computed: the path

@@ -1,27 +1,17 @@
-"""The step-reward sources backed by the supervision layer: ``"prm"`` (the learned PRM),
-``"oracle"`` (the oracle judge's verdict on every step), ``"oracle-first-error"`` (its verdicts up to
-a trajectory's first wrong step, none after), ``"prm-first-error"`` (the PRM's scores up to the first
-step it scores below 0, none after), ``"shuffled"`` (the PRM's scores permuted within each group:
-the control arm), and ``"oracle-first-error-shuffled"`` / ``"prm-first-error-shuffled"`` (the first-error
-sources' scores, permuted the same way: their controls).
+"""The step-reward sources backed by the supervision layer: ``prm`` (the learned PRM), ``oracle``
+(the oracle judge's verdict on every step), ``oracle-first-error`` and ``prm-first-error`` (those
+verdicts up to a trajectory's first error, none after), and the controls ``shuffled``,
+``oracle-first-error-shuffled`` and ``prm-first-error-shuffled`` (the same scores permuted within
+each group). They register in :data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES` when this
+module is imported (the RL stage imports it; the registry, a layer below, cannot).
 
-Imported by :data:`~prorag.method.rewards.sources.STEP_REWARD_SOURCES` on its first look-up, so
-that ``RLConfig.process_reward: prm`` (or ``oracle``, ``shuffled``) finds the factory below
-without the registry (method layer) importing upwards.
-
-Together they make "does process supervision help?" answerable: ``oracle`` is the upper bound
-of what any PRM could give (the judge that labelled the PRM's training pairs, on every step of
-the RL samples), ``shuffled`` keeps the PRM's reward distribution and removes its information,
-so a gain of ``prm`` over ``shuffled`` is the PRM's information, not its reward scale.
-
-``oracle-first-error`` exists because the oracle judges every step against the gold path: after a
-misread sub-answer the policy's next search, which correctly follows what it wrote, "targets no
-open hop" and gets -1 too, so the blame for one reading error lands on every later step and the
-cheapest way to avoid it is to stop searching (docs/LOG.md). Labelling up to the first error (as
-PRM800K and Math-Shepherd label solutions) puts the blame on the step that made the error; the
-later steps keep the outcome advantage alone. ``prm-first-error`` asks the same of the learned PRM,
-which scores every step as ``oracle`` does: its first step scored below 0 (its own decision boundary,
-the RFT filter's) is taken for the first error, and the steps after it get no step reward.
+``oracle`` is the upper bound of what any PRM could give (the judge that labelled the PRM's training
+pairs); a shuffled control keeps a source's reward distribution and removes its information, so a
+gain over it is the information, not the reward's scale. The first-error sources exist because a
+step that correctly follows a misread sub-answer "targets no open hop" too: judged on every step,
+one reading error is blamed on every later step, and the cheapest escape is to stop searching.
+Labelling up to the first error (as PRM800K and Math-Shepherd do) blames the step that erred; for
+the PRM, its first step scored below 0 (its own decision boundary) is taken for the first error.
 """
 
 from __future__ import annotations
@@ -57,7 +47,7 @@ def _learned_prm(config: Any, device: str | None, name: str) -> ScorerSteps:
     return ScorerSteps(ProcessRewardModel.load(config.prm, device=device), config.prm_batch_size)
 
 
-@STEP_REWARD_SOURCES.register("prm")
+@STEP_REWARD_SOURCES.register("prm", help="ProRAG's learned PRM (the frozen `prm`), its logits through Eq. 5")
 def prm_step_rewards(config: Any, *, device: str | None = None) -> ScorerSteps:
     """ProRAG's step scores: the frozen PRM saved at ``config.prm`` (any kind, read from its
     folder by :meth:`~prorag.supervision.reward_model.ProcessRewardModel.load`) on ``device``,
@@ -65,7 +55,7 @@ def prm_step_rewards(config: Any, *, device: str | None = None) -> ScorerSteps:
     return _learned_prm(config, device, "prm")
 
 
-@STEP_REWARD_SOURCES.register("shuffled")
+@STEP_REWARD_SOURCES.register("shuffled", help="the PRM's scores permuted within each group: the PRM's control")
 def shuffled_step_rewards(config: Any, *, device: str | None = None) -> ShuffledSteps:
     """The control arm: the PRM at ``config.prm`` scores every step, then the scores are
     permuted within each group of G trajectories (:class:`~prorag.method.rewards.sources.ShuffledSteps`,
@@ -137,20 +127,26 @@ class FirstErrorSteps:
         return [up_to_first_error(row, self.threshold) for row in self.inner(trajectories, records, group_ids)]
 
 
-@STEP_REWARD_SOURCES.register("oracle")
+@STEP_REWARD_SOURCES.register(
+    "oracle", help="the oracle judge's +1/-1 verdict per step (needs gold decompositions): a PRM's upper bound"
+)
 def oracle_step_rewards(config: Any, *, device: str | None = None) -> OracleSteps:
     """The oracle judge's +1 / -1 per step (:class:`OracleSteps`): the upper bound of a PRM."""
     return OracleSteps()
 
 
-@STEP_REWARD_SOURCES.register("oracle-first-error")
+@STEP_REWARD_SOURCES.register(
+    "oracle-first-error", help="the oracle's verdicts up to a trajectory's first wrong step, none after"
+)
 def oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -> OracleSteps:
     """The oracle's +1 / -1 up to a trajectory's first wrong step, no process reward after it
     (:func:`up_to_first_error`): the blame of an error on the step that made it."""
     return FirstErrorSteps(OracleSteps())
 
 
-@STEP_REWARD_SOURCES.register("oracle-first-error-shuffled")
+@STEP_REWARD_SOURCES.register(
+    "oracle-first-error-shuffled", help="`oracle-first-error`'s scores permuted within each group: its control"
+)
 def shuffled_oracle_first_error_step_rewards(config: Any, *, device: str | None = None) -> ShuffledSteps:
     """The oracle arm's control: :func:`oracle_first_error_step_rewards`' scores (NaN after a first
     error included) permuted within each group, seeded by ``config.seed``. Where the oracle's step
@@ -160,16 +156,17 @@ def shuffled_oracle_first_error_step_rewards(config: Any, *, device: str | None 
     return ShuffledSteps(FirstErrorSteps(OracleSteps()), seed=int(getattr(config, "seed", 0)))
 
 
-@STEP_REWARD_SOURCES.register("prm-first-error")
+@STEP_REWARD_SOURCES.register("prm-first-error", help="the PRM's scores up to the first step it scores below 0, none after")
 def prm_first_error_step_rewards(config: Any, *, device: str | None = None) -> FirstErrorSteps:
     """The learned PRM's logits up to each trajectory's first step it scores below 0, no process
     reward after it: ``oracle-first-error`` with the PRM's verdicts in place of the oracle's. The
-    PRM scores every step as ``oracle`` does, and the oracle on every step, which blames one
-    misread on every later step, was the weaker of the two oracle placements (docs/LOG.md)."""
+    PRM scores every step as ``oracle`` does, which blames one misread on every later step."""
     return FirstErrorSteps(_learned_prm(config, device, "prm-first-error"))
 
 
-@STEP_REWARD_SOURCES.register("prm-first-error-shuffled")
+@STEP_REWARD_SOURCES.register(
+    "prm-first-error-shuffled", help="`prm-first-error`'s scores permuted within each group: its control"
+)
 def shuffled_prm_first_error_step_rewards(config: Any, *, device: str | None = None) -> ShuffledSteps:
     """``prm-first-error``'s control: its scores (NaN after a first error included) permuted within
     each group, seeded by ``config.seed``, as ``oracle-first-error-shuffled`` is the oracle's."""

@@ -18,7 +18,7 @@ import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
-from prorag.core.config import apply_overrides
+from prorag.core.config import apply_overrides, load_config
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import ADVANTAGE_ESTIMATORS, AdvantageInputs
@@ -89,7 +89,8 @@ def replayed(monkeypatch: pytest.MonkeyPatch, world_tokenizer: Any, tiny_retriev
     engine = RolloutEngine(make_tiny_model(world_tokenizer), world_tokenizer, tiny_retriever)
     targets = {tuple(engine.prompt_ids(g.question)): tokenize_segments(world_tokenizer, g.segments)[0] for g in golds}
     replay = ReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
-    monkeypatch.setattr(rl, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
+    for module in (rl.rollouts, rl.dev_eval):  # the rollouts and the dev evaluations
+        monkeypatch.setattr(module, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
 
 
 def reference_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
@@ -338,6 +339,7 @@ def test_a_few_steps_move_the_weights_and_log_the_curve(
     curve = list(csv.DictReader((tmp_path / "learning_curve.csv").open()))
     assert [int(c["step"]) for c in curve] == [1, 2]
     assert json.loads((tmp_path / "rl_config.json").read_text())["beta"] == 0.3
+    assert load_config(tmp_path / "rl_config.json", RLConfig) == cfg  # the saved config reads back, method sections included
     reloaded, _ = load_policy(str(out))
     assert torch.equal(reloaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
 
@@ -655,7 +657,7 @@ def test_best_dev_policy_holds_the_weights_of_the_dev_best_step_and_survives_a_r
         em = scores[int(out.name.removeprefix("step-"))]
         return {"em": em, "f1": em}
 
-    monkeypatch.setattr(rl, "evaluate", scripted)
+    monkeypatch.setattr(rl.dev_eval, "evaluate", scripted)
     dev = tmp_path / "dev.jsonl"
     write_jsonl(dev, [r.to_dict() for r in read_records(tiny_world / "dev.jsonl")[:2]])
     cfg = fast_config(
@@ -823,7 +825,7 @@ def test_hiprag_outcome_reward_by_name_reasks_with_the_policy(
     monkeypatch.setattr(hiprag, "reask", fake_reask)
     scored: list[Any] = []
     real = rl.score_batch
-    monkeypatch.setattr(rl, "score_batch", lambda *a, **k: scored.append(real(*a, **k)) or scored[-1])
+    monkeypatch.setattr(rl.trainer, "score_batch", lambda *a, **k: scored.append(real(*a, **k)) or scored[-1])
     cfg = fast_config(rollout=GOLD_ROLLOUT, process_reward="none", advantage="grpo")
     cfg = apply_overrides(cfg, ["outcome_reward.form=hiprag"])
     model = make_tiny_model(world_tokenizer)
@@ -857,7 +859,7 @@ def test_p2s_reward_trains_a_few_steps(
     engine = RolloutEngine(make_tiny_model(world_tokenizer), world_tokenizer, tiny_retriever)
     targets = {tuple(engine.prompt_ids(g.question)): tokenize_segments(world_tokenizer, g.segments)[0] for g in golds}
     replay = NoisyReplayLM(targets, len(world_tokenizer), world_tokenizer.eos_token_id)
-    monkeypatch.setattr(rl, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
+    monkeypatch.setattr(rl.rollouts, "unwrap_model_for_generation", lambda *a, **k: contextlib.nullcontext(replay))
     paths: list[list[float]] = []
     real = p2s.P2SReward.path_rewards
     monkeypatch.setattr(p2s.P2SReward, "path_rewards", lambda self, *a, **k: paths.append(real(self, *a, **k)) or paths[-1])
@@ -930,13 +932,13 @@ def test_one_rollout_engine_and_its_decode_graphs_serve_every_step(
     """The trainer's rollouts keep one engine per model across steps, so CUDA graphs captured at
     the first step serve the next ones (here the static step uncaptured, ``decode_graphs="eager"``)."""
     made: list[RolloutEngine] = []
-    real = rl.RolloutEngine
+    real = rl.rollouts.RolloutEngine
 
     def counted(*args: Any, **kw: Any) -> RolloutEngine:
         made.append(real(*args, **kw))
         return made[-1]
 
-    monkeypatch.setattr(rl, "RolloutEngine", counted)
+    monkeypatch.setattr(rl.rollouts, "RolloutEngine", counted)
     cfg = fast_config(rollout=RolloutConfig(max_action_tokens=12, max_actions=3, max_completion_tokens=48, decode_graphs="eager"))
     train_rl(
         cfg,

@@ -143,9 +143,14 @@ class CPSearchSteps:
         return [cpsearch_action_rewards(t, r, self.config) for t, r in zip(trajectories, records, strict=True)]
 
 
-@STEP_REWARD_SOURCES.register("cpsearch")
+@STEP_REWARD_SOURCES.register(
+    "cpsearch",
+    config=CPSearchConfig,
+    help="CP-Search's chain progressive reward from gold evidence per hop (pair with `advantage: cpgrpo`)",
+)
 def cpsearch_step_rewards(config: Any, *, device: str | None = None) -> CPSearchSteps:
-    """CP-Search's chain progressive reward (:class:`CPSearchSteps`), with ``config.cpsearch``'s accumulators."""
+    """CP-Search's chain progressive reward (:class:`CPSearchSteps`), with ``config.cpsearch``'s accumulators
+    (its section of the RL config, :class:`CPSearchConfig`)."""
     return CPSearchSteps(getattr(config, "cpsearch", None))
 
 

@@ -22,12 +22,10 @@ from typing import Any, Protocol
 
 from prorag.agent.rollout import Trajectory, decode_completion
 from prorag.agent.schema import extract_answer, i_traj
-from prorag.core.config import setting
+from prorag.core.config import method_settings, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.core.registry import Registry
 from prorag.data.records import Record
-from prorag.method.rewards.hiprag import HiPRAGRewardConfig
-from prorag.method.rewards.p2s import P2SConfig
 
 #: A form's name (``OutcomeRewardConfig.form``): a name in :data:`OUTCOME_REWARDS`.
 OutcomeForm = str
@@ -35,6 +33,16 @@ OutcomeForm = str
 #: The forms computed by :func:`outcome_value` (the others are registered by layers above):
 #: Eq. 6 (``paper``, ``reference``) and CP-Search's Phi (``f1_if_valid``, METHOD.md §5).
 OUTCOME_FORMS: tuple[str, ...] = ("paper", "reference", "f1_if_valid")
+#: What each of :data:`OUTCOME_FORMS` computes (their descriptions in help texts).
+_FORM_HELP: dict[str, str] = {
+    "paper": "`F1 + nu2 * I_traj` (Eq. 6)",
+    "reference": "`(2 F1 if F1 >= 0.2 else 0) + (1 if I_traj else -1)` (the reference code)",
+    "f1_if_valid": "CP-Search's `F1 if I_traj else 0`",
+}
+
+#: Outcome rewards by name (``OutcomeRewardConfig.form``). The supervision layer's (``hiprag``,
+#: ``p2s``) register when their modules are imported (the RL stage imports them).
+OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry("outcome reward")
 
 #: Reference code: the answer term is ``REFERENCE_F1_SCALE * F1`` when F1 reaches ``REFERENCE_F1_FLOOR``, else 0.
 REFERENCE_F1_SCALE = 2.0
@@ -47,14 +55,16 @@ REFERENCE_FORMAT_PENALTY = -1.0
 FINISHED_STOP_REASONS = frozenset({"answer", "eos"})
 
 
+@method_settings(form=OUTCOME_REWARDS)
 @dataclass
 class OutcomeRewardConfig:
-    """Which form of Eq. 6 to compute, and its settings."""
+    """Which outcome reward to compute (Eq. 6 or another registered form) and its settings; a form
+    registered with its own settings class has them in the section of its name (``hiprag``, ``p2s``)."""
 
     form: OutcomeForm = setting(
         "paper",
-        help='A name in OUTCOME_REWARDS: `"paper"`: `F1 + nu2 * I_traj`; `"reference"`: `(2 F1 if F1 >= 0.2 else 0) + '
-        '(1 if I_traj else -1)`; `"f1_if_valid"`: CP-Search\'s `F1 if I_traj else 0`; `"hiprag"`: HiPRAG\'s `A (1 - lambda_f) + lambda_f F + lambda_p A F N_opt / N` (see `hiprag`); `"p2s"`: P2S\'s hierarchical path-faithfulness reward (see `p2s`).',
+        choices=OUTCOME_REWARDS,
+        help="The outcome reward, a name in OUTCOME_REWARDS (a form's own settings sit in its section, e.g. `p2s.k`):",
     )
     nu2: float = setting(
         1.0, help="The paper's format coefficient; the paper gives no value, 1.0 is the reference code's +1 bonus."
@@ -65,14 +75,6 @@ class OutcomeRewardConfig:
         None,
         help="Judge I_traj with the reference code's grammar `(S Q R S A)* S F` (searches and conclusions alternate); "
         "`None`: strict for the reference form only.",
-    )
-    hiprag: HiPRAGRewardConfig = setting(
-        factory=HiPRAGRewardConfig,
-        help="HiPRAG's `lambda_f`, `lambda_p`, `n_steps` (`all` or `search`) and over-search `judge` "
-        "(`oracle` or `llm` with the endpoint in `llm`), for `form: hiprag`.",
-    )
-    p2s: P2SConfig = setting(
-        factory=P2SConfig, help="P2S's K, step cut (`tags` or `chunks`), warm-up and synthesis settings, for `form: p2s`."
     )
 
     def __post_init__(self) -> None:
@@ -200,11 +202,6 @@ class OutcomeReward(Protocol):
 #: ``factory(config: OutcomeRewardConfig)`` -> an :class:`OutcomeReward`.
 OutcomeRewardFactory = Callable[[OutcomeRewardConfig], OutcomeReward]
 
-#: Outcome rewards by name (``OutcomeRewardConfig.form``); ``hiprag`` and ``p2s`` are registered on first look-up.
-OUTCOME_REWARDS: Registry[OutcomeRewardFactory] = Registry(
-    "outcome reward", builtins=("prorag.supervision.hiprag", "prorag.supervision.p2s")
-)
-
 
 def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:
     """Eq. 6 in one of :data:`OUTCOME_FORMS` as an :class:`OutcomeReward` (records, policy, retriever unused)."""
@@ -212,7 +209,7 @@ def formula_outcome(config: OutcomeRewardConfig) -> OutcomeReward:
 
 
 for _form in OUTCOME_FORMS:
-    OUTCOME_REWARDS.register(_form)(formula_outcome)
+    OUTCOME_REWARDS.register(_form, help=_FORM_HELP[_form])(formula_outcome)
 
 
 __all__ = [

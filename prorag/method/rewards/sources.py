@@ -1,16 +1,18 @@
 """Where the per-action (step) scores of an RL batch come from: the ``STEP_REWARD_SOURCES`` registry.
 
 A source turns the trajectories of a batch (and their records, for sources that read the gold
-evidence, and their group ids, for sources that compare a question's G trajectories) into one
-raw score per action; Eq. 5 (:mod:`prorag.method.rewards.process`: form,
-``nu1``) and ``prm_scope`` are applied afterwards by the trainer, whatever the source. A source
-is built by a factory registered under its name (``RLConfig.process_reward``), called as
-``factory(config, device=...)`` with the RL config; a factory returning ``None`` means no step
-rewards (``"none"``: outcome only). The registry lives here, in the method layer, so that the
-trainer (stages) and sources of any layer above (:mod:`prorag.supervision.step_rewards`, which
-registers ``"prm"``, ``"oracle"``, ``"shuffled"`` and the first-error sources on first look-up; :mod:`prorag.method.rewards.cpsearch`,
-``"cpsearch"``) reach it. A source whose ``final`` attribute is true returns step rewards, not
-logits: the trainer applies no Eq. 5 to them, and reads a ``NaN`` score as "no step reward".
+evidence, and their group ids, for sources that compare a question's G trajectories) into one raw
+score per action; Eq. 5 (:mod:`prorag.method.rewards.process`: form, ``nu1``) and ``prm_scope`` are
+applied afterwards by the trainer, whatever the source. A source is built by a factory registered
+under its name (``RLConfig.process_reward``), called as ``factory(config, device=...)`` with the RL
+config, where a source registered with ``config=`` finds its own settings (``config.cpsearch``); a
+factory returning ``None`` means no step rewards (``"none"``: outcome only). A source whose ``final``
+attribute is true returns step rewards, not logits: no Eq. 5, and ``NaN`` reads as "no step reward".
+
+The registry lives in the method layer, so that the trainer (stages) and sources of any layer reach
+it; it loads this layer's sources itself (``cpsearch``). The supervision layer's (``prm``,
+``oracle``, ``shuffled``, the first-error ones: :mod:`prorag.supervision.step_rewards`) register when
+that module is imported, which the RL stage does: a lower layer never imports a higher one.
 """
 
 from __future__ import annotations
@@ -43,9 +45,7 @@ class StepRewardSource(Protocol):
 StepRewardFactory = Callable[..., StepRewardSource | None]
 
 #: Step-reward sources by name (``RLConfig.process_reward``).
-STEP_REWARD_SOURCES: Registry[StepRewardFactory] = Registry(
-    "step reward source", builtins=("prorag.supervision.step_rewards", "prorag.method.rewards.cpsearch")
-)
+STEP_REWARD_SOURCES: Registry[StepRewardFactory] = Registry("step reward source", builtins=("prorag.method.rewards.cpsearch",))
 
 
 class ScorerSteps:
@@ -114,7 +114,7 @@ class ShuffledSteps:
         return shuffle_within_groups(scores, group_ids, rng)
 
 
-@STEP_REWARD_SOURCES.register("none")
+@STEP_REWARD_SOURCES.register("none", help="outcome only, the GRPO baseline: no step reward, no PRM called, `beta` ignored")
 def no_step_rewards(config: Any, *, device: str | None = None) -> None:
     """Outcome only (the GRPO baseline): no source, the trainer computes no step reward."""
     return None

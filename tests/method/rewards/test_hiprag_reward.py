@@ -17,6 +17,7 @@ from prorag.method.rewards.hiprag import (
     search_counts,
 )
 from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, outcome_value
+from prorag.supervision import hiprag  # noqa: F401  (registers "hiprag" with its settings)
 
 S, C, A = ActionKind.SEARCH, ActionKind.CONCLUDE, ActionKind.ANSWER
 

@@ -1,6 +1,6 @@
 """The step-reward sources: ``none`` and ``prm`` are registered (``prm`` by the supervision layer,
-on first look-up), a scorer becomes a source with or without a batch size, an unknown name is
-a clear error."""
+when its module is imported, as the RL stage does), a scorer becomes a source with or without a
+batch size, an unknown name is a clear error."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import prorag.supervision.step_rewards  # noqa: F401  (registers prm, oracle, shuffled and the first-error sources)
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, ScorerSteps, as_step_source
 
 

@@ -116,9 +116,9 @@ def test_layer_of(module, expected):
 
 
 def registry_builtins(source: str) -> list[str]:
-    """The module names of every ``Registry(..., builtins=(...))`` call in ``source`` (the second
-    positional argument or the keyword); a list that is not literal strings is refused, since it
-    could not be checked."""
+    """The module names written literally in every ``Registry(..., builtins=(...))`` call in
+    ``source`` (the second positional argument or the keyword). A list computed at run time (the
+    data formats' own sub-modules) is not here: :func:`runtime_upward_builtins` checks those."""
     out: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Registry"):
@@ -126,21 +126,35 @@ def registry_builtins(source: str) -> list[str]:
         given = [k.value for k in node.keywords if k.arg == "builtins"] + node.args[1:2]
         for value in given:
             items = value.elts if isinstance(value, ast.Tuple | ast.List) else [value]
-            for item in items:
-                if not (isinstance(item, ast.Constant) and isinstance(item.value, str)):
-                    raise ValueError(f"line {item.lineno}: a registry's builtins must be literal module names")
-                out.append(item.value)
+            out.extend(item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str))
     return out
 
 
-def upward_builtins(module: str, source: str) -> list[str]:
-    """The builtins of the registries defined in ``module`` (its ``source``) that lie in a higher
-    layer than ``module``: an import by name that the import graph does not see."""
+def upward_names(module: str, names: list[str]) -> list[str]:
+    """Those of ``names`` (a registry's builtins, defined in ``module``) that lie in a higher layer
+    than ``module``: an import by name that the import graph does not see."""
     return [
         f"{module} (layer {layer_of(module)}) names {name} (layer {layer_of(name)}) in a registry's builtins"
-        for name in registry_builtins(source)
+        for name in names
         if layer_of(name) > layer_of(module)
     ]
+
+
+def upward_builtins(module: str, source: str) -> list[str]:
+    """:func:`upward_names` of the builtins written literally in ``module``'s ``source``."""
+    return upward_names(module, registry_builtins(source))
+
+
+def runtime_upward_builtins(module: str) -> list[str]:
+    """Imports ``module`` and checks the builtins of every registry it defines, as the registry
+    holds them (literal or computed)."""
+    import importlib
+
+    from prorag.core.registry import Registry
+
+    mod = importlib.import_module(module)
+    registries = [v for v in vars(mod).values() if isinstance(v, Registry)]
+    return [line for r in registries for line in upward_names(module, list(r._builtins))]
 
 
 def test_no_registry_names_a_module_of_a_higher_layer():
@@ -149,6 +163,11 @@ def test_no_registry_names_a_module_of_a_higher_layer():
     assert [f"{m}: {name}" for m, names in found for name in names if name not in modules] == []  # no stale name
     assert [line for m, p in sorted(modules.items()) for line in upward_builtins(m, p.read_text(encoding="utf-8"))] == []
     assert any(names for _, names in found), "no registry with builtins found: the check would pass vacuously"
+    defining = [
+        m for m, p in sorted(modules.items()) if "Registry(" in p.read_text(encoding="utf-8") and m != "prorag.core.registry"
+    ]
+    assert len(defining) >= 5, defining
+    assert [line for m in defining for line in runtime_upward_builtins(m)] == []
 
 
 def test_the_registry_check_catches_an_upward_module_list():
@@ -163,5 +182,17 @@ def test_the_registry_check_catches_an_upward_module_list():
         "prorag.method.rewards.sources (layer 5) names prorag.stages.rl (layer 8) in a registry's builtins",
     ]
     assert upward_builtins("prorag.stages.fake", bad) == []
-    with pytest.raises(ValueError, match="literal module names"):
-        registry_builtins("R = Registry('x', builtins=MODULES)")
+    assert registry_builtins("R = Registry('x', builtins=MODULES)") == []  # computed: checked at run time
+
+
+def test_the_runtime_registry_check_catches_a_computed_upward_list(monkeypatch):
+    import types
+
+    from prorag.core.registry import Registry
+
+    fake = types.ModuleType("prorag.data.fake_formats")
+    fake.FORMATS = Registry("format", builtins=tuple(f"prorag.{m}.x" for m in ("data", "stages")))
+    monkeypatch.setitem(__import__("sys").modules, "prorag.data.fake_formats", fake)
+    assert runtime_upward_builtins("prorag.data.fake_formats") == [
+        "prorag.data.fake_formats (layer 1) names prorag.stages.x (layer 8) in a registry's builtins"
+    ]

@@ -25,7 +25,7 @@ def pipeline_cmd(
     """Every stage in one run folder: data, index, SFT (+ baselines), MCTS, pairs, PRM, RFT, RL,
     evaluation of every system on test, results.json and the report. Resumes after a kill.
 
-    Configs: configs/paper.yaml, and the demo's prorag/experiments/configs/demo.yaml (what `prorag demo`
+    Configs: configs/pipelines/paper.yaml, and the demo's prorag/experiments/configs/demo.yaml (what `prorag demo`
     runs); each stage section's fields are listed by that stage command's --help (e.g. `prorag rl --help`
     for rl.*).
     """
@@ -191,8 +191,8 @@ def table1_cmd(
     """The paper's Table 1: every system × benchmark on one retriever and one model, EM and F1 per cell,
     the average, searches and tokens per question, and a paired t-test of the best system against the next.
 
-    Configs: configs/table1_offline.yaml (SmolLM2, BM25 over the pooled benchmark corpus, CPU) and
-    configs/table1_paper.yaml (Qwen3-8B served by vLLM, E5 over wiki-18, top-3).
+    Configs: configs/pipelines/table1_offline.yaml (SmolLM2, BM25 over the pooled benchmark corpus, CPU) and
+    configs/pipelines/table1_paper.yaml (Qwen3-8B served by vLLM, E5 over wiki-18, top-3).
     """
     from prorag.experiments.table1 import run_table1, table1_markdown
 

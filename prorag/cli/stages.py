@@ -483,7 +483,7 @@ def rl_cmd(
 
     With --process-reward none (or --beta 0) it is the paper's outcome-only GRPO baseline on the
     same machinery. Runs under `torchrun --nproc_per_node N -m prorag.cli rl ...` or `accelerate
-    launch` (configs/accelerate_multi_gpu.yaml, configs/deepspeed_zero3.yaml) as well.
+    launch` (configs/launchers/accelerate_multi_gpu.yaml, configs/launchers/deepspeed_zero3.yaml) as well.
     """
     from prorag.stages.rl import train_rl
 

@@ -26,7 +26,7 @@ from prorag.data.jsonl import write_json
 from research.analysis.meta_analysis import PooledEstimate, fixed_effect, random_effects, study_estimate
 from research.drivers.pool_studies_data import study_seed_ems, study_seed_validity
 
-#: The small model's builds: one config (configs/arms_demo.yaml) built four times.
+#: The small model's builds: one config (configs/pipelines/arms_demo.yaml) built four times.
 SMALL_MODEL = "small, build"
 
 

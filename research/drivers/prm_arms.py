@@ -8,7 +8,7 @@ each arm on the same pairs and writes its ``summary.json`` (:func:`~prorag.stage
 backbone, larger than the tiny policy). A quality measurement, not a speed one; results in docs/LOG.md.
 
     python -m research.drivers.prm_arms RUN [--sft-steps 300] [--sft-batch 16] [--arm NAME ...]
-    python -m research.drivers.prm_arms RUN --config configs/arms_demo.yaml   # on a finished pipeline run
+    python -m research.drivers.prm_arms RUN --config configs/pipelines/arms_demo.yaml   # on a finished pipeline run
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from prorag.experiments.pipeline import (
     PipelineConfig,
     Run,
     _data_files,
+    demo_config_file,
     resolve,
     stage_index,
     stage_sft,
@@ -66,7 +67,7 @@ def main() -> None:
     if args.config is not None:
         run = Run(args.run_dir, resolve(load_config(args.config, PipelineConfig)), print)
     else:
-        cfg = load_config("configs/demo_quick.yaml", PipelineConfig)
+        cfg = load_config(demo_config_file(quick=True), PipelineConfig)
         data = replace(cfg.data, dev_questions=30, test_questions=30, mcts_questions=24)
         sft = replace(cfg.sft, max_steps=args.sft_steps, per_device_batch_size=args.sft_batch, save_steps=1000, eval_samples=0)
         run = Run(args.run_dir, resolve(replace(cfg, data=data, sft=sft, systems=["rft"])), print)

@@ -4,7 +4,7 @@ its dev curve and test scores at the last and the dev-chosen step, and the arms 
     python -m research.drivers.rl_seed_runs RUN --arms prm-first-error-signed prm-first-error-signed-shuffled \\
         --control prm-first-error-signed=prm-first-error-signed-shuffled --seeds 0-2 --out results/X.json [--what "..."]
 
-RUN is a pipeline run folder (`prorag pipeline --config configs/arms_demo.yaml`) whose ``probes/``
+RUN is a pipeline run folder (`prorag pipeline --config configs/pipelines/arms_demo.yaml`) whose ``probes/``
 holds the runs (``ARM-sS/``) and their test evaluations (``test-ARM-sS-last/``, ``-best/``); an arm is
 a folder name (the old codes of earlier builds' folders too). Written:
 

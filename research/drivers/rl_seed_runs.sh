@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The RL arms of the small model's builds (configs/arms_demo.yaml), one (arm, seed) at a time, each
+# The RL arms of the small model's builds (configs/pipelines/arms_demo.yaml), one (arm, seed) at a time, each
 # run tested on the held-out test world at its last step and at its dev-chosen step. The arms are
 # research/arms/rl_seed_runs.yaml's (research/README.md maps them to the codes of docs/LOG.md and
 # results/), read through `python -m research.drivers.arms flags ARM`.
 #
-#   prorag pipeline --config configs/arms_demo.yaml --run-dir RUN --set seed=3                    # a build
+#   prorag pipeline --config configs/pipelines/arms_demo.yaml --run-dir RUN --set seed=3                    # a build
 #   OMP_NUM_THREADS=1 bash research/drivers/rl_seed_runs.sh RUN prm-first-error-signed:0 ...     # one lane
 #   python -m research.drivers.rl_seed_runs RUN --arms prm-first-error-signed prm-first-error-signed-shuffled \
 #       --seeds 0-4 --out results/X.json

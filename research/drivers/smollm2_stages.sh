@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct through ProRAG's four stages on the built-in world, timed stage by stage
-# (configs/smollm2_world_gpu.yaml: budgets sized for one H100, about 6 minutes in all).
+# (configs/pipelines/smollm2_world_gpu.yaml: budgets sized for one H100, about 6 minutes in all).
 #
 #   research/drivers/smollm2_stages.sh GGUF RUN_DIR OUT_DIR [--set KEY=VALUE ...]
 #
@@ -9,7 +9,7 @@
 #   `sha256sum < FILE | cut -c1-64 > DIR/gguf.sha256`; the pieces are joined in name order into RUN_DIR and
 #   checked against gguf.sha256 when it is there.
 # 1. `prorag models setup-offline smollm2 --gguf GGUF --out RUN_DIR/smollm2-base` (skipped when done);
-# 2. `prorag pipeline --config configs/smollm2_world_gpu.yaml --run-dir RUN_DIR --set sft.model=RUN_DIR/smollm2-base`
+# 2. `prorag pipeline --config configs/pipelines/smollm2_world_gpu.yaml --run-dir RUN_DIR --set sft.model=RUN_DIR/smollm2-base`
 #    plus the extra `--set`s (e.g. `--set device=cpu --set sft.max_steps=2` for a CPU smoke run); a rerun
 #    resumes, skipping finished stages;
 # 3. prints the results table and each stage's wall time, and writes five files into OUT_DIR (few and
@@ -46,7 +46,7 @@ if [ -d "$GGUF" ]; then  # a folder of pieces: join them (name order), check the
   GGUF=$joined
 fi
 PY=${PYTHON:-python3}
-CONFIG=${CONFIG:-configs/smollm2_world_gpu.yaml}
+CONFIG=${CONFIG:-configs/pipelines/smollm2_world_gpu.yaml}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
 export TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
 mkdir -p "$RUN" "$OUT"

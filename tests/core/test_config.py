@@ -22,14 +22,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_example_configs_load() -> None:
-    cfg = load_config(REPO / "configs" / "sft_world_tiny.yaml", SFTConfig)
+    cfg = load_config(REPO / "configs" / "stages" / "sft_world_tiny.yaml", SFTConfig)
     assert cfg.model == "tiny" and cfg.world_dir == "runs/world_tiny" and cfg.learning_rate == pytest.approx(3e-3)
     assert cfg.train_file and cfg.records_file and cfg.index and cfg.eval_file
 
 
 @pytest.mark.parametrize(
     "name",
-    sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name.startswith(("sft_", "mcts_", "rl_"))),
+    sorted(p.name for p in (REPO / "configs" / "stages").glob("*.yaml") if p.name.startswith(("sft_", "mcts_", "rl_"))),
 )
 def test_every_stage_config_file_loads(name: str) -> None:
     """Each stage YAML in configs/ loads into its stage's dataclass (unknown keys would raise)."""
@@ -37,7 +37,7 @@ def test_every_stage_config_file_loads(name: str) -> None:
     from prorag.stages.rl import RLConfig
 
     cls = {"sft": SFTConfig, "mcts": MCTSConfig, "rl": RLConfig}[name.split("_", 1)[0]]
-    cfg = load_config(REPO / "configs" / name, cls)
+    cfg = load_config(REPO / "configs" / "stages" / name, cls)
     assert isinstance(cfg, cls)
     if name == "mcts_musique_smollm2.yaml":
         assert (cfg.simulations, cfg.num_candidates, cfg.max_depth) == (16, 4, 8)

@@ -238,11 +238,11 @@ def test_the_demo_yaml_files_are_package_data() -> None:
 
 
 def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
-    """configs/arms_demo.yaml (the process and family ablations): the demo's SFT schedule on the
+    """configs/pipelines/arms_demo.yaml (the process and family ablations): the demo's SFT schedule on the
     `small` model at its own learning rate, the demo's RFT and PRM stage settings (same
     fingerprints) on the `wide` world, its own MCTS budget, and an RL schedule of one pass over
     ``limit`` screened questions with a held-out curve."""
-    arms, demo = load_config(ROOT / "configs" / "arms_demo.yaml", PipelineConfig), demo_config()
+    arms, demo = load_config(ROOT / "configs" / "pipelines" / "arms_demo.yaml", PipelineConfig), demo_config()
     for part in ("rft", "prm", "pairs", "sft_data", "eval"):
         assert fingerprint(getattr(arms, part)) == fingerprint(getattr(demo, part)), part
     assert (arms.sft.model, arms.sft.learning_rate) == ("small", pytest.approx(2e-3))
@@ -280,7 +280,7 @@ def test_arms_yaml_shares_the_demo_stages_and_trains_rl_one_pass() -> None:
 
 
 def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
-    cfg = load_config(ROOT / "configs" / "paper.yaml", PipelineConfig)
+    cfg = load_config(ROOT / "configs" / "pipelines" / "paper.yaml", PipelineConfig)
     assert cfg.sft.model == "Qwen/Qwen3-8B" and cfg.sft.learning_rate == pytest.approx(2e-5)
     assert (cfg.mcts.simulations, cfg.mcts.num_candidates, cfg.mcts.max_depth) == (200, 5, 10)
     assert (cfg.mcts.c_puct, cfg.mcts.gamma) == (2.5, 0.99)
@@ -571,12 +571,12 @@ def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
 
 
 def test_smollm2_gpu_yaml_runs_the_demo_table_with_the_demo_settings_on_cuda() -> None:
-    """configs/smollm2_world_gpu.yaml: SmolLM2 (a checkpoint folder) through every stage of the demo's
+    """configs/pipelines/smollm2_world_gpu.yaml: SmolLM2 (a checkpoint folder) through every stage of the demo's
     table on the demo world, on CUDA, with the settings the demo learned with (likelihood PRM, the
     PRM judging reasoning only) and small budgets (one H100, minutes)."""
     from prorag.experiments.pipeline import DEFAULT_SYSTEMS
 
-    cfg = load_config(ROOT / "configs" / "smollm2_world_gpu.yaml", PipelineConfig)
+    cfg = load_config(ROOT / "configs" / "pipelines" / "smollm2_world_gpu.yaml", PipelineConfig)
     demo = demo_config(quick=True)
     assert cfg.systems == list(DEFAULT_SYSTEMS) and cfg.device == "cuda" and cfg.sft.model == "runs/smollm2"
     assert (cfg.data.world, cfg.data.passages, cfg.data.split) == (demo.data.world, demo.data.passages, demo.data.split)

@@ -169,13 +169,13 @@ def test_eval_served_options_fill_the_generator_block() -> None:
 
 
 def test_the_offline_config_names_real_files(benchmarks_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """configs/table1_offline.yaml loads as a Table1Config and its benchmark files exist (${PRORAG_SHARED} expanded)."""
+    """configs/pipelines/table1_offline.yaml loads as a Table1Config and its benchmark files exist (${PRORAG_SHARED} expanded)."""
     from prorag.core.config import load_config
 
     monkeypatch.setenv("PRORAG_SHARED", str(benchmarks_dir.parent.parent))
     from prorag.experiments.table1 import Table1Config
 
-    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "table1_offline.yaml", Table1Config)
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "pipelines" / "table1_offline.yaml", Table1Config)
     cfg.check()
     assert set(cfg.benchmarks) == {"PopQA", "HotpotQA", "MuSiQue", "Bamboogle"} and cfg.rollout.top_k == 3
     assert all(Path(b.path).parent.parent == benchmarks_dir for b in cfg.benchmarks.values())

@@ -81,7 +81,7 @@ def test_workers_that_all_succeed_return_quietly(tmp_path: Path) -> None:
 
 
 def test_the_workers_read_back_the_parents_config_exactly(tmp_path: Path) -> None:
-    resolved = resolve(load_config(REPO / "configs" / "arms_demo.yaml", PipelineConfig))
+    resolved = resolve(load_config(REPO / "configs" / "pipelines" / "arms_demo.yaml", PipelineConfig))
     write_resolved_config(resolved, tmp_path / "c.yaml")
     assert resolve(load_config(tmp_path / "c.yaml", PipelineConfig)) == resolved
 

@@ -390,8 +390,8 @@ def test_config_checks_and_yaml(tmp_path: Path) -> None:
     assert RLConfig(process_reward="none").effective_beta == 0.0
     # The shipped configs load: the tiny world's, and the paper's (LoRA r 16 alpha 32, lr 1e-5).
     repo = Path(__file__).resolve().parents[2]
-    assert load_config(repo / "configs" / "rl_world_tiny.yaml", RLConfig).group_size == 8
-    paper = load_config(repo / "configs" / "rl_paper.yaml", RLConfig)
+    assert load_config(repo / "configs" / "stages" / "rl_world_tiny.yaml", RLConfig).group_size == 8
+    paper = load_config(repo / "configs" / "stages" / "rl_paper.yaml", RLConfig)
     assert (paper.lora.enabled, paper.lora.r, paper.lora.alpha, paper.learning_rate, paper.beta) == (True, 16, 32, 1e-5, 0.3)
 
 

@@ -100,8 +100,9 @@ class EvalConfig:
     limit: int | None = setting(None, help="Evaluate only the first `limit` records.")
     baseline: Baseline | None = setting(
         None,
-        help="Evaluate a baseline instead of the ProRAG loop: a name in EVAL_BASELINES (naive, standard-rag; "
-        "iter-retgen, ircot, flare, search-o1 run on a text generator: evaluate_generator).",
+        help="Evaluate a baseline instead of the ProRAG loop, a name in EVAL_BASELINES (the generator baselines run on "
+        "a text generator: evaluate_generator):",
+        choices=EVAL_BASELINES,
     )
     baseline_options: dict[str, Any] = setting(
         factory=dict,

@@ -35,7 +35,7 @@ class IRCoTOptions:
             raise ValueError(f"ircot max_steps, max_docs and sentence_tokens must be >= 1, got {self}")
 
 
-@EVAL_BASELINES.register("ircot")
+@EVAL_BASELINES.register("ircot", help="IRCoT: one retrieval per chain-of-thought sentence, interleaved")
 class IRCoT(GeneratorBaseline):
     """IRCoT: one CoT sentence, a search with it, until "answer is" or the step cap."""
 

@@ -394,9 +394,8 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: trajectories the engine wrote before them where every row has its own stream (RL, its screening,
 #: and RFT, MCTS and P2S's hinted candidates with ``sample_streams: row``; tests/agent/test_rollout.py,
 #: test_decode_graphs.py). Where one generator serves a batch (``sample_streams: batch``) they change the
-#: order in which rows take its draws: the same distribution, other samples
-#: (RFT's 2026-11-26 rebuild drew 563 correct of 2,820 where the run before ``resume_early`` drew 573;
-#: docs/LOG.md, 2026-11-26, late night). RL's ``scoring_rows`` at ``None`` runs the one forward per micro-batch
+#: order in which rows take its draws: the same distribution, other samples (an RFT rebuild then
+#: keeps a slightly different set of correct trajectories). RL's ``scoring_rows`` at ``None`` runs the one forward per micro-batch
 #: that came before it (any number of rows gives the same loss and gradients up to float rounding,
 #: tests/stages/test_rl.py, which RL then amplifies: a changed setting). ``sample_streams`` (RFT,
 #: MCTS, ``outcome_reward.p2s``) at ``batch`` is how those stages sampled before it; an RL run that

@@ -1,29 +1,17 @@
 """Group-relative advantages (GRPO, ProRAG's dual granularity, CPGRPO) as pure tensor functions.
 
 GRPO's baseline is the group of G trajectories of one question. ProRAG (docs/METHOD.md §2, Eq. 7-8)
-gives token ``k`` of step ``t`` of trajectory ``i`` the advantage
-``A[i,t,k] = A_out[i] + beta * A_proc[i,t]``, outcome rewards standardised over the G trajectories
-and step rewards over the steps of all G. ``process_norm="step"`` (paper, default) counts each step
-once; ``"token"`` (reference code) takes the statistics over generated tokens, so long steps weigh more;
-``"step_kind"`` standardises within (group, step kind) -- searches against searches, conclusions against
-conclusions, answers against answers -- since Eq. 4 only taught the PRM to rank siblings, not a search
-against an answer at another depth.
+gives token ``k`` of step ``t`` of trajectory ``i`` the advantage ``A[i,t,k] = A_out[i] + beta * A_proc[i,t]``,
+outcome rewards standardised over the G trajectories and step rewards over the steps of all G
+(:data:`PROCESS_NORMS`: per step as the paper, per token as the reference code, or per step kind).
+CPGRPO is CP-Search's ``|A_out| * pr`` (docs/METHOD.md §5).
 
-Pieces, each usable alone (the trainer gathers groups across processes between them):
-:func:`group_normalize`, :func:`agreeing_group_share`, :func:`grpo_advantages`, :func:`process_advantages`,
-:func:`advantage_composition` (what a batch's advantages are made of: logged by the trainer),
-:func:`dual_step_advantages`, :func:`broadcast_to_tokens` (zero on environment tokens and padding),
-:func:`dual_granularity_advantages` (composed; ``process_rows`` limits the step term to some rows:
-the ``dual_silent`` estimator gives it only to groups whose outcomes all agree, ``dual_informative``
-only to the others; ``bound_sign``, the ``dual_signed`` estimator, keeps it from reversing an outcome
-advantage's sign, :func:`sign_bounded`), :func:`cpgrpo_advantages`
-(docs/METHOD.md §5), :func:`agreeing_rows`, and
-:data:`ADVANTAGE_ESTIMATORS`, the registry the RL trainer picks from (``RLConfig.advantage``).
-Rows with equal ``group_ids`` form a group wherever they sit; std is the unbiased one (as TRL and
-verl), a one-value group gets advantage 0, never NaN; ``scale`` (:data:`ADVANTAGE_SCALES`) picks the
-divisor: each group's std (``"group"`` or ``True``, GRPO), one std over the whole batch's values
-(``"batch"``), or none (``"none"`` or ``False``: Dr. GRPO).
-Token positions are completion coordinates, spans ``(start, end)`` end-exclusive.
+Each piece is usable alone (the trainer gathers groups across processes between them);
+:data:`ADVANTAGE_ESTIMATORS` is the registry of compositions the RL trainer picks from
+(``RLConfig.advantage``). Rows with equal ``group_ids`` form a group wherever they sit; std is the
+unbiased one (as TRL and verl); a one-value group gets advantage 0, never NaN; ``scale``
+(:data:`ADVANTAGE_SCALES`, :func:`group_normalize`) picks the divisor. Token positions are completion
+coordinates, spans ``(start, end)`` end-exclusive; environment tokens and padding get 0.
 """
 
 from __future__ import annotations
@@ -263,7 +251,9 @@ def process_advantages(
     (``S_i`` may be 0); ``group_ids`` is ``(B,)``. With ``process_norm="token"`` each step
     weighs its number of generated tokens, ``step_lengths[i]`` (``(S_i,)``), which is then
     required; with ``"step_kind"`` the statistics are those of the steps of the same group and
-    kind (``step_kinds[i]``, the kind of each step, then required; :func:`kind_groups`).
+    kind (``step_kinds[i]``, the kind of each step, then required; :func:`kind_groups`): searches
+    against searches, conclusions against conclusions, answers against answers, since Eq. 4 only
+    taught the PRM to rank siblings, not a search against an answer at another depth.
     Returns one ``(S_i,)`` float32 tensor per trajectory.
     """
     if process_norm not in PROCESS_NORMS:
@@ -526,8 +516,8 @@ def dual_silent_estimator(inputs: AdvantageInputs) -> torch.Tensor:
 
     Why: added to every group, the step term has a cost of its own: with the oracle's verdicts
     shuffled within groups (same distribution, no information) it trained worse than GRPO on
-    unscreened questions, by about as much as the oracle's real verdicts gained over that control
-    (docs/LOG.md, 2026-11-27, unscreened control), so the oracle's arm landed on GRPO. Where the outcomes disagree,
+    unscreened questions, by about as much as the oracle's real verdicts gained over that control,
+    so the oracle's arm landed on GRPO. Where the outcomes disagree,
     GRPO already says which trajectories to prefer and the step term can only dilute or flip that
     signal on some steps; where they agree (all right, or all wrong: most groups before the policy
     learns) it is the only signal there is. Kept out of the informative groups, the step term
@@ -545,7 +535,7 @@ def dual_informative_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     (the ones outcome-only GRPO already ranks), plain GRPO (advantage 0) on the silent ones.
 
     Why: ``dual_silent`` kept the step term off the informative groups and, with it, the oracle's
-    worth over its shuffled control (docs/LOG.md, 2026-11-27, silent groups). Where the outcomes
+    worth over its shuffled control. Where the outcomes
     differ, a right trajectory's wrong step and a wrong trajectory's right step are the credit the
     outcome cannot assign; where they all agree, the step term is the only push, so a reward
     without information moves the policy there unchecked. This arm keeps the first and drops the
@@ -563,8 +553,8 @@ def dual_signed_estimator(inputs: AdvantageInputs) -> torch.Tensor:
     the groups whose outcome rewards all agree get GRPO's 0.
 
     Why: on the informative groups alone (``dual_informative``) the oracle's verdicts still beat
-    their shuffled control, and the shuffled term still cost EM against GRPO (docs/LOG.md,
-    2026-11-27, informative groups). Beyond adding noise, one way a step term without information
+    their shuffled control, and the shuffled term still cost EM against GRPO. Beyond adding
+    noise, one way a step term without information
     harms there is by reversing the outcome's sign on some steps; this form forbids that. Without
     step rewards, or ``beta = 0``, it equals ``grpo``."""
     return _dual(inputs, bound_sign=True)

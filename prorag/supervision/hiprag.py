@@ -3,19 +3,12 @@
 The pure part (steps, formula, rates) is :mod:`prorag.method.rewards.hiprag`; this module decides
 which steps are over- or under-search:
 
-* **Over-search**: the policy is re-asked a search step's sub-query with no documents
-  (:func:`reask`: one action through the rollout engine, greedy, every sub-query of the batch in
-  one batched call, no retriever). On a record with a gold decomposition (the built-in world,
-  MuSiQue) the oracle decides: the re-asked answer must match the gold sub-answer of the hop the
-  sub-query targets (:func:`~prorag.supervision.judge.targets`). Otherwise, or when the
-  sub-query targets no hop, the re-asked answer must equal the step's own conclusion (the
-  paper's "equivalent to the step's conclusion"). "Equal" is decided by a judge
-  (:mod:`prorag.supervision.equivalence`): exact match after normalisation (the oracle, default)
-  or an OpenAI-compatible LLM (``outcome_reward.hiprag.judge: llm``), every question of a batch
-  in one call. A re-ask that searches or writes nothing answers nothing: not over-search.
-* **Under-search**: a non-search step whose conclusion is wrong: on a record with a gold
-  decomposition, a conclusion that is no hop's gold sub-answer and not the final answer. Without
-  a decomposition it is undecided (counted as not under-search; an LLM judge would decide it).
+* **Over-search**: the policy is re-asked a search step's sub-query with no documents (:func:`reask`).
+  The re-asked answer must match the gold sub-answer of the hop the sub-query targets, on a record
+  with a gold decomposition (the oracle); otherwise the step's own conclusion (the paper's
+  "equivalent to the step's conclusion"). "Match" is decided by a judge
+  (:mod:`prorag.supervision.equivalence`: exact match after normalisation, or an LLM).
+* **Under-search**: a non-search step whose conclusion is wrong (:func:`under_searched`).
 
 ``"hiprag"`` in :data:`~prorag.method.rewards.outcome.OUTCOME_REWARDS` is HiPRAG's reward used
 in place of Eq. 6 (with ``advantage: grpo`` and ``process_reward: none``: no step term).
@@ -63,7 +56,10 @@ class NoDocuments:
 
 def reask(policy: Any, tokenizer: Any, queries: Sequence[str], config: RolloutConfig = REASK_ROLLOUT) -> dict[str, str | None]:
     """The policy's answer to each distinct sub-query asked as a question with no documents: the
-    content of its one action when that is a well-formed answer or conclusion, else ``None``."""
+    content of its one action when that is a well-formed answer or conclusion, else ``None``.
+
+    One action through the rollout engine, greedy (``REASK_ROLLOUT``), every sub-query of the batch
+    in one batched call, no retriever."""
     distinct = list(dict.fromkeys(q for q in queries if q))
     if not distinct:
         return {}
@@ -89,7 +85,10 @@ def first_answer(traj: Trajectory) -> str | None:
 def over_search_question(step: ReasoningStep, hops: Sequence[GoldHop], answer: str | None) -> Equivalence | None:
     """What a judge must decide for the step to be over-search (module docstring): the re-asked
     ``answer`` against the gold sub-answer of the hop the sub-query targets, else the step's
-    conclusion; ``None`` when nothing is to decide (not a search, no answer, no reference)."""
+    conclusion; ``None`` when nothing is to decide (not a search, no answer, no reference). A
+    re-ask that searched or wrote nothing answers nothing: the step is not over-search. The gold
+    hop is found by :func:`~prorag.supervision.judge.targets`, on records with a decomposition
+    (the built-in world, MuSiQue)."""
     if not step.search or not answer:
         return None
     hop = next((h for h in hops if targets(step.query, h)), None)
@@ -127,7 +126,8 @@ def over_search_flags(
 
 def under_searched(step: ReasoningStep, record: Record | None, hops: Sequence[GoldHop]) -> bool:
     """Whether a non-search step concluded wrongly: no hop's gold sub-answer nor the final answer
-    (decided only with a gold decomposition; otherwise ``False``)."""
+    (decided only with a gold decomposition; otherwise undecided, counted as ``False``: an LLM
+    judge would decide it)."""
     if step.search or record is None or not hops:
         return False
     return not exact_match(step.conclusion, [h.answer for h in hops] + list(record.golden_answers))

@@ -1,25 +1,17 @@
 """P2S's gold-path synthesis and likelihood passes, and its outcome reward ``"p2s"`` (docs/METHOD.md §4).
 
 The pure part (step cut, weights, Eq. 9) is :mod:`prorag.method.rewards.p2s`; this module runs
-the policy. For the groups that need the path reward (well formed, nobody in the group right):
-
-1. **Synthesis** (Eq. 4-5): K trajectories per question from the policy prompted with the question
-   and its gold answer (``P2SConfig.hint``), through the rollout engine in one batched call, each
-   from its own stream (the RL seed, the step, the question, the candidate); the
-   malformed ones are dropped and ``o*`` is the one with the highest ``S_k = log pi(y* | q, z_k)``
-   (the plain prompt, the candidate's path, then ``<answer> y* </answer>``).
-2. **Answer passes**: ``S_k`` of every candidate and Eq. 7's ``log pi(y* | q, z)`` of every
-   trajectory's last step, in one padded pass (:func:`sequence_logprobs`).
-3. **Suffix passes** (Eq. 6): for every prefix ``p_i`` (``i < m``) and every suffix ``s_t`` of
-   ``o*`` (cut like the trajectories), ``log pi(s_t | q, p_i)`` and ``log pi(s_t | q, p_masked)``,
-   ``p_masked`` being ``p_i`` with every token replaced by the pad token (same length): all of
-   the batch's ``O(m^2)`` pairs in one padded pass, identical sequences computed once.
+the policy for the groups that need the path reward (well formed, nobody in the group right):
+it synthesizes a gold path ``o*`` per question from the policy prompted with the gold answer
+(:func:`synthesize`), then scores each trajectory's steps against it in batched likelihood passes
+(:meth:`P2SReward.path_rewards`).
 
 A suffix's likelihood counts the tokens the policy writes (``env_mask``), not retrieved text. The
-candidates search the trainer's retriever, as the rollouts do (a :class:`P2SReward` built with
-a retriever uses its own; with neither, searches return no documents). Without a well-formed candidate a group has no ``o*``: its
-trajectories get Eq. 7's last-step reward alone. "Right" is exact match of the answer of a
-well-formed trajectory; the outcome Eq. 9 keeps for a solved group is that 1/0.
+candidates search the trainer's retriever, as the rollouts do (a :class:`P2SReward` built with a
+retriever uses its own; with neither, searches return no documents). Without a well-formed
+candidate a group has no ``o*``: its trajectories get Eq. 7's last-step reward alone. "Right" is
+exact match of the answer of a well-formed trajectory; the outcome Eq. 9 keeps for a solved group
+is that 1/0.
 """
 
 from __future__ import annotations
@@ -155,8 +147,8 @@ def synthesize(
     help="P2S's hierarchical reward: outcome, then path faithfulness to a gold-conditioned path the policy writes",
 )
 class P2SReward:
-    """P2S's reward (Eq. 9) as an :class:`~prorag.method.rewards.outcome.OutcomeReward` (see the
-    module docstring). Without a policy (TRL's logged reward) no likelihood is computed: the path
+    """P2S's reward (Eq. 9, :func:`~prorag.method.rewards.p2s.hierarchical_rewards`) as an
+    :class:`~prorag.method.rewards.outcome.OutcomeReward`. Without a policy (TRL's logged reward) no likelihood is computed: the path
     reward is then 0 and no warm-up batch is counted."""
 
     def __init__(self, config: OutcomeRewardConfig, retriever: Retriever | None = None) -> None:
@@ -209,7 +201,20 @@ class P2SReward:
     ) -> list[float]:
         """``R_PFR-w`` (Eq. 8) of each trajectory against its group's synthesized ``o*`` (the
         candidates search ``retriever``, else this reward's own; their streams are named by the RL
-        run's ``seed`` and the batch's ``step``: :func:`synthesize`)."""
+        run's ``seed`` and the batch's ``step``: :func:`synthesize`). Three stages, each batched:
+
+        1. **Synthesis** (Eq. 4-5): K candidates per question, each from its own stream (the RL
+           seed, the step, the question, the candidate); the malformed ones are dropped and ``o*``
+           is the one with the highest ``S_k = log pi(y* | q, z_k)`` (the plain prompt, the
+           candidate's path, then ``<answer> y* </answer>``).
+        2. **Answer passes**: ``S_k`` of every candidate and Eq. 7's ``log pi(y* | q, z)`` of every
+           trajectory's last step, in one padded pass (:func:`sequence_logprobs`).
+        3. **Suffix passes** (Eq. 6): for every prefix ``p_i`` (``i < m``) and every suffix ``s_t``
+           of ``o*`` (cut like the trajectories), ``log pi(s_t | q, p_i)`` and
+           ``log pi(s_t | q, p_masked)``, ``p_masked`` being ``p_i`` with every token replaced by
+           the pad token (same length): all of the batch's ``O(m^2)`` pairs in one padded pass,
+           identical sequences computed once.
+        """
         cfg = self.p2s
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         open_id = tokenizer.convert_tokens_to_ids(ANSWER_OPEN)

@@ -1,26 +1,16 @@
 """CP-Search's chain progressive process reward (docs/METHOD.md §5): the step-reward source ``"cpsearch"``.
 
-Each retrieval ``t`` of a trajectory is valid (``Delta_t = 1``) iff its documents hold gold
-evidence for a hop not yet resolved; two accumulators, ``gamma_plus`` (initially 1) and
-``gamma_minus`` (initially -1), grow with every valid and every invalid retrieval
-(``alpha = 0.2``, ``beta = -0.3``: the paper's values), and the retrieval's reward is
-``pr_t = gamma_plus * Delta_t + gamma_minus * (1 - Delta_t)``, the accumulators read *after*
-step ``t``'s update (Eq. 3 then ``pr_t``): the first valid retrieval earns 1.2, the first
-invalid one -1.3, and a chain of valid (invalid) ones earns more (loses more) at every link.
+Each retrieval ``t`` is valid (``Delta_t = 1``) iff its documents hold gold evidence for a hop not
+yet resolved (:func:`retrieval_validity`); two accumulators, ``gamma_plus`` (from 1) and
+``gamma_minus`` (from -1), grow with every valid and every invalid retrieval (the paper's ``alpha``
+and ``beta``), and the retrieval's reward is ``pr_t = gamma_plus * Delta_t + gamma_minus * (1 - Delta_t)``,
+read *after* step ``t``'s update (:func:`progressive_rewards`): a chain of valid (invalid)
+retrievals earns more (loses more) at every link. ``pr_t`` goes to the actions of the segment that
+ends at retrieval ``t`` (Eq. 4, :func:`segment_rewards`).
 
-Gold evidence per hop: ``metadata.decomposition[h].doc_ids`` (the built-in world, MuSiQue);
-without a decomposition, each id of ``metadata.gold_doc_ids`` is a hop of its own (HotpotQA,
-2Wiki: one supporting paragraph per hop). A retrieval resolves every hop whose evidence it
-holds; re-retrieving a resolved hop's evidence is not progress (``Delta_t = 0``), so a policy
-cannot farm the reward by repeating its first search.
-
-Segments (Eq. 4): ``pr_t`` goes to the actions of the segment that ends at retrieval ``t``, the
-actions after retrieval ``t-1`` up to the search that issued retrieval ``t``. Actions after the
-last retrieval (its conclusion, the answer) get the last retrieval's ``pr``: Eq. 4 labels the
-trajectory's last token with the last checkpoint. A trajectory without retrievals has no
-process reward: its actions get ``NaN``, read by the trainer as "no step" (their tokens keep
-the outcome advantage ``A_out``). The scores are final step rewards, not PRM logits: the source
-sets ``final = True`` and the trainer does not apply Eq. 5 to them.
+A trajectory without retrievals has no process reward: its actions get ``NaN``, read by the trainer
+as "no step" (their tokens keep the outcome advantage ``A_out``). The scores are final step
+rewards, not PRM logits: the source sets ``final = True`` and the trainer does not apply Eq. 5.
 """
 
 from __future__ import annotations
@@ -68,7 +58,8 @@ def progressive_rewards(deltas: Sequence[int | bool], config: CPSearchConfig | N
 
 def hop_evidence(record: Record) -> list[set[str]]:
     """The gold passage ids of each hop of ``record``: its decomposition's ``doc_ids`` when every
-    hop has some, else one hop per ``gold_doc_ids`` entry; raises ``ValueError`` when it has neither."""
+    hop has some (the built-in world, MuSiQue), else one hop per ``gold_doc_ids`` entry (HotpotQA,
+    2Wiki: one supporting paragraph per hop); raises ``ValueError`` when it has neither."""
     hops = [set(map(str, h.get("doc_ids") or [])) for h in record.metadata.get("decomposition") or []]
     if hops and all(hops):
         return hops
@@ -84,6 +75,8 @@ def hop_evidence(record: Record) -> list[set[str]]:
 def retrieval_validity(retrieved: Sequence[Sequence[str]], hops: Sequence[set[str]]) -> list[int]:
     """``Delta_t`` of each retrieval (its passage ids, in order): 1 iff it holds evidence of a hop
     no earlier retrieval resolved; every hop whose evidence it holds is then resolved.
+    Re-retrieving a resolved hop's evidence is not progress, so a policy cannot farm the reward
+    by repeating its first search.
 
     >>> retrieval_validity([["a"], ["a"], ["x"], ["b", "a"]], [{"a"}, {"b"}])
     [1, 0, 0, 1]
@@ -101,8 +94,9 @@ def retrieval_validity(retrieved: Sequence[Sequence[str]], hops: Sequence[set[st
 
 def segment_rewards(num_actions: int, retrieval_actions: Sequence[int], rewards: Sequence[float]) -> list[float]:
     """One score per action: each action gets the ``pr`` of the first retrieval issued at or after
-    it (the segment ending there), actions after the last retrieval the last one's, and every
-    action :data:`NO_PROCESS_REWARD` when there is no retrieval.
+    it (the segment ending there), actions after the last retrieval (its conclusion, the answer)
+    the last one's, since Eq. 4 labels the trajectory's last token with the last checkpoint, and
+    every action :data:`NO_PROCESS_REWARD` when there is no retrieval.
 
     >>> segment_rewards(6, [0, 2], [1.2, -1.3])
     [1.2, -1.3, -1.3, -1.3, -1.3, -1.3]

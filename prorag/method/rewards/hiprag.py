@@ -5,20 +5,11 @@ and the conclusion right after it (if the next action is one); a **non-search st
 conclusion with no search before it (the model's own knowledge). The final answer is not a step:
 HiPRAG scores it through ``A``. A search step is *over-search* when the policy answers its
 sub-query correctly with no documents; a non-search step is *under-search* when its conclusion is
-wrong. Deciding those needs a model or a judge (:mod:`prorag.supervision.hiprag`); this module
-holds what does not: the cut into steps, the reward formula and the two rates.
+wrong. Deciding those needs a model or a judge (:mod:`prorag.supervision.hiprag`; the judge's
+settings are :class:`OverSearchJudgeConfig`); this module holds what does not: the cut into steps,
+the reward formula (:func:`hiprag_value`) and the two rates (:class:`SearchCounts`).
 
     R = A * (1 - lambda_f) + lambda_f * F + lambda_p * A * F * N_opt / N
-
-``A`` is cover exact match of the answer, ``F`` the format (I_traj), ``N_opt`` the optimal steps
-(neither over- nor under-search). ``N`` is every step (the paper, default) or the search steps
-(the public code: ``n_steps="search"``, where ``N_opt`` then counts optimal search steps only, so
-the ratio stays in [0, 1]). Without any step to count (``N = 0``) the bonus is 0: answering with
-no reasoning earns no process bonus.
-
-Whether a re-asked answer is "the same" as the reference is decided by the ``oracle`` (exact match
-after normalisation, the default) or by an ``llm`` judge on any OpenAI-compatible endpoint
-(:class:`OverSearchJudgeConfig`; the judge itself is :mod:`prorag.supervision.equivalence`).
 """
 
 from __future__ import annotations
@@ -63,7 +54,9 @@ class EquivalenceEndpointConfig(ServedConfig):
 @dataclass
 class OverSearchJudgeConfig:
     """Who decides that a search step's sub-query, re-asked without documents, got an answer
-    equivalent to the reference (the gold sub-answer, else the step's conclusion)."""
+    equivalent to the reference (the gold sub-answer, else the step's conclusion): the ``oracle``
+    (exact match after normalisation, the default) or an ``llm`` judge on any OpenAI-compatible
+    endpoint (the judge itself is :mod:`prorag.supervision.equivalence`)."""
 
     judge: EquivalenceJudgeKind = setting(
         "oracle",
@@ -133,8 +126,14 @@ def reasoning_steps(actions: Sequence[Action]) -> list[ReasoningStep]:
 def hiprag_value(
     correct: bool, format_valid: bool, search: Sequence[bool], optimal: Sequence[bool], config: HiPRAGRewardConfig
 ) -> float:
-    """HiPRAG's reward from its ingredients: ``correct`` (A), ``format_valid`` (F) and, per step,
-    whether it searched and whether it was optimal.
+    """HiPRAG's reward ``R = A * (1 - lambda_f) + lambda_f * F + lambda_p * A * F * N_opt / N`` from
+    its ingredients: ``correct`` (A, cover exact match of the answer), ``format_valid`` (F, I_traj)
+    and, per step, whether it searched and whether it was optimal (neither over- nor under-search).
+
+    ``N`` is every step (the paper, default) or the search steps (the public code:
+    ``n_steps="search"``, where ``N_opt`` then counts optimal search steps only, so the ratio stays
+    in [0, 1]). Without any step to count (``N = 0``) the bonus is 0: answering with no reasoning
+    earns no process bonus.
 
     >>> hiprag_value(True, True, [True, False], [True, False], HiPRAGRewardConfig())
     1.2

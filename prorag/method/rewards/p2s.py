@@ -11,9 +11,8 @@ trajectory gets -1; when any trajectory of the group is right, every well-formed
 outcome (1 right, 0 wrong); otherwise the path-faithfulness reward. For the first ``warmup_steps``
 generation batches only the format is rewarded (the paper's cold start).
 
-The likelihood passes and the gold-path synthesis need the policy: :mod:`prorag.supervision.p2s`,
-which registers the outcome form ``"p2s"`` (``outcome_reward.form: p2s``, ``advantage: grpo``,
-``process_reward: none``).
+The likelihood passes and the gold-path synthesis need the policy: :mod:`prorag.supervision.p2s`
+registers them as the outcome form ``"p2s"`` (with ``advantage: grpo``, ``process_reward: none``).
 """
 
 from __future__ import annotations

@@ -9,12 +9,9 @@ The paper's form is :class:`StepRewardConfig`'s default; the RL stage defaults t
 outweigh the format bonus, and a few extreme logits dominate the group's step statistics. The
 bounded form keeps Eq. 5's ``nu1`` and reads the PRM as the probability that the step is the
 better one (the Bradley-Terry reading of Eq. 4), in (0, 1); the reference form also punishes a
-malformed step below any well-formed one. The paper gives no value for
-``nu1``; 1.0 is the reference code's bonus.
-
-``I_step`` comes from the token-level actions (:func:`~prorag.agent.schema.parse_token_actions`),
-never from text with special tokens stripped. Every action is rewarded, malformed ones included:
-they are the steps the format term must punish.
+malformed step below any well-formed one. ``I_step`` comes from the token-level actions
+(:func:`~prorag.agent.schema.parse_token_actions`), never from text with special tokens stripped;
+every action is rewarded, malformed ones included: they are the steps the format term must punish.
 """
 
 from __future__ import annotations
@@ -117,10 +114,9 @@ def prm_judged_actions(actions: Sequence[ActionRecord], scope: PRMScope = "all")
     trajectories with a correct answer; RL's outcome reward scores it). The PRM learns from
     MCTS siblings, which are almost all searches and conclusions; on answers it is out of its
     training distribution, and a likelihood-type PRM scores a yes/no answer, a coin flip for the
-    policy, low however well the steps before it found the evidence. Measured on the demo's RFT
-    samples: of the correct trajectories' answers to yes/no comparisons, the PRM passed 0 of 201
-    (scalar head) and 1 of 201 (likelihood; 1,417 of 1,428 chain answers passed), so RFT all
-    but never trained on a comparison's answer.
+    policy, low however well the steps before it found the evidence. On the demo's RFT samples
+    both PRM kinds rejected nearly every correct answer to a yes/no comparison while passing
+    nearly every chain answer, so under ``"all"`` RFT all but never trained on a comparison's answer.
     A malformed answer stays judged: its format term is what must punish it.
 
     >>> from prorag.agent.rollout import ActionRecord

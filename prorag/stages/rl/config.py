@@ -150,9 +150,9 @@ class RLConfig(TrainingConfig):
         None,
         help="Rows per forward when the policy's log-probabilities are computed (loss, pi_old, pi_init): rows "
         "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding "
-        "(faster scoring); None (default): TRL's micro-batches as they come, the path the "
-        "published tables were measured on. Equal per step up to float rounding, which RL amplifies: runs whose "
-        "numerics differ can end several EM apart, so compare runs with the same setting.",
+        "(faster scoring); None (default): TRL's micro-batches as they come, as runs made before the setting "
+        "existed did. Equal per step up to float rounding, which RL amplifies: runs whose numerics differ can "
+        "end far apart, so compare runs with the same setting.",
     )
 
     # --- loss (Eq. 9)

@@ -32,6 +32,7 @@ def test_the_wheel_holds_the_package_and_no_research(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("prorag-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "prorag/cli/__init__.py" in names and any(n.startswith("prorag/experiments/") for n in names)
+    assert {"prorag/experiments/configs/demo.yaml", "prorag/experiments/configs/demo_quick.yaml"} <= set(names)  # `prorag demo`
     tops = {name.split("/")[0] for name in names}
     assert "research" not in tops and "benchmarks" not in tops, sorted(tops)
     analyses = {p.name for p in (ROOT / "research" / "analysis").glob("*.py")} - {"__init__.py"}

@@ -44,6 +44,7 @@ from prorag.agent.schema import (
     render_env_turn,
 )
 from prorag.core.config import setting
+from prorag.core.setting_checks import check_temperature, check_top_p
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever
 
@@ -60,8 +61,8 @@ class RolloutConfig:
     max_action_tokens: int = setting(128, help="Tokens the model may write in one action before it is cut.")
     max_completion_tokens: int = setting(2048, help="Completion tokens (model and environment) per trajectory.")
     top_k: int = setting(3, help="Documents retrieved per sub-query.")
-    temperature: float = setting(1.0, help="Sampling temperature.")
-    top_p: float = setting(1.0, help="Nucleus sampling mass (1.0: off).")
+    temperature: float = setting(1.0, help="Sampling temperature, >= 0 (0: greedy decoding, as `greedy`).")
+    top_p: float = setting(1.0, help="Nucleus sampling mass, in (0, 1] (1.0: off).")
     greedy: bool = setting(False, help="Greedy decoding (temperature and top_p are then ignored).")
     batch_size: int = setting(32, help="Trajectories the engine decodes together.")
     seed: int = setting(0, help="Seed of the sampling.")
@@ -91,10 +92,13 @@ class RolloutConfig:
     )
 
     def __post_init__(self) -> None:
-        """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine)."""
+        """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine) and
+        sampling settings out of range (:mod:`prorag.core.setting_checks`)."""
         for name in ("max_actions", "max_action_tokens", "max_completion_tokens", "top_k", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}")
+        check_temperature(self.temperature, f"{type(self).__name__}.temperature")
+        check_top_p(self.top_p, f"{type(self).__name__}.top_p")
         if self.decode_graphs not in get_args(DecodeGraphsMode):
             raise ValueError(
                 f"{type(self).__name__}.decode_graphs must be one of {get_args(DecodeGraphsMode)}, got {self.decode_graphs!r}"
@@ -103,6 +107,11 @@ class RolloutConfig:
             raise ValueError(
                 f"{type(self).__name__}.compile_decode compiles the static decode step, which decode_graphs 'off' never runs"
             )
+
+    @property
+    def decodes_greedily(self) -> bool:
+        """Whether every token is the argmax: ``greedy``, or a temperature of 0 (its limit)."""
+        return self.greedy or self.temperature == 0
 
 
 @dataclass
@@ -262,7 +271,7 @@ class RolloutEngine:
                     ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
                 caps = list(max_actions[start : start + cfg.batch_size]) if max_actions is not None else None
                 streams = None
-                if row_seeds is not None and not cfg.greedy:
+                if row_seeds is not None and not cfg.decodes_greedily:
                     # A block holds at least one action's draws, so a turn never runs a row dry.
                     streams = RowStreams(row_seeds[start : start + cfg.batch_size], self.device, 2 * cfg.max_action_tokens)
                 trajs = self._rollout_batch(batch, ids, generator, caps, close_turn, streams)
@@ -495,7 +504,12 @@ class RolloutEngine:
         cfg = self.config
         uniforms = streams.draw(held, live) if streams is not None and held is not None and live is not None else None
         return sample_next(
-            logits, temperature=cfg.temperature, top_p=cfg.top_p, greedy=cfg.greedy, generator=generator, uniforms=uniforms
+            logits,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            greedy=cfg.decodes_greedily,
+            generator=generator,
+            uniforms=uniforms,
         )
 
     def _last_query(self, ids: list[int]) -> str:

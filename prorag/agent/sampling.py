@@ -6,7 +6,7 @@ By default one generator draws the batch's uniforms. With per-row seeds every ro
 stream (:class:`RowStreams`: uniforms drawn in blocks, one gather per step, inverse-CDF sampling),
 so a row samples the same trajectory whatever rows share its batch: what makes a distributed RL
 run sample what one process would. The log-probability returned is that of the temperature-scaled
-distribution before top-p filtering.
+distribution before top-p filtering. Temperature 0 is greedy decoding, as everywhere in the package.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def sample_next(
     """Sample one token per row; return ``(tokens, logprobs)``, both ``(B,)``.
 
     The log-probability is taken under ``softmax(logits / temperature)`` before top-p
-    filtering (greedy: ``softmax(logits)``), the distribution a trainer recomputes.
+    filtering (greedy: ``softmax(logits)``), the distribution a trainer recomputes. A
+    ``temperature`` of 0 is greedy decoding, the limit of sampling as it falls (dividing by it
+    would turn every logit into an infinity and the distribution into NaNs).
 
     Each row's token comes from one uniform (:func:`inverse_cdf_sample`): drawn for the batch
     from ``generator``, or given as ``uniforms`` (``(B,)``, in ``[0, 1)``); then a row's token
@@ -65,7 +67,7 @@ def sample_next(
     (:class:`RowStreams`) need. Top-p: :func:`top_p_filter`.
     """
     logits = logits.float()
-    if greedy:
+    if greedy or temperature == 0:
         logp = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1)
         return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)

@@ -42,6 +42,14 @@ def first_line(doc: str | None) -> str:
     return (doc or "").strip().split("\n\n")[0].replace("\n", " ").strip()
 
 
+def unknown_name(what: str, name: object, known: list[str]) -> str:
+    """The error message of a name not among ``known``: ``unknown WHAT 'x'; expected one of
+    [...]; did you mean 'y'?`` (the closest known name, when one is close)."""
+    close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {what} {name!r}; expected one of {known}{hint}"
+
+
 class Registry(Generic[T]):
     """Names to objects of one kind; ``what`` names the kind in error messages."""
 
@@ -83,10 +91,14 @@ class Registry(Generic[T]):
         known ones and suggests the closest."""
         self._load_builtins()
         if name not in self._entries:
-            close = difflib.get_close_matches(name, list(self._entries), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown {self.what} {name!r}; expected one of {self.names()}{hint}")
+            raise ValueError(unknown_name(self.what, name, self.names()))
         return self._entries[name]
+
+    def check(self, name: str, field: str) -> None:
+        """Refuse a config's ``field`` (``RLConfig.advantage``) holding a name not registered, with
+        :meth:`get`'s message after the field: the known names and the closest one."""
+        if not (isinstance(name, str) and name in self):
+            raise ValueError(f"{field}: {unknown_name(self.what, name, self.names())}")
 
     def entry(self, name: str) -> Entry:
         """The settings class and description ``name`` was registered with (unknown: as :meth:`get`)."""
@@ -118,4 +130,4 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
-__all__ = ["Entry", "Registry", "Watcher", "first_line"]
+__all__ = ["Entry", "Registry", "Watcher", "first_line", "unknown_name"]

@@ -131,8 +131,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"EvalConfig.limit must be >= 1 (or null: every record), got {self.limit}")
-        if self.baseline is not None and self.baseline not in EVAL_BASELINES:
-            raise ValueError(f"EvalConfig.baseline must be one of {EVAL_BASELINES.names()}, got {self.baseline!r}")
+        if self.baseline is not None:
+            EVAL_BASELINES.check(self.baseline, "EvalConfig.baseline")
         if self.baseline_options:
             self.baseline_runner()  # unknown or ill-typed options are refused here, with the field named
 

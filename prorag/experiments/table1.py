@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.core.config import setting
+from prorag.core.registry import unknown_name
 from prorag.core.statistics import paired_t_test
 from prorag.data.benchmarks import FORMATS, load_benchmark
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
@@ -47,8 +48,9 @@ class BenchmarkSpec:
 
     def __post_init__(self) -> None:
         self.path = os.path.expandvars(self.path)  # configs name the shared data as ${PRORAG_SHARED}/...
-        if self.format not in FORMATS:
-            raise ValueError(f"benchmark format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        formats = list(FORMATS)
+        if self.format not in formats:
+            raise ValueError(f"BenchmarkSpec.format: {unknown_name('benchmark format', self.format, formats)}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"a benchmark's limit must be >= 1 (or null), got {self.limit}")
 
@@ -64,8 +66,8 @@ class SystemSpec:
     def __post_init__(self) -> None:
         if (self.baseline is None) == (self.policy is None):
             raise ValueError(f"a system needs exactly one of baseline or policy, got {dataclasses.asdict(self)}")
-        if self.baseline is not None and self.baseline not in EVAL_BASELINES:
-            raise ValueError(f"unknown baseline {self.baseline!r}; expected one of {EVAL_BASELINES.names()}")
+        if self.baseline is not None:
+            EVAL_BASELINES.check(self.baseline, "SystemSpec.baseline")
         if not self.label:
             self.label = self.baseline or Path(str(self.policy)).name
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prorag.core.setting_checks import check_temperature
+
 
 @dataclass
 class Generation:
@@ -44,6 +46,7 @@ class Sampling:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        check_temperature(self.temperature, "temperature")
         object.__setattr__(self, "stop", tuple(self.stop))
 
 

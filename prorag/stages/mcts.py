@@ -30,6 +30,7 @@ from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_se
 from prorag.agent.schema import parse_token_actions
 from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
+from prorag.core.setting_checks import check_temperature
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json
 from prorag.data.records import Record, read_records
 from prorag.method.search_tree import (
@@ -98,8 +99,11 @@ class MCTSConfig:
             raise ValueError(f"MCTSConfig.gamma must be in (0, 1], got {self.gamma}")
         if self.c_puct < 0:
             raise ValueError(f"MCTSConfig.c_puct must be >= 0, got {self.c_puct}")
-        if not 0 < self.rollout.top_p <= 1 or self.rollout.temperature <= 0:
-            raise ValueError("MCTSConfig.rollout.temperature must be > 0 and top_p in (0, 1]")
+        check_temperature(
+            self.rollout.temperature,
+            "MCTSConfig.rollout.temperature",
+            needs_sampling="an expansion samples K actions, which greedy decoding makes one",
+        )
         check_sample_streams(self.sample_streams, "MCTSConfig")
         if self.max_depth > self.rollout.max_actions:
             raise ValueError(

@@ -14,7 +14,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from transformers import TrainerCallback
@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 from prorag.core.config import setting
 from prorag.core.kernels import compile_norms as compile_model_norms
 from prorag.core.kernels import training_attention
+from prorag.core.setting_checks import check_learning_rate
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -123,13 +124,19 @@ class TrainingConfig:
     logging_steps: int = setting(10, help="Log the metrics every this many steps.")
     report_to: str | list[str] = setting("none", help='Trainer\'s report_to ("none", "wandb", ...).')
 
+    #: What a ``learning_rate`` of 0 means in this stage, or ``None``: then it is refused, as a
+    #: run that trains nothing while it looks like training (RL's frozen control names its use).
+    ZERO_LEARNING_RATE: ClassVar[str | None] = None
+
     def kernel_settings(self) -> dict[str, bool]:
         """The :class:`TrainerKernels` keywords of a stage's trainer (``cudnn_attention``, ``compile_norms``)."""
         return {"cudnn_attention": self.cudnn_attention, "compile_norms": self.compile_norms}
 
     def __post_init__(self) -> None:
         """Refuse step counts the Trainer would misread: ``max_steps`` 0 trains one step and any
-        negative value trains by epochs, so only -1 (epochs) or a positive count is accepted."""
+        negative value trains by epochs, so only -1 (epochs) or a positive count is accepted. And a
+        learning rate that is not finite and > 0 (:attr:`ZERO_LEARNING_RATE`), which torch would
+        refuse only after the model loaded and the run folder was written."""
         name = type(self).__name__
         if self.max_steps != -1 and self.max_steps < 1:
             raise ValueError(f"{name}.max_steps must be -1 (train by epochs) or >= 1, got {self.max_steps}")
@@ -138,6 +145,7 @@ class TrainingConfig:
                 raise ValueError(f"{name}.{field} must be >= 1, got {getattr(self, field)}")
         if not self.epochs > 0:
             raise ValueError(f"{name}.epochs must be > 0, got {self.epochs}")
+        check_learning_rate(self.learning_rate, f"{name}.learning_rate", zero_means=self.ZERO_LEARNING_RATE)
 
     def training_arguments(self, run_dir: str | Path) -> dict[str, Any]:
         """The ``TrainingArguments`` keywords every stage sets the same way: checkpoints in

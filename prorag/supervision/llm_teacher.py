@@ -35,6 +35,7 @@ from prorag.agent.schema import TAGS
 from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
 from prorag.core.metrics import normalize_answer
+from prorag.core.setting_checks import check_temperature
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
 from prorag.models.served import (
@@ -81,7 +82,7 @@ class LLMTeacherConfig(EndpointConfig):
     cache_path: str | None = setting(
         None, help="Reply cache (JSONL); `prorag sft-data` defaults it to `OUT.llm_cache.jsonl`. None: no cache."
     )
-    temperature: float = setting(0.0, help="Sampling temperature of the model's replies.")
+    temperature: float = setting(0.0, help="Sampling temperature of the model's replies, >= 0 (0: greedy).")
     max_tokens: int = setting(128, help="Completion tokens per reply; a reply cut by it is rejected (retried).")
     max_thought_chars: int = setting(400, help="Longest accepted thought, in characters.")
     price_input_per_1k: float | None = setting(None, help="Price of 1,000 prompt tokens, for the cost estimate (any currency).")
@@ -92,6 +93,7 @@ class LLMTeacherConfig(EndpointConfig):
         for name in ("max_tokens", "max_thought_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LLMTeacherConfig.{name} must be >= 1, got {getattr(self, name)}")
+        check_temperature(self.temperature, "LLMTeacherConfig.temperature")
 
     @property
     def url(self) -> str:

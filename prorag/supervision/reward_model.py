@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor
 
-from prorag.core.registry import Registry
+from prorag.core.registry import Registry, unknown_name
 from prorag.method.rewards.process import StepScorer
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
@@ -534,7 +534,7 @@ class ProcessRewardModel:
         settings: dict[str, Any] = json.loads(settings_path.read_text(encoding="utf-8"))
         kind = settings.get("kind", "head")
         if kind not in PRM_KINDS:
-            raise DataError(str(settings_path), f"field 'kind': expected one of {PRM_KINDS.names()}, got {kind!r}")
+            raise DataError(str(settings_path), f"field 'kind': {unknown_name(PRM_KINDS.what, kind, PRM_KINDS.names())}")
         kind_class = PRM_KINDS.get(kind)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = kind_class.model_from_folder(folder, dtype)

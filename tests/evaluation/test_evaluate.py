@@ -275,7 +275,10 @@ def test_baselines_come_from_the_registry(
     from prorag.evaluation.baselines import EVAL_BASELINES, NaiveBaseline
 
     assert EVAL_BASELINES.names()[:2] == ["naive", "standard-rag"]
-    with pytest.raises(ValueError, match=r"EvalConfig.baseline must be one of \['naive', 'standard-rag'"):
+    with pytest.raises(
+        ValueError,
+        match=r"EvalConfig.baseline: unknown evaluation baseline 'iter-retgen-typo'; expected one of \['naive', 'standard-rag'",
+    ):
         EvalConfig(baseline="iter-retgen-typo")
 
     @EVAL_BASELINES.register("test-always-kelo", replace=True)

@@ -84,9 +84,9 @@ def test_table1_end_to_end_through_the_command(setup: dict[str, Path]) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"systems": [{"baseline": "nope"}]}, "unknown baseline 'nope'"),
+        ({"systems": [{"baseline": "nope"}]}, "SystemSpec.baseline: unknown evaluation baseline 'nope'"),
         ({"benchmarks": {"X": {"path": "/nonexistent.jsonl"}}}, "benchmark X: /nonexistent.jsonl is not a file"),
-        ({"benchmarks": {"X": {"path": "x", "format": "csv"}}}, "benchmark format must be one of"),
+        ({"benchmarks": {"X": {"path": "x", "format": "csv"}}}, "BenchmarkSpec.format: unknown benchmark format 'csv'"),
         ({"systemz": []}, "systemz"),
         ({"systems": [{"baseline": "naive"}, {"label": "naive", "policy": "p"}]}, "system labels must be distinct"),
     ],

@@ -471,9 +471,15 @@ def test_one_and_two_processes_train_alike(
 
 
 def test_unknown_registry_names_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match=r"RLConfig.advantage must be one of \['grpo', 'dual', 'cpgrpo'"):
+    with pytest.raises(
+        ValueError, match=r"RLConfig.advantage: unknown advantage estimator 'ppo'; expected one of \['grpo', 'dual'"
+    ):
         RLConfig(advantage="ppo")
-    with pytest.raises(ValueError, match=r"RLConfig.process_reward must be one of .*'none'.*'prm'.*'shuffled'.*'oracle'"):
+    with pytest.raises(
+        ValueError,
+        match=r"RLConfig.process_reward: unknown step reward source 'orcale'; expected one of .*'none'.*'prm'.*'shuffled'.*'oracle'"
+        r".*; did you mean 'oracle'\?$",
+    ):
         RLConfig(process_reward="orcale")
 
 
@@ -798,7 +804,8 @@ def test_cpsearch_is_selected_by_name_with_set_overrides() -> None:
     source = rl.STEP_REWARD_SOURCES.get(cfg.process_reward)(cfg)
     assert isinstance(source, CPSearchSteps) and source.config.alpha == 0.5 and source.config.beta == -0.3
     with pytest.raises(
-        ValueError, match=r"outcome_reward.form=f1: OutcomeRewardConfig.form must be one of .*'f1_if_valid'.*got 'f1'"
+        ValueError,
+        match=r"outcome_reward.form=f1: OutcomeRewardConfig.form: unknown outcome reward 'f1'; expected one of .*'f1_if_valid'",
     ):
         apply_overrides(RLConfig(), ["outcome_reward.form=f1"])
 

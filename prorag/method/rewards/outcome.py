@@ -78,8 +78,7 @@ class OutcomeRewardConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.form not in OUTCOME_REWARDS:
-            raise ValueError(f"OutcomeRewardConfig.form must be one of {OUTCOME_REWARDS.names()}, got {self.form!r}")
+        OUTCOME_REWARDS.check(self.form, "OutcomeRewardConfig.form")
 
     @property
     def strict(self) -> bool:

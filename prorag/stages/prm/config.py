@@ -146,8 +146,7 @@ class PRMConfig(TrainingConfig):
             raise ValueError(f"PRMConfig.eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"PRMConfig.bf16 must be true, false or 'auto', got {self.bf16!r}")
-        if self.kind not in PRM_KINDS:
-            raise ValueError(f"PRMConfig.kind must be one of {PRM_KINDS.names()}, got {self.kind!r}")
+        PRM_KINDS.check(self.kind, "PRMConfig.kind")
         if not self.likelihood_beta > 0:
             raise ValueError(f"PRMConfig.likelihood_beta must be > 0, got {self.likelihood_beta}")
         try:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 
 from prorag.agent.rollout import RolloutConfig
 from prorag.core.config import method_settings, setting
+from prorag.core.setting_checks import check_temperature
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
 from prorag.method.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -101,8 +102,8 @@ class RLConfig(TrainingConfig):
     group_size: int = setting(8, help="G, trajectories sampled per question (the paper's 8).")
     rollout: RolloutConfig = setting(
         factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
-        help="The engine's sampling settings (METHOD.md: 11 actions during RL); its `seed` and `greedy` are not "
-        "used: `seed` drives the sampling.",
+        help="The engine's sampling settings (METHOD.md: 11 actions during RL; `temperature` > 0); its `seed` and "
+        "`greedy` are not used: `seed` drives the sampling.",
     )
 
     # --- rewards and advantages
@@ -229,11 +230,20 @@ class RLConfig(TrainingConfig):
         help="A LoRA adapter (the paper's setting for Qwen3-8B, all projections), merged into the saved policy.",
     )
 
+    #: ``learning_rate`` 0 is the stream control of ``prorag ablate`` (the ``frozen`` arm).
+    ZERO_LEARNING_RATE = "the frozen control, whose optimiser steps never move the weights"
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        STEP_REWARD_SOURCES.check(self.process_reward, "RLConfig.process_reward")
+        ADVANTAGE_ESTIMATORS.check(self.advantage, "RLConfig.advantage")
+        check_temperature(
+            self.rollout.temperature,
+            "RLConfig.rollout.temperature",
+            needs_sampling="GRPO compares the G trajectories of a group, which greedy decoding makes one, "
+            "and the trainer scores them at this temperature",
+        )
         choices = {
-            "process_reward": STEP_REWARD_SOURCES.names(),
-            "advantage": ADVANTAGE_ESTIMATORS.names(),
             "process_norm": PROCESS_NORMS,
             "prm_scope": PRM_SCOPES,
             "loss_aggregation": PPO_AGGREGATIONS,

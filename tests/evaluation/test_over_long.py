@@ -101,3 +101,27 @@ def test_the_cut_rule_keeps_the_end_of_the_question_within_the_budget(
     assert len(traj["question"]) < len(records[1].question) and len(traj["prompt_ids"]) <= 64 - CAPS["max_action_tokens"]
     with pytest.raises(ValueError, match="over_long must be one of"):
         EvalConfig(over_long="truncate")  # type: ignore[arg-type]
+
+
+def test_run_folders_made_before_the_budget_settings_still_match_their_markers(tmp_path: Path) -> None:
+    """An eval or sft-data stage fingerprinted before ``over_long`` and ``max_chars`` existed is
+    skipped while they hold their defaults, and counts as changed with any other value."""
+    import dataclasses
+
+    from prorag.experiments.pipeline import PipelineConfig, Run
+    from prorag.experiments.pipeline.run_folder import CONFIG_SCHEMA, fingerprint
+    from prorag.stages.sft_data import SFTDataConfig
+
+    stages = {"eval-sft": (EvalConfig(), "over_long", "cut"), "sft_data": (SFTDataConfig(), "max_chars", 100)}
+    (tmp_path / "stages").mkdir()
+    for stage, (config, name, _) in stages.items():
+        before = {k: v for k, v in dataclasses.asdict(config).items() if k != name}
+        marker = {"stage": stage, "config_schema": CONFIG_SCHEMA, "fingerprint": fingerprint(before, root=tmp_path)}
+        (tmp_path / "stages" / f"{stage}.json").write_text(json.dumps(marker), encoding="utf-8")
+    calls: list[str] = []
+    run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
+    for stage, (config, name, other) in stages.items():
+        run.stage(stage, config, lambda: calls.append("rerun"))
+        with pytest.raises(ValueError, match="finished with other settings"):
+            run.stage(stage, dataclasses.replace(config, **{name: other}), lambda: calls.append("changed"))
+    assert calls == []

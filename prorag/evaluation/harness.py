@@ -15,6 +15,7 @@ The context budget (:mod:`prorag.agent.context_budget`): a question whose prompt
 for an action under the policy's maximum length is, by ``EvalConfig.over_long``, skipped (an empty
 prediction scored 0 and marked ``skipped: "over_long"``, so the means stay over every question) or
 cut to fit (marked ``cut: "over_long"``); both counted in ``metrics.json`` with one warning line.
+A question is measured by its ProRAG prompt, also for the one-shot baselines (their documents uncounted).
 
 :func:`compare_predictions` runs a paired t-test per metric between two prediction files.
 """

@@ -62,7 +62,9 @@ def build_prompt(tokenizer: Any, question: str, style: PromptStyle | None = None
 def prompt_token_ids(tokenizer: Any, question: str, style: PromptStyle | None = None) -> list[int]:
     """The prompt ids of ``question``: :func:`build_prompt` tokenised without added special tokens.
 
-    The one definition shared by the rollout engine (what a policy is fed) and SFT (what it is
-    trained on), so that training and inference prompts are the same ids.
+    The one definition shared by the rollout engine (what a policy is fed), SFT (what it is
+    trained on) and the context budget (:mod:`prorag.agent.context_budget`, what it measures), so
+    that training and inference prompts are the same ids. Tokenised without transformers' warning
+    on a prompt longer than the model: the budget decides what to do with one, and says so.
     """
-    return tokenizer(build_prompt(tokenizer, question, style), add_special_tokens=False)["input_ids"]
+    return tokenizer(build_prompt(tokenizer, question, style), add_special_tokens=False, verbose=False)["input_ids"]

@@ -401,6 +401,8 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: MCTS, ``outcome_reward.p2s``) at ``batch`` is how those stages sampled before it; an RL run that
 #: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`). ``compile_decode``
 #: (rollout) at ``False`` runs the uncompiled decode step that came before it (the compiled one rounds otherwise).
+#: ``over_long`` (eval) at ``skip`` and ``max_chars`` (sft-data) at 65536 only act on questions too long for the
+#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped.
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -412,6 +414,8 @@ LATER_FIELDS: dict[str, Any] = {
     "rl_questions_per_world": 1,
     "sample_streams": "batch",
     "compile_decode": False,
+    "over_long": "skip",
+    "max_chars": 65_536,
 }
 
 

@@ -9,7 +9,13 @@ Outputs, in the run's output folder:
 * ``metrics.json``: the means, named by metric (``em``, ``f1``, ``cover_em``, ``substring_acc``,
   never a containment metric called EM; ``rouge1_f1``, P2S's ROUGE-1; ``acc_l`` when a judge is set), the format-valid rate, mean retrieval steps, retrieval
   recall of gold evidence, EM on the yes/no questions beside a constant guess's (``yes_no_*``), and the distribution of retrieval steps with the F1 at each count and
-  cumulatively (the data of ProRAG's Figure 6).
+  cumulatively (the data of ProRAG's Figure 6), and ``over_long_skipped`` / ``over_long_cut``.
+
+The context budget (:mod:`prorag.agent.context_budget`): a question whose prompt leaves no room
+for an action under the policy's maximum length is, by ``EvalConfig.over_long``, skipped (an empty
+prediction scored 0 and marked ``skipped: "over_long"``, so the means stay over every question) or
+cut to fit (marked ``cut: "over_long"``); both counted in ``metrics.json`` with one warning line.
+A question is measured by its ProRAG prompt, also for the one-shot baselines (their documents uncounted).
 
 :func:`compare_predictions` runs a paired t-test per metric between two prediction files.
 """
@@ -23,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from prorag.agent.context_budget import OVER_LONG_RULES, OverLongRule, apply_budget, context_budget, warn_over_long
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.core.config import setting
 from prorag.core.metrics import answer_metrics, retrieval_recall, rouge1_f1, yes_no_scores
@@ -127,10 +134,20 @@ class EvalConfig:
         help="Who decides a re-asked answer is right (as `rl.outcome_reward.hiprag`): `judge: oracle` (exact match, "
         "default) or `judge: llm` with the endpoint in `llm`.",
     )
+    over_long: OverLongRule = setting(
+        "skip",
+        help="A question whose prompt leaves no room for one action (`rollout.max_action_tokens`) within the policy's "
+        "maximum length (its max_position_embeddings, else the tokenizer's model_max_length): `skip` (an empty "
+        "prediction scored 0, marked skipped) or `cut` (the question's text cut to fit, keeping its end, marked cut); "
+        "counted in metrics.json as over_long_skipped / over_long_cut. The rest of the trajectory is capped by "
+        "`rollout.max_completion_tokens`. Applies on the rollout engine (the ProRAG loop, naive, standard-rag).",
+    )
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"EvalConfig.limit must be >= 1 (or null: every record), got {self.limit}")
+        if self.over_long not in OVER_LONG_RULES:
+            raise ValueError(f"EvalConfig.over_long must be one of {OVER_LONG_RULES}, got {self.over_long!r}")
         if self.baseline is not None:
             EVAL_BASELINES.check(self.baseline, "EvalConfig.baseline")
         if self.baseline_options:
@@ -236,6 +253,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     # EM on the yes/no questions beside a constant guess's (absent without such questions).
     out |= yes_no_scores((r["prediction"], r["golden_answers"]) for r in rows if "golden_answers" in r) or {}
     out["stop_reasons"] = dict(Counter(r["stop_reason"] for r in rows))
+    out["over_long_skipped"] = sum(r.get("skipped") == "over_long" for r in rows)
+    out["over_long_cut"] = sum(r.get("cut") == "over_long" for r in rows)
     out["retrieval_steps_distribution"] = steps_distribution(rows)
     by_type: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -342,9 +361,16 @@ def evaluate(
     pred_path, traj_path = out / "predictions.jsonl", out / "trajectories.jsonl"
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
+    budget = context_budget(model, tokenizer, engine.config)
+    split = apply_budget(todo, tokenizer, budget, cfg.over_long, engine.config.prompt_style)
+    warn_over_long("eval", split, len(todo), budget)
     runner = cfg.baseline_runner()
     judge = equivalence_judge(cfg.over_search_judge) if cfg.over_search else None
     with JsonlAppender(pred_path) as preds, JsonlAppender(traj_path) as trajs:
+        for record in split.skipped:
+            skipped = over_long_trajectory(record)
+            trajs.append(skipped.to_dict())
+            preds.append(score(record, skipped, None) | {"skipped": "over_long"})
 
         def write(batch: list[Trajectory]) -> None:
             answers: dict[str, str | None] | None = None
@@ -355,14 +381,33 @@ def evaluate(
                 counts = batch_search_counts([by_id[t.id] for t in batch], [t.text for t in batch], answers, judge)
             for t, c in zip(batch, counts, strict=True):
                 answer = runner.answer(t, tokenizer) if runner is not None else t.answer
+                cut = {"cut": "over_long"} if t.id in split.cut else {}
+                t.metadata.update(cut)
                 trajs.append(t.to_dict())
-                preds.append(score(by_id[t.id], t, answer, answers, c))
+                preds.append(score(by_id[t.id], t, answer, answers, c) | cut)
 
-        if todo and runner is not None:
-            runner.run(engine, todo, write, progress=progress)
-        elif todo:
-            engine.rollout(todo, progress=progress, on_batch=write)
+        if split.rollout and runner is not None:
+            runner.run(engine, split.rollout, write, progress=progress)
+        elif split.rollout:
+            engine.rollout(split.rollout, progress=progress, on_batch=write)
     return finish(records, out, cfg)
+
+
+def over_long_trajectory(record: Record) -> Trajectory:
+    """The trajectory line of a question skipped by the context budget: nothing fed, nothing
+    written (no ids, so the file does not hold the over-long prompt twice), stop reason ``over_long``."""
+    return Trajectory(
+        id=record.id,
+        question=record.question,
+        prompt_ids=[],
+        completion_ids=[],
+        env_mask=[],
+        logprobs=[],
+        actions=[],
+        retrievals=[],
+        stop_reason="over_long",
+        metadata={"skipped": "over_long"},
+    )
 
 
 def pending(records: Sequence[Record], out: Path, cfg: EvalConfig) -> tuple[list[Record], list[Record]]:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
+from prorag.agent.context_budget import drop_over_long
 from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.schema import parse_token_actions
@@ -410,6 +411,7 @@ def run_mcts(
     with JsonlAppender(trees_path) as out:  # repairs a cut last line before the done ids are read
         done = done_tree_ids(trees_path)
         todo = [r for r in records if r.id not in done]
+        todo = drop_over_long(todo, search.expander.model, search.tokenizer, search.expander.config, "MCTS")
         summary.already_done = len(records) - len(todo)
         if summary.already_done:
             log.info("resuming: %d of %d trees already in %s", summary.already_done, len(records), trees_path)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from tqdm.auto import tqdm
 
+from prorag.agent.context_budget import drop_over_long
 from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.core.config import LATER_FIELDS, setting
@@ -394,6 +395,7 @@ def collect_rft_samples(
     run.mkdir(parents=True, exist_ok=True)
     n = config.samples_per_question
     records = list(records)[: config.limit] if config.limit is not None else list(records)
+    records = drop_over_long(records, engine.model, engine.tokenizer, engine.config, "RFT sampling")
     path = run / "samples.jsonl"
     have = {r["id"] for r in _read_samples(path)}
     chunks = question_chunks(records, n, engine.config.batch_size)

@@ -9,6 +9,11 @@ writes, so a chunk is rendered twice over one memoising retriever: first collect
 with the LLM's thoughts. Rows are appended chunk by chunk; ids already written are skipped, a cut
 last line is repaired, and a record that cannot be written well is dropped, counted and retried by
 the next run. ``limit`` takes the first N records, so a rerun resumes the same set.
+
+The length budget is in characters (``max_chars``: prompt or question plus the trajectory's text),
+as no tokenizer is at hand here: a longer trajectory (an over-long question, pasted documents) is
+skipped with a counted warning, not written; SFT's ``max_length`` later drops, in tokens, what
+this coarse bound lets through.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from prorag.agent.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
 from prorag.core.config import setting
@@ -31,6 +36,9 @@ from prorag.supervision.llm_teacher import LLMTeacher, LLMTeacherConfig, LLMUsag
 log = logging.getLogger(__name__)
 
 TeacherKind = Literal["template", "llm"]
+T = TypeVar("T", Record, GoldTrajectory)
+#: ``SFTDataConfig.max_chars``'s default: far above a gold trajectory of real records (a few thousand characters).
+DEFAULT_MAX_CHARS = 65_536
 
 
 @dataclass
@@ -41,6 +49,12 @@ class SFTDataConfig:
     top_k: int = setting(3, help="Documents per retrieval; use the `top_k` the policy will search with.")
     limit: int | None = setting(None, help="Only the first `limit` records of the file.")
     chunk_size: int = setting(256, help="Records rendered (and sent to the LLM) together before their rows are appended.")
+    max_chars: int | None = setting(
+        DEFAULT_MAX_CHARS,
+        help="Longest trajectory in characters (question or prompt plus text); a longer one is skipped with a counted "
+        "warning, not written (null: no bound). Characters, as sft-data has no tokenizer: 65536 is about 16K tokens "
+        "at 4 characters a token, 8 times SFT's default max_length, which drops in tokens what this lets through.",
+    )
     llm: LLMTeacherConfig | None = setting(
         None, help='The LLM teacher\'s settings (`teacher="llm"`); a `cache_path` of None becomes `OUT.llm_cache.jsonl`.'
     )
@@ -54,6 +68,8 @@ class SFTDataConfig:
             raise ValueError("SFTDataConfig.top_k and chunk_size must be >= 1")
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"SFTDataConfig.limit must be >= 0, got {self.limit}")
+        if self.max_chars is not None and self.max_chars < 1:
+            raise ValueError(f"SFTDataConfig.max_chars must be >= 1 (or null: no bound), got {self.max_chars}")
 
 
 @dataclass
@@ -68,6 +84,8 @@ class SFTDataSummary:
     """Records whose id the output already held (resumed)."""
     duplicate_ids: int = 0
     """Records whose id appeared earlier in the same file (only the first is written)."""
+    over_long: int = 0
+    """Trajectories longer than ``max_chars`` (skipped, not written)."""
     dropped: Counter[str] = field(default_factory=Counter)
     """Records not written, by reason."""
     hops: int = 0
@@ -83,7 +101,8 @@ class SFTDataSummary:
         lines = [
             f"wrote {self.written} trajectories ({self.hops} hops) of {self.records} records",
             f"  skipped: {self.skipped_no_decomposition} without a gold decomposition, {self.already_done} already done"
-            + (f", {self.duplicate_ids} duplicate ids" if self.duplicate_ids else ""),
+            + (f", {self.duplicate_ids} duplicate ids" if self.duplicate_ids else "")
+            + (f", {self.over_long} over max_chars" if self.over_long else ""),
             f"  dropped: {dropped}",
             f"  gold page not retrieved: {self.missing_gold_hops} hops, in {self.missing_gold_trajectories} trajectories",
         ]
@@ -122,6 +141,26 @@ def select_records(records: Sequence[Record], done: set[str], limit: int | None,
         else:
             todo.append(r)
     return todo
+
+
+def trajectory_chars(traj: GoldTrajectory) -> int:
+    """What :attr:`SFTDataConfig.max_chars` bounds: the prompt (a baseline's) or the question, plus the text."""
+    return len(traj.prompt if traj.prompt is not None else traj.question) + len(traj.text)
+
+
+def within_max_chars(items: Sequence[T], size: Callable[[T], int], max_chars: int | None) -> tuple[list[T], int]:
+    """The records or trajectories whose ``size`` is at most ``max_chars`` (all with ``None``), and
+    how many were longer; those are named, with their size, in one warning line. Records are
+    measured by their question before rendering (no search, no LLM call for a question already too
+    long), trajectories once rendered."""
+    if max_chars is None:
+        return list(items), 0
+    kept = [x for x in items if size(x) <= max_chars]
+    over = [x for x in items if size(x) > max_chars]
+    if over:
+        names = ", ".join(f"{x.id} ({size(x)})" for x in over[:5]) + (", ..." if len(over) > 5 else "")
+        log.warning("sft-data: %d over max_chars=%d characters, skipped: %s", len(over), max_chars, names)
+    return kept, len(over)
 
 
 class _MemoRetriever:
@@ -242,11 +281,16 @@ def build_sft_data(
     out = Path(out_path)
     with JsonlAppender(out) as appender:  # repairs a cut last line before the done ids are read
         todo = select_records(records, done_ids(out), cfg.limit, summary)
+        todo, summary.over_long = within_max_chars(todo, lambda r: len(r.question), cfg.max_chars)
         if summary.already_done:
             log.info("resuming: %d records already in %s", summary.already_done, out)
         for start in range(0, len(todo), cfg.chunk_size):
             chunk = todo[start : start + cfg.chunk_size]
-            for traj in teach_chunk(chunk, retriever, cfg.top_k, llm, summary.dropped):
+            written, over = within_max_chars(
+                teach_chunk(chunk, retriever, cfg.top_k, llm, summary.dropped), trajectory_chars, cfg.max_chars
+            )
+            summary.over_long += over
+            for traj in written:
                 appender.append(traj.to_dict() | {"teacher": teacher_name})
                 summary.written += 1
                 summary.hops += len(traj.retrievals)
@@ -265,4 +309,6 @@ __all__ = [
     "render_records",
     "select_records",
     "teach_chunk",
+    "trajectory_chars",
+    "within_max_chars",
 ]

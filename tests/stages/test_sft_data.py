@@ -4,6 +4,7 @@ real retrieval in the <retrieval> blocks, missing gold pages recorded, resuming,
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from prorag.retrieval.base import Hit
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.retrieval.index import build_index
 from prorag.stages.sft import load_trajectories
-from prorag.stages.sft_data import SFTDataConfig, build_sft_data, default_cache_path
+from prorag.stages.sft_data import SFTDataConfig, build_sft_data, default_cache_path, trajectory_chars
 from prorag.supervision.llm_teacher import LLMTeacher, LLMTeacherConfig
 from tests.fake_chat_server import FakeChatServer, Reply, good_thought, user_text
 
@@ -135,6 +136,28 @@ def test_unrenderable_and_duplicate_records_are_dropped_and_counted(
     summary = build_sft_data(chosen, tmp_path / "t.jsonl", retriever=tiny_retriever)
     assert summary.written == 2 and summary.dropped == {"cannot be rendered": 1} and summary.duplicate_ids == 1
     assert [r["id"] for r in read_jsonl(tmp_path / "t.jsonl")] == [records[0].id, records[2].id]
+
+
+def test_over_long_trajectories_are_skipped_counted_and_reported(
+    tmp_path: Path, records: list[Record], tiny_retriever: BM25Retriever, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = copy.deepcopy(records[1])
+    long.id, long.question = "over-long", "pasted text " * 6_000 + records[1].question  # 72K characters
+    with caplog.at_level(logging.WARNING, logger="prorag.stages.sft_data"):
+        summary = build_sft_data([records[0], long, records[2]], tmp_path / "t.jsonl", retriever=tiny_retriever)
+    assert summary.written == 2 and summary.over_long == 1 and not summary.dropped
+    assert [r["id"] for r in read_jsonl(tmp_path / "t.jsonl")] == [records[0].id, records[2].id]
+    assert "1 over max_chars" in summary.describe() and "over-long (72" in caplog.text
+    assert "over max_chars" not in build_sft_data(records[:1], tmp_path / "u.jsonl", retriever=tiny_retriever).describe()
+    # Rendered trajectories longer than the bound (their documents, not their question) are skipped too.
+    sizes = [trajectory_chars(t) for t in render_gold(records[:4], tiny_retriever)]
+    bound = max(sizes) - 1
+    summary = build_sft_data(records[:4], tmp_path / "v.jsonl", SFTDataConfig(max_chars=bound), retriever=tiny_retriever)
+    assert summary.over_long == sum(n > bound for n in sizes) >= 1 and summary.written == 4 - summary.over_long
+    summary = build_sft_data([long], tmp_path / "w.jsonl", SFTDataConfig(max_chars=None), retriever=tiny_retriever)
+    assert summary.written == 1 and summary.over_long == 0
+    with pytest.raises(ValueError, match="max_chars must be >= 1"):
+        SFTDataConfig(max_chars=0)
 
 
 # ----------------------------------------------------------------------------- LLM teacher

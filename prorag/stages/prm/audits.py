@@ -146,12 +146,14 @@ def fresh_sample_audit(
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``), and ``policy_likelihood_within_question_auc``, its ranking
     within each question's samples."""
+    from prorag.agent.context_budget import drop_over_long
     from prorag.agent.rollout import RolloutConfig, RolloutEngine
     from prorag.agent.sampling import stream_seed
     from prorag.models.checkpoints import load_policy
 
     model, tokenizer = load_policy(str(policy), device=device)
     engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
+    records = drop_over_long(records, model, tokenizer, engine.config, "PRM audit")
     repeated = [r for r in records for _ in range(samples)]
     # Sample k of a question draws from its own stream: the audit does not change with the batching.
     streams = [stream_seed("prorag-prm-audit", seed, r.id, k) for r in records for k in range(samples)]

@@ -19,6 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import GRPOConfig
 
+from prorag.agent.context_budget import drop_over_long
 from prorag.data.jsonl import write_json
 from prorag.data.records import Record, read_records
 from prorag.method.advantages import (
@@ -173,6 +174,9 @@ def train_rl(
         model, tokenizer = load_policy(config.policy, dtype=config.dtype)
     elif tokenizer is None:
         raise ValueError("a `model` needs its `tokenizer`")
+    records = drop_over_long(records, model, tokenizer, config.rollout_config(), "RL")
+    if not records:
+        raise ValueError("no RL question fits the policy's context (see the warning above)")
     from prorag.supervision.step_rewards import LEARNED_PRM_SOURCES
 
     if config.process_reward in LEARNED_PRM_SOURCES and scorer is None and not config.prm and config.beta == 0:

@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from prorag.core.errors import DataError
-from prorag.data.jsonl import PathLike
+from prorag.data.jsonl import PathLike, create_temp_beside
 from prorag.data.safetensors_files import check_folder, load_torch
 from prorag.models.tags import add_tag_tokens, configure_generation, resize_for_tags, tag_token_ids, unregistered_tags
 
@@ -235,7 +234,7 @@ def save_trainable_state(model: torch.nn.Module, path: PathLike) -> Path:
     state = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
     if not state:
         raise ValueError("the model has no trainable parameter to save")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temp_beside(path)
     os.close(fd)
     try:
         save_file(state, tmp)

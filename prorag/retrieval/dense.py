@@ -170,10 +170,7 @@ class DenseRetriever(PartitionedIndex):
         path = directory / settings.get("embeddings", EMBEDDINGS_FILE)
         if not path.is_file():
             raise DataError(str(path), "no such file: the index is incomplete, rebuild it")
-        tensors = load_numpy(path, remedy="rebuild the index with `prorag index`")
-        if "embeddings" not in tensors:
-            raise DataError(str(path), f"no 'embeddings' tensor (holds {sorted(tensors)[:3]}); rebuild the index with `prorag index`")
-        embeddings = tensors["embeddings"]
+        embeddings = load_numpy(path, remedy="rebuild the index with `prorag index`")["embeddings"]
         if embeddings.dtype != np.float32 or embeddings.ndim != 2 or embeddings.shape[1] != settings["dim"]:
             raise DataError(
                 str(path),

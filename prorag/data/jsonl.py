@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -72,6 +72,20 @@ def read_json(path: PathLike) -> Any:
         raise DataError(f"{path}:{e.lineno}", f"invalid JSON ({e.msg} at column {e.colno})") from None
 
 
+def create_temp_beside(path: Path) -> tuple[int, str]:
+    """A new empty file ``.NAME.XXXXXXXX.tmp`` beside ``path``, open for writing: its descriptor and
+    path. Created with mode 0666 less the umask (usually 0644), as ``open`` would create ``path``
+    itself, unlike ``tempfile.mkstemp``'s 0600, which the rename would carry over to the result
+    and hide it from other users (a retrieval server run by another account)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), str(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file beside {path}")
+
+
 @contextlib.contextmanager
 def atomic_writer(path: PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success fsync it and rename it over ``path``.
@@ -82,7 +96,7 @@ def atomic_writer(path: PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     if path.is_dir():
         raise DataError(str(path), "is a folder; expected the path of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temp_beside(path)
     binary = "b" in mode
     try:
         with os.fdopen(fd, mode, **({} if binary else {"encoding": "utf-8"})) as f:

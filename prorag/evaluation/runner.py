@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prorag.core.errors import DataError
 from prorag.data.records import read_records
 from prorag.evaluation.generator_eval import GeneratorBaseline, evaluate_generator
 from prorag.evaluation.harness import EvalConfig, evaluate
@@ -25,12 +26,16 @@ def evaluate_files(
     device: str | None = None,
 ) -> dict[str, Any]:
     """``prorag eval``: load a policy (checkpoint folder or hub id) or a served model, the records and
-    the index, evaluate; then judge ``acc_l`` when ``config.judge`` is set."""
+    the index, evaluate; then judge ``acc_l`` when ``config.judge`` is set. A record file without a
+    record is refused before anything is written."""
     from prorag.models.checkpoints import load_policy
     from prorag.retrieval.index import open_retriever
 
     cfg = config or EvalConfig()
-    records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
+    records = read_records(data)  # bad input refused before the model loads, and before anything is written
+    if not records:
+        raise DataError(str(data), "no records (an empty file): nothing to evaluate; nothing written")
+    retriever = open_retriever(index)
     judge = cfg.judge.generator() if cfg.judge is not None else None  # likewise the judge's endpoint and prompt
     if uses_generator(cfg):
         generator = cfg.generator.build(policy, device=device)

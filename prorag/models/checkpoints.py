@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from prorag.core.errors import DataError
-from prorag.data.jsonl import PathLike
+from prorag.data.jsonl import PathLike, create_temp_beside
+from prorag.data.safetensors_files import check_folder, load_torch
 from prorag.models.tags import add_tag_tokens, configure_generation, resize_for_tags, tag_token_ids, unregistered_tags
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
 
 log = logging.getLogger(__name__)
 
+#: What to do about a policy folder whose weights are damaged.
+POLICY_REMEDY = "restore the checkpoint, or train or export it again"
 _PICKLE_SUFFIXES = (".bin", ".pkl", ".pt", ".pth", ".ckpt", ".pickle")
 
 
@@ -131,11 +133,13 @@ def load_policy(
     (rows initialised from the tags' spelling), pad token set, left padding, generation stopping at EOS or
     ``</answer>``. Works for checkpoints written by :func:`save_policy` and
     :func:`~prorag.models.offline.setup_offline` as for any hub model, and for a training stage's run folder
-    (:func:`resolve_policy_path`).
+    (:func:`resolve_policy_path`). A folder's damaged weights file is a ``DataError`` naming it
+    (:func:`~prorag.data.safetensors_files.check_folder`), before transformers reads it.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name_or_path = resolve_policy_path(name_or_path)
+    check_folder(name_or_path, remedy=POLICY_REMEDY)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except OSError as e:  # neither a checkpoint folder nor a cached or reachable hub model
@@ -230,7 +234,7 @@ def save_trainable_state(model: torch.nn.Module, path: PathLike) -> Path:
     state = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
     if not state:
         raise ValueError("the model has no trainable parameter to save")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temp_beside(path)
     os.close(fd)
     try:
         save_file(state, tmp)
@@ -246,9 +250,7 @@ def load_trainable_state(model: torch.nn.Module, path: PathLike) -> int:
     same names, in place (safetensors: nothing is unpickled); return how many were copied. A name
     the model lacks, a shape that differs, or a trainable parameter the file lacks is an error
     naming the file: the file was written by another model."""
-    from safetensors.torch import load_file
-
-    state = load_file(str(path))
+    state = load_torch(path, remedy="restore it, or rerun what wrote it")
     params = dict(model.named_parameters())
     missing = sorted(n for n in state if n not in params)
     if missing:

@@ -13,12 +13,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import bm25s
+import numpy as np
 
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_json, write_json
@@ -48,6 +50,45 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
         return_ids=False,
         show_progress=False,
     )
+
+
+#: The files of a bm25s sub-index folder, in the order bm25s reads them.
+SUBINDEX_FILES = ("params.index.json", "vocab.index.json", "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
+#: What to do about a damaged index file.
+REBUILD = "the index is damaged, rebuild it with `prorag index`"
+
+
+def _load_subindex(folder: Path) -> bm25s.BM25:
+    """bm25s's load of one sub-index folder (arrays with ``allow_pickle=False``). bm25s's errors
+    name no file (``Unterminated string starting at: line 1 column 1521``), so on a failure each
+    file is read on its own to find the damaged one, and that one is named; only a failure no
+    single file explains names the folder."""
+    try:
+        return bm25s.BM25.load(folder, allow_pickle=False, load_corpus=False, show_progress=False)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, EOFError) as e:
+        where, what = _damaged_subindex_file(folder) or (str(folder), f"{type(e).__name__}: {e}")
+        raise DataError(where, f"{' '.join(what.split())}; {REBUILD}") from None
+
+
+def _damaged_subindex_file(folder: Path) -> tuple[str, str] | None:
+    """The first file of :data:`SUBINDEX_FILES` in ``folder`` that does not read as what it should
+    be (a JSON object, a numpy array without pickle), and what is wrong with it."""
+    for name in SUBINDEX_FILES:
+        path = folder / name
+        try:
+            if path.suffix == ".json":
+                value = json.loads(path.read_bytes().decode("utf-8"))
+                if not isinstance(value, dict):
+                    return str(path), f"expected a JSON object, got {type(value).__name__}"
+            else:
+                np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            return str(path), "no such file"
+        except UnicodeDecodeError:
+            return str(path), "not UTF-8 text"
+        except (OSError, ValueError, EOFError) as e:
+            return str(path), str(e) or type(e).__name__
+    return None
 
 
 #: Threads for bm25s's batched retrieve. Sequential: bm25s's numpy scorer holds the GIL for
@@ -150,10 +191,7 @@ class BM25Retriever(PartitionedIndex):
         self.corpus = PartitionedPassages.load(directory)
         self.k1, self.b = float(settings["k1"]), float(settings["b"])
         self.n_threads = DEFAULT_THREADS if n_threads is None else n_threads
-        self._indexes = {
-            sub["partition"]: bm25s.BM25.load(directory / sub["path"], allow_pickle=False, load_corpus=False, show_progress=False)
-            for sub in settings["subindexes"]
-        }
+        self._indexes = {sub["partition"]: _load_subindex(directory / sub["path"]) for sub in settings["subindexes"]}
         self._check_loaded(directory)
         return self
 

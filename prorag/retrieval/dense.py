@@ -24,6 +24,7 @@ import safetensors.numpy
 from prorag.core.errors import DataError
 from prorag.data.jsonl import atomic_writer, read_json, write_json
 from prorag.data.records import Passage
+from prorag.data.safetensors_files import load_numpy
 from prorag.retrieval.base import Hit, check_search_args
 from prorag.retrieval.partitions import PartitionedIndex, PartitionedPassages
 
@@ -169,7 +170,7 @@ class DenseRetriever(PartitionedIndex):
         path = directory / settings.get("embeddings", EMBEDDINGS_FILE)
         if not path.is_file():
             raise DataError(str(path), "no such file: the index is incomplete, rebuild it")
-        embeddings = safetensors.numpy.load_file(str(path))["embeddings"]
+        embeddings = load_numpy(path, remedy="rebuild the index with `prorag index`")["embeddings"]
         if embeddings.dtype != np.float32 or embeddings.ndim != 2 or embeddings.shape[1] != settings["dim"]:
             raise DataError(
                 str(path),

@@ -5,7 +5,8 @@ or ``dense.json`` and ``embeddings.safetensors``) and the manifest ``index.json`
 last: a folder without it is an index whose build was interrupted, and :func:`load_index`
 refuses it instead of serving half an index. A build goes into ``OUT.tmp-XXXX`` beside the
 index and replaces it by renames only once complete, so a build that fails (a bad corpus, a
-kill) leaves the working index as it was; a killed build leaves its ``OUT.tmp-*`` folder.
+kill) leaves the working index as it was. A killed build leaves its ``OUT.tmp-PID-*`` folder: the
+next build of ``OUT`` removes it once that pid is no longer running, and says so.
 
 The retriever modules are imported lazily, so that opening a BM25 index never imports torch.
 """
@@ -13,7 +14,10 @@ The retriever modules are imported lazily, so that opening a BM25 index never im
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -29,6 +33,10 @@ from prorag.retrieval.base import Retriever
 MANIFEST = "index.json"
 FORMAT_VERSION = 1
 KINDS = ("bm25", "dense")
+#: Between an index folder's name and the pid in the name of a build's temporary folder.
+_TMP_INFIX = ".tmp-"
+
+log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
@@ -55,11 +63,14 @@ def build_index(
     passages = read_passages(corpus_path)
     if not passages:
         raise DataError(str(corpus_path), "the corpus has no passages")
+    started = time.time()
     out = Path(out_dir)
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp's 0700 would hide the index from a server run by another user
+    removed = remove_stale_builds(out, started)
+    if removed:
+        log.warning("removed %d folder(s) left by killed builds of %s: %s", len(removed), out, ", ".join(p.name for p in removed))
+    tmp = _new_build_dir(out)
     try:
         info = _build_into(passages, tmp, kind, model, query_prefix, passage_prefix, batch_size, corpus_path)
     except BaseException:
@@ -67,6 +78,54 @@ def build_index(
         raise
     _swap_in(tmp, out)
     return info
+
+
+def _new_build_dir(out: Path) -> Path:
+    """A new empty folder ``OUT.tmp-PID-XXXXXXXX`` beside ``out``, where a build writes: the pid
+    tells a running build's folder from a killed one's (:func:`remove_stale_builds`). Created
+    with the umask's permissions (usually 0755), unlike ``tempfile.mkdtemp``'s 0700, which would
+    hide the index from a server run by another user."""
+    for _ in range(100):
+        tmp = out.parent / f"{out.name}{_TMP_INFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"cannot create a build folder beside {out}")
+
+
+def remove_stale_builds(out: Path, started: float) -> list[Path]:
+    """Remove the ``OUT.tmp-*`` folders that killed builds of ``out`` left beside it; return them.
+
+    Only folders of ``out`` itself, and only those no build is using: one named with a pid
+    (:func:`_new_build_dir`) is stale once no process of that pid runs on this machine; one without
+    (left by an older version) once it was last changed before ``started``, this build's start.
+    """
+    removed = []
+    prefix = out.name + _TMP_INFIX
+    for path in sorted(out.parent.iterdir()):
+        if not path.name.startswith(prefix) or path.is_symlink() or not path.is_dir():
+            continue
+        named = re.fullmatch(r"(\d+)-[0-9a-f]{8}", path.name[len(prefix) :])
+        stale = not _running(int(named.group(1))) if named else path.stat().st_mtime < started
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (where that cannot be told: assumed so)."""
+    if os.name != "posix" or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
 
 
 def _check_replaceable(out: Path) -> None:

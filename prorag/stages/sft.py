@@ -401,7 +401,8 @@ class WeightedSFTTrainer(TrainerKernels, SFTTrainer):
 
 
 def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
-    from prorag.models.checkpoints import as_dtype, load_policy, prepare_policy
+    from prorag.data.safetensors_files import check_folder
+    from prorag.models.checkpoints import POLICY_REMEDY, as_dtype, load_policy, prepare_policy
     from prorag.models.tags import tag_token_ids
     from prorag.models.tiny import make_tiny_model
 
@@ -425,6 +426,7 @@ def _load_model(config: SFTConfig, tokenizer: Any) -> tuple[Any, Any]:
         return load_policy(config.model, dtype=config.dtype)
     from transformers import AutoModelForCausalLM
 
+    check_folder(config.model, remedy=POLICY_REMEDY)
     model = AutoModelForCausalLM.from_pretrained(config.model, dtype=as_dtype(config.dtype))
     prepare_policy(model, tokenizer)
     return model, tokenizer

@@ -28,6 +28,7 @@ from typing import Literal, TypeVar
 
 from prorag.agent.gold import GoldTrajectory, Hop, Teacher, TemplateTeacher, gold_hops, render_gold
 from prorag.core.config import setting
+from prorag.core.errors import DataError
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record, read_records
 from prorag.retrieval.base import Hit, Retriever
@@ -260,16 +261,19 @@ def build_sft_data(
     The retriever is ``retriever``, else :func:`~prorag.retrieval.index.open_retriever` of
     ``index`` (a folder or an ``http(s)://`` URL). With ``teacher="llm"`` the thoughts come from
     ``llm`` if given (tests pass one), else an :class:`~prorag.supervision.llm_teacher.LLMTeacher` of
-    ``config.llm``. Returns the counts.
+    ``config.llm``. Returns the counts. A record file without a record is refused before anything
+    is written.
     """
     cfg = config or SFTDataConfig()
+    if retriever is None and index is None:
+        raise ValueError("build_sft_data needs a retriever or an index")
+    records = read_records(data) if isinstance(data, (str, os.PathLike)) else list(data)
+    if not records and isinstance(data, (str, os.PathLike)):
+        raise DataError(str(data), "no records (an empty file): no trajectories to write; nothing written")
     if retriever is None:
-        if index is None:
-            raise ValueError("build_sft_data needs a retriever or an index")
         from prorag.retrieval.index import open_retriever
 
         retriever = open_retriever(index)
-    records = read_records(data) if isinstance(data, (str, os.PathLike)) else list(data)
     if cfg.teacher == "template":
         llm = None
     elif llm is None and cfg.llm is not None:  # SFTDataConfig checks that an llm teacher has settings

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -24,6 +25,7 @@ from prorag.core.kernels import compile_norms as compile_model_norms
 from prorag.core.kernels import training_attention
 from prorag.core.setting_checks import check_learning_rate
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
+from prorag.data.safetensors_files import folder_damage
 
 log = logging.getLogger(__name__)
 
@@ -227,34 +229,66 @@ _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.
 
 
 def checkpoint_step(folder: Path) -> int | None:
-    """The global step of a *complete* checkpoint folder, None for an incomplete one.
+    """The global step of a *complete* checkpoint folder, None for an incomplete or damaged one
+    (:func:`inspect_checkpoint`)."""
+    return inspect_checkpoint(folder)[0]
+
+
+def inspect_checkpoint(folder: Path) -> tuple[int | None, str | None]:
+    """A checkpoint folder's global step and ``None``, or ``None`` and why it cannot be resumed from.
 
     The Trainer writes ``trainer_state.json`` last (after the weights, optimiser, scheduler and
-    RNG states), so a checkpoint killed mid-write lacks it or holds it truncated: complete means
-    weights present and a readable trainer state naming its step.
+    RNG states), so a checkpoint killed mid-write lacks it or holds it truncated. A folder damaged
+    later (a full disk, a copy cut short) can hold a sound trainer state beside cut weights, so
+    the weights' headers are read too (their layout must reach the end of each file:
+    :func:`~prorag.data.safetensors_files.folder_damage`), and the pickled states (zip archives)
+    must end in their zip directory, which a cut file lacks. Nothing else is read: choosing costs
+    milliseconds whatever the model's size.
     """
     try:
         state = json.loads((folder / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return None
+    except OSError:
+        return None, "no trainer_state.json (killed while it was written?)"
+    except ValueError:
+        return None, "trainer_state.json is cut short (killed while it was written?)"
     step = state.get("global_step") if isinstance(state, dict) else None
-    if not isinstance(step, int) or not any((folder / w).is_file() for w in _WEIGHTS):
-        return None
-    return step
+    if not isinstance(step, int):
+        return None, "trainer_state.json names no global_step"
+    if not any((folder / w).is_file() for w in _WEIGHTS):
+        return None, "no weights file (killed while it was written?)"
+    damaged = folder_damage(folder) or _damaged_archive(folder)
+    if damaged is not None:
+        return None, f"damaged {damaged}"
+    return step, None
+
+
+def _damaged_archive(folder: Path) -> str | None:
+    """The first of ``folder``'s torch-saved states (``*.pt``, ``*.pth``: zip archives) that is
+    cut short, with why; files in torch's older non-zip format are not checked."""
+    for path in sorted([*folder.glob("*.pt"), *folder.glob("*.pth")]):
+        try:
+            with path.open("rb") as f:
+                if f.read(4) != b"PK\x03\x04":
+                    continue
+            with zipfile.ZipFile(path) as archive:
+                archive.infolist()
+        except (OSError, zipfile.BadZipFile) as e:
+            return f"{path.name}: {e}"
+    return None
 
 
 def last_complete_checkpoint(ckpt_dir: Path) -> tuple[Path, int] | None:
-    """The newest complete checkpoint in ``ckpt_dir`` and its step; incomplete newer ones (a kill
-    while saving) are skipped with a warning and left on disk (the Trainer rewrites that folder
-    when it reaches the step again)."""
+    """The newest complete checkpoint in ``ckpt_dir`` and its step; newer incomplete or damaged
+    ones (:func:`inspect_checkpoint`) are skipped with a warning naming the folder and why, and
+    left on disk (the Trainer rewrites that folder when it reaches the step again)."""
     if not ckpt_dir.is_dir():
         return None
     numbered = [(int(m.group(1)), d) for d in ckpt_dir.iterdir() if d.is_dir() and (m := _CHECKPOINT.match(d.name))]
     for _, folder in sorted(numbered, reverse=True):
-        step = checkpoint_step(folder)
+        step, problem = inspect_checkpoint(folder)
         if step is not None:
             return folder, step
-        log.warning("skipping incomplete checkpoint %s (killed while it was written?)", folder)
+        log.warning("skipping checkpoint %s: %s; trying the next older one", folder, problem)
     return None
 
 

@@ -526,6 +526,7 @@ class ProcessRewardModel:
         from transformers import AutoTokenizer
 
         from prorag.core.errors import DataError
+        from prorag.data.safetensors_files import check_folder
 
         folder = model_folder(path)
         settings_path = folder / SETTINGS_FILE
@@ -536,6 +537,7 @@ class ProcessRewardModel:
         if kind not in PRM_KINDS:
             raise DataError(str(settings_path), f"field 'kind': {unknown_name(PRM_KINDS.what, kind, PRM_KINDS.names())}")
         kind_class = PRM_KINDS.get(kind)
+        check_folder(folder, remedy="restore the folder or train the PRM again")
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = kind_class.model_from_folder(folder, dtype)
         if device is not None:

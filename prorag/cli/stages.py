@@ -151,7 +151,10 @@ def eval_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (resumes if it holds predictions).")] = None,
     k: Annotated[int | None, typer.Option("-k", help="Documents per retrieval (default 3).")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
-    baseline: Annotated[str | None, typer.Option(help="Evaluate a baseline instead of the ProRAG loop, by name (the baseline field below lists them).")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="Evaluate a baseline instead of the ProRAG loop, by name (the baseline field below lists them)."),
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch (default 32).")] = None,
     max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory (default 13, as at inference).")] = None,
     prompt_style: Annotated[

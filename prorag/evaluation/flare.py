@@ -64,7 +64,9 @@ def masked_query(tokens: list[str], logprobs: list[float], mask_below: float, fa
     return query or fallback
 
 
-@EVAL_BASELINES.register("flare", help="FLARE: retrieves again when the next sentence holds a low-probability token (needs token log-probabilities)")
+@EVAL_BASELINES.register(
+    "flare", help="FLARE: retrieves again when the next sentence holds a low-probability token (needs token log-probabilities)"
+)
 class FLARE(GeneratorBaseline):
     """FLARE-direct: search with a low-confidence look-ahead sentence and regenerate it."""
 

@@ -31,7 +31,9 @@ class IterRetGenOptions:
             raise ValueError(f"iter-retgen rounds and max_tokens must be >= 1, got {self.rounds} and {self.max_tokens}")
 
 
-@EVAL_BASELINES.register("iter-retgen", help="Iter-RetGen: retrieval with the question and the last generation, for a fixed number of rounds")
+@EVAL_BASELINES.register(
+    "iter-retgen", help="Iter-RetGen: retrieval with the question and the last generation, for a fixed number of rounds"
+)
 class IterRetGen(GeneratorBaseline):
     """Iter-RetGen: T rounds of (search with question + last generation, generate)."""
 

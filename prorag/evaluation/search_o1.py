@@ -83,7 +83,9 @@ def result_block(info: str) -> str:
     return f"{END_QUERY}\n\n{BEGIN_RESULT}\n{info}\n{END_RESULT}\n\n"
 
 
-@EVAL_BASELINES.register("search-o1", help="Search-o1: agentic search with the model's own search queries and a reason-in-documents step")
+@EVAL_BASELINES.register(
+    "search-o1", help="Search-o1: agentic search with the model's own search queries and a reason-in-documents step"
+)
 class SearchO1(GeneratorBaseline):
     """Search-o1: the model's own searches, Reason-in-Documents, an answer in ``\\boxed{}``."""
 

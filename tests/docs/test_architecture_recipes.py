@@ -31,7 +31,9 @@ def recipes(text: str) -> dict[str, str]:
 def prorag(args: list[str], plugins: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), str(REPO)]), "PRORAG_PLUGINS": ",".join(plugins)}
     env.update({"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"})
-    return subprocess.run([sys.executable, "-m", "prorag.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "prorag.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_page_has_the_three_recipes() -> None:

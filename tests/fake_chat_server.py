@@ -5,7 +5,9 @@
 thread (one thread per connection, so a slow reply does not hold up the others). ``behave(body, n)``
 decides each reply, where ``n`` counts how many times this very body has been asked (1 on the
 first request, 2 on its first retry, ...); the default gives a good thought. Every request is
-recorded (body, headers, arrival time) and so is the most requests in flight at once.
+recorded (body, headers, arrival time) and so is the most requests in flight at once. A reply may
+also misbehave on the wire: stall after its headers (``stall``), or come chunked, without a
+``Content-Length`` (``chunked``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class Reply:
     """Tokens of ``content`` for a reply with log-probabilities (default: split before spaces)."""
     logprobs: list[float] | None = None
     """Their log-probabilities (default: ``-0.5`` each)."""
+    stall: float = 0.0
+    """Seconds of silence after the headers, before the body (a stalled server)."""
+    chunked: bool = False
+    """Send the body in 64 KiB chunks without a ``Content-Length`` (a streamed reply)."""
 
     def token_logprobs(self) -> tuple[list[str], list[float]]:
         tokens = self.tokens if self.tokens is not None else re.findall(r"\s*\S+", self.content or "")
@@ -144,21 +150,35 @@ class FakeChatServer:
                         payload = completion_payload(reply, body, chat=self.path == "/v1/chat/completions")
                     elif payload is None:
                         payload = {"error": {"message": f"scripted {reply.status}"}}
-                    self._send(reply.status, payload, reply.headers)
+                    self._send(reply.status, payload, reply.headers, stall=reply.stall, chunked=reply.chunked)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
 
-            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, payload: Any, headers: dict[str, str] | None = None, stall: float = 0.0, chunked: bool = False
+            ) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
+                    if chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    else:
+                        self.send_header("Content-Length", str(len(data)))
                     for k, v in (headers or {}).items():
                         self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(data)
+                    self.wfile.flush()
+                    if stall:
+                        time.sleep(stall)
+                    if not chunked:
+                        self.wfile.write(data)
+                        return
+                    for start in range(0, len(data), 1 << 16):
+                        piece = data[start : start + (1 << 16)]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -104,6 +105,11 @@ def completion_payload(reply: Reply, body: dict[str, Any], *, chat: bool) -> dic
 
 class _Server(ThreadingHTTPServer):
     request_queue_size = 128  # the default backlog (5) resets connections when many clients open at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that hung up (a timeout, a reply over its cap): expected here
+        super().handle_error(request, client_address)
 
 
 class FakeChatServer:

@@ -294,7 +294,6 @@ _LLM_OPTIONS: dict[str, tuple[str, Any, str]] = {
     "concurrency": ("concurrency", int, "LLM: requests in flight at once (default 8)."),
     "max_retries": ("max_retries", int, "LLM: retries of one request (default 5)."),
     "timeout": ("timeout_s", float, "LLM: seconds for one request as a whole (default 60)."),
-    "connect_timeout": ("connect_timeout_s", float, "LLM: seconds to connect (default 10)."),
     "read_timeout": ("read_timeout_s", float, "LLM: longest silence once a reply has begun, a stalled server (default 30)."),
     "cache": ("cache_path", Path, "LLM: reply cache (default OUT.llm_cache.jsonl)."),
     "price_input": ("price_input_per_1k", float, "LLM: price of 1k prompt tokens (cost estimate)."),

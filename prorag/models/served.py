@@ -391,7 +391,7 @@ async def _read_capped(resp: httpx.Response, url: str, config: EndpointConfig) -
     cap = config.max_reply_bytes
     declared = resp.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
-        raise _too_large(url, f"of {int(declared)} bytes", cap)
+        raise _too_large(url, f"a reply of {int(declared)} bytes is over max_reply_bytes ({cap})")
     chunks: list[bytes] = []
     size = 0
     stream = resp.aiter_bytes()
@@ -406,15 +406,12 @@ async def _read_capped(resp: httpx.Response, url: str, config: EndpointConfig) -
             ) from None
         size += len(chunk)
         if size > cap:
-            raise _too_large(url, f"over {cap} bytes", cap)
+            raise _too_large(url, f"the reply grew past max_reply_bytes ({cap}) as it was read")
         chunks.append(chunk)
 
 
-def _too_large(url: str, size: str, cap: int) -> ReplyTooLarge:
-    return ReplyTooLarge(
-        f"{url}: a reply {size} is over max_reply_bytes ({cap}); check the server (max_tokens, logprobs), "
-        "or raise max_reply_bytes"
-    )
+def _too_large(url: str, what: str) -> ReplyTooLarge:
+    return ReplyTooLarge(f"{url}: {what}; check the server (max_tokens, logprobs), or raise max_reply_bytes")
 
 
 def api_key(env: str | None, error: type[Exception]) -> str | None:

@@ -36,3 +36,16 @@ def test_eval_served_with_api_key_env_none_and_a_dotted_set(tmp_path: Path, monk
     config = json.loads((out / "metrics.json").read_text())["config"]["generator"]["served"]
     assert (config["api_key_env"], config["timeout_s"], config["read_timeout_s"]) == ("none", 5, 2)
     assert [json.loads(line)["prediction"] for line in (out / "predictions.jsonl").read_text().splitlines()] == ["Ada"]
+
+    # A reply over max_reply_bytes stops the run with one line naming the endpoint, asked once.
+    with FakeChatServer(lambda body, n: Reply(content="Ada " * 5000, chunked=True)) as server:
+        result = runner.invoke(
+            app,
+            ["eval", "--data", str(records), "--index", str(tmp_path / "idx"), "--out", str(tmp_path / "huge"),
+             "--baseline", "naive", "--generator", "served", "--base-url", server.url, "--served-model", "m",
+             "--set", "generator.served.max_reply_bytes=4096"],
+        )  # fmt: skip
+        asked = server.n_requests
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and asked == 1, result.output
+    assert lines[-1].startswith(f"error: {server.url}/completions: the reply grew past max_reply_bytes (4096)"), lines

@@ -1,22 +1,19 @@
 """The served backend: any OpenAI-compatible completions or chat endpoint as a :class:`TextGenerator`.
 
-A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference baselines
-the way the field runs large models. :class:`ServedGenerator` sends a batch's prompts concurrently (at
-most ``concurrency`` in flight) and returns one :class:`~prorag.models.generator.Generation` per prompt,
-in order, with token log-probabilities when asked (FLARE needs them) and the server's token counts.
+A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference baselines.
+:class:`ServedGenerator` sends a batch's prompts concurrently (at most ``concurrency`` in flight) and
+returns one :class:`~prorag.models.generator.Generation` per prompt, in order, with token
+log-probabilities when asked (FLARE needs them) and the server's token counts.
 
-Three timeouts bound a request: ``connect_timeout_s`` to connect, ``read_timeout_s`` of silence once
-the reply has begun (a server that sends its headers and then nothing is stalled), ``timeout_s`` for
-the whole request. Timeouts, connection errors, 408, 429, 5xx and replies not of the schema are
-retried with capped exponential backoff and jitter (honouring ``Retry-After``), one warning line per
-retry, then fail as one :class:`~prorag.core.errors.ServiceUnavailableError` naming the endpoint; any
-other status (a bad key, an unknown model) fails at once with :class:`ServedError`: asking again
-cannot help. A reply is read as it streams and refused past ``max_reply_bytes`` (:class:`ReplyTooLarge`,
-not retried). Greedy replies are cached on disk, sampled ones never (a second sample must be new).
-The key is read from the variable ``api_key_env`` names (``none``: no key) and is never logged, cached
-or shown; plain http goes only to loopback unless ``allow_insecure_http``. :func:`api_key`,
-:func:`post`, :func:`retrying`, :class:`RequestCounts`, :func:`request_key` and :func:`token_count`
-also serve the LLM teacher's chat client.
+A request is bounded by ``connect_timeout_s``, ``read_timeout_s`` of silence once its reply has begun
+(headers then nothing: a stalled server) and ``timeout_s`` in all; its reply is read as it streams and
+refused past ``max_reply_bytes`` (:class:`ReplyTooLarge`, not retried). Timeouts, connection errors,
+408, 429, 5xx and replies not of the schema are retried with capped exponential backoff and jitter
+(honouring ``Retry-After``), one log line per retry, then fail as one ``ServiceUnavailableError``
+naming the endpoint; any other status fails at once (:class:`ServedError`). Greedy replies are cached
+on disk, sampled ones never. The key is read from the variable ``api_key_env`` names (``none``: no
+key), never logged; plain http goes only to loopback unless ``allow_insecure_http``. The request
+helpers (:func:`post`, :func:`retrying`, ...) also serve the LLM teacher's chat client.
 """
 
 from __future__ import annotations
@@ -54,7 +51,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 T = TypeVar("T")
 
-#: Default cap on one reply: a completion with per-token log-probabilities is well under 1 MiB.
+#: Default cap on one reply, far above a long completion with per-token log-probabilities.
 MAX_REPLY_BYTES = 16 << 20
 
 #: Statuses worth asking again: the server is busy, overloaded or broken for now.
@@ -589,10 +586,10 @@ __all__ = [
     "api_key",
     "backoff_delay",
     "is_safe_url",
+    "no_key_if_none",
     "parse_reply",
     "parse_retry_after",
     "post",
-    "no_key_if_none",
     "request_key",
     "retry_line",
     "retrying",

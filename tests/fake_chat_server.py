@@ -5,7 +5,9 @@
 thread (one thread per connection, so a slow reply does not hold up the others). ``behave(body, n)``
 decides each reply, where ``n`` counts how many times this very body has been asked (1 on the
 first request, 2 on its first retry, ...); the default gives a good thought. Every request is
-recorded (body, headers, arrival time) and so is the most requests in flight at once.
+recorded (body, headers, arrival time) and so is the most requests in flight at once. A reply may
+also misbehave on the wire: stall after its headers (``stall``), or come chunked, without a
+``Content-Length`` (``chunked``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -40,6 +43,10 @@ class Reply:
     """Tokens of ``content`` for a reply with log-probabilities (default: split before spaces)."""
     logprobs: list[float] | None = None
     """Their log-probabilities (default: ``-0.5`` each)."""
+    stall: float = 0.0
+    """Seconds of silence after the headers, before the body (a stalled server)."""
+    chunked: bool = False
+    """Send the body in 64 KiB chunks without a ``Content-Length`` (a streamed reply)."""
 
     def token_logprobs(self) -> tuple[list[str], list[float]]:
         tokens = self.tokens if self.tokens is not None else re.findall(r"\s*\S+", self.content or "")
@@ -99,6 +106,11 @@ def completion_payload(reply: Reply, body: dict[str, Any], *, chat: bool) -> dic
 class _Server(ThreadingHTTPServer):
     request_queue_size = 128  # the default backlog (5) resets connections when many clients open at once
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that hung up (a timeout, a reply over its cap): expected here
+        super().handle_error(request, client_address)
+
 
 class FakeChatServer:
     def __init__(self, behave: Callable[[dict[str, Any], int], Reply] = default_behave) -> None:
@@ -144,21 +156,35 @@ class FakeChatServer:
                         payload = completion_payload(reply, body, chat=self.path == "/v1/chat/completions")
                     elif payload is None:
                         payload = {"error": {"message": f"scripted {reply.status}"}}
-                    self._send(reply.status, payload, reply.headers)
+                    self._send(reply.status, payload, reply.headers, stall=reply.stall, chunked=reply.chunked)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
 
-            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, payload: Any, headers: dict[str, str] | None = None, stall: float = 0.0, chunked: bool = False
+            ) -> None:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
+                    if chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    else:
+                        self.send_header("Content-Length", str(len(data)))
                     for k, v in (headers or {}).items():
                         self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(data)
+                    self.wfile.flush()
+                    if stall:
+                        time.sleep(stall)
+                    if not chunked:
+                        self.wfile.write(data)
+                        return
+                    for start in range(0, len(data), 1 << 16):
+                        piece = data[start : start + (1 << 16)]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout)
 

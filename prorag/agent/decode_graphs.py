@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from prorag.agent.kv_cache import SlotCache, SlotPool, additive_mask_dtype, slot_mask
+from prorag.agent.kv_cache import SlotCache, SlotPool, additive_mask_dtype, cache_keyword, slot_mask
 from prorag.core.kernels import compile_static_step
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,7 @@ class DecodeGraphs:
         the default."""
         self.additive = additive_mask_dtype(model) if attention == "model" else None
         """The dtype of an additive mask (the model's eager attention), or None: a boolean one."""
+        self.cache_keyword = cache_keyword(model)
         self.compiled = compile
         """Whether the step runs compiled whole (:func:`~prorag.core.kernels.compile_static_step`): the
         graphs then record the compiled kernels, and ``capture=False`` runs them uncaptured."""
@@ -241,9 +242,9 @@ class DecodeGraphs:
                 input_ids=self.ids[:rows],
                 attention_mask=mask,
                 position_ids=slots,
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self.cache_keyword: cache},
             )
         return out.logits[:, -1, :]
 

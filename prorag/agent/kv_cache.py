@@ -48,6 +48,20 @@ def supports_slot_cache(model: Any) -> bool:
     return not (getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True))
 
 
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward takes its KV cache by: ``cache`` where it has one (transformers
+    renamed ``past_key_values``, which still works but warns on every run), else ``past_key_values``
+    (older transformers, test doubles). A PEFT or ``torch.compile`` wrapper passes keywords through
+    to the model it wraps, whose signature decides."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    inner = getattr(inner, "_orig_mod", inner)
+    try:
+        params = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 class _SlotLayer(CacheLayerMixin):
     """One layer of a :class:`SlotCache`: preallocated buffers written in place at given slots.
 
@@ -267,6 +281,7 @@ class SlotState:
         """An upper bound of ``length.max()`` kept on the host (exact after each chunk)."""
         self.slot_ids = torch.arange(0, device=device)
         self.additive = additive_mask_dtype(model)
+        self.cache_keyword = cache_keyword(model)
 
     can_drop = True
 
@@ -335,9 +350,9 @@ class SlotState:
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=slots,
-                past_key_values=self.cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self.cache_keyword: self.cache},
             )
         return out.logits[:, -1, :]
 
@@ -358,6 +373,7 @@ class BatchState:
         except (TypeError, ValueError):
             params = {}
         self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.cache_keyword = cache_keyword(model)
 
     can_drop = False
     """The model's cache cannot drop rows: finished rows stay (and decode nothing)."""
@@ -388,10 +404,10 @@ class BatchState:
                 input_ids=ids,
                 attention_mask=self.mask,
                 position_ids=positions,
-                past_key_values=self.cache,
                 use_cache=True,
+                **{self.cache_keyword: self.cache},
                 **self.extra,
             )
-        self.cache = out.past_key_values
+        self.cache = getattr(out, self.cache_keyword)
         self.next_pos = self.next_pos + live.sum(1)
         return out.logits[:, -1, :]

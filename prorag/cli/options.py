@@ -290,10 +290,11 @@ class LLMEndpoint:
 _LLM_OPTIONS: dict[str, tuple[str, Any, str]] = {
     "base_url": ("base_url", str, "LLM: API root of an OpenAI-compatible server (…/v1)."),
     "model": ("model", str, "LLM: model name."),
-    "api_key_env": ("api_key_env", str, "LLM: environment variable holding the API key (default OPENAI_API_KEY)."),
+    "api_key_env": ("api_key_env", str, "LLM: environment variable holding the API key (default OPENAI_API_KEY; none: no key)."),
     "concurrency": ("concurrency", int, "LLM: requests in flight at once (default 8)."),
     "max_retries": ("max_retries", int, "LLM: retries of one request (default 5)."),
-    "timeout": ("timeout_s", float, "LLM: seconds per request (default 60)."),
+    "timeout": ("timeout_s", float, "LLM: seconds for one request as a whole (default 60)."),
+    "read_timeout": ("read_timeout_s", float, "LLM: longest silence once a reply has begun, a stalled server (default 30)."),
     "cache": ("cache_path", Path, "LLM: reply cache (default OUT.llm_cache.jsonl)."),
     "price_input": ("price_input_per_1k", float, "LLM: price of 1k prompt tokens (cost estimate)."),
     "price_output": ("price_output_per_1k", float, "LLM: price of 1k completion tokens (cost estimate)."),

@@ -5,6 +5,9 @@ They take their few options directly (no stage config behind them).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,6 +20,19 @@ from prorag.data.formats import record_formats
 from prorag.retrieval.index import KINDS as INDEX_KINDS
 
 # ----------------------------------------------------------------------------- data
+
+
+@contextlib.contextmanager
+def _counts_printed_here(logger: str) -> Iterator[None]:
+    """Hold back ``logger``'s INFO lines while a command runs the function it logs for: the library
+    logs its counts for callers from Python, and the command prints the same counts itself, once."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 class _FormatsCommand(TyperCommand):
@@ -47,7 +63,8 @@ def data_convert(
     from prorag.data.benchmarks import load_benchmark
     from prorag.data.jsonl import write_jsonl
 
-    loaded = load_benchmark(input, format)
+    with _counts_printed_here("prorag.data.benchmarks"):
+        loaded = load_benchmark(input, format)
     skipped = ", ".join(f"{v} {k}" for k, v in loaded.skipped.items() if v) or "none"
     if not loaded.records:
         raise DataError(str(input), f"no records to convert (skipped: {skipped}); nothing written to {out}")
@@ -72,11 +89,12 @@ def corpus_build(
     from prorag.data.corpus import build_corpus
     from prorag.data.jsonl import write_jsonl
 
-    built = build_corpus(inputs)
+    with _counts_printed_here("prorag.data.corpus"):
+        built = build_corpus(inputs)
     n = write_jsonl(out, (p.to_dict() for p in built.passages))
     for source, count in built.added.items():
         typer.echo(f"  {source}: {count} new paragraphs")
-    typer.echo(f"wrote {n} paragraphs to {out} ({built.duplicates} duplicates dropped)")
+    typer.echo(f"wrote {n} paragraphs to {out} ({built.duplicates} duplicates dropped, {built.empty} empty texts skipped)")
 
 
 # ----------------------------------------------------------------------------- world
@@ -172,11 +190,16 @@ def serve_retriever(
     index: Annotated[Path, typer.Option("--index", "-i", help="Index folder.")],
     host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port, 1..65535 (0: a free port, logged).")] = 8000,
-    max_batch: Annotated[int, typer.Option(help="Largest accepted number of queries per request.")] = 512,
-    max_topk: Annotated[int, typer.Option(help="Largest accepted topk.")] = 100,
+    max_batch: Annotated[int, typer.Option(min=1, help="Most queries in one request (more: 413).")] = 512,
+    max_topk: Annotated[int, typer.Option(min=1, help="Largest topk a request may ask for (larger: 422).")] = 100,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest accepted request body (larger: 413).")] = 1 << 20,
 ) -> None:
-    """Serve an index over HTTP in the Search-R1 wire format (POST /retrieve)."""
+    """Serve an index over HTTP in the Search-R1 wire format (POST /retrieve, GET /health).
+
+    A request is {"queries": [...], "topk": 3, "return_scores": true, "partitions": [...]}: at most
+    512 queries (--max-batch; more: 413), topk from 1 to 100 (--max-topk; else 422), a body of at
+    most 1 MiB (--max-body-bytes; larger: 413). Every refusal is a JSON {"error": ...} line.
+    """
     from prorag.retrieval.server import serve
 
     serve(index, host=host, port=port, max_batch=max_batch, max_topk=max_topk, max_body_bytes=max_body_bytes)

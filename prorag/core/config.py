@@ -285,7 +285,9 @@ def replace_field(config: C, key: str, value: Any, where: str) -> C:
 
     The value is checked and converted like a YAML value; the config and every nested config on
     the path are rebuilt with :func:`dataclasses.replace`, so their ``__post_init__`` checks run.
-    A nested config that is ``None`` must be set whole (``llm={base_url: ..., model: ...}``).
+    Dotted keys also reach into a mapping field (``generator.served.timeout_s=5`` sets one entry of
+    ``served``) and into an optional nested config that is ``None``, built from its defaults first
+    (``judge.max_tokens=8``); one with required fields must be set whole (``llm={base_url: ..., model: ...}``).
     """
     head, _, rest = key.partition(".")
     cls = type(config)
@@ -293,10 +295,19 @@ def replace_field(config: C, key: str, value: Any, where: str) -> C:
     if head not in fields:
         raise DataError(where, _unknown_key(head, cls, fields))
     if rest:
+        hint = typing.get_type_hints(cls)[head]
         inner = getattr(config, head)
-        if not dataclasses.is_dataclass(inner):
+        if inner is None:
+            inner = _unset_block(hint, f"field '{head}' of {cls.__name__}", where)
+        if isinstance(inner, dict):
+            try:
+                new = _coerce(_with_entry(inner, rest, value, f"field '{head}' of {cls.__name__}", where), hint)
+            except _Mismatch as e:
+                raise DataError(where, f"field '{head}': expected {e}") from None
+        elif dataclasses.is_dataclass(inner):
+            new = replace_field(inner, rest, value, where)
+        else:
             raise DataError(where, f"field '{head}' of {cls.__name__} has no sub-fields (it is {inner!r})")
-        new = replace_field(inner, rest, value, where)
     else:
         try:
             new = _coerce(value, typing.get_type_hints(cls)[head])
@@ -306,6 +317,35 @@ def replace_field(config: C, key: str, value: Any, where: str) -> C:
         return dataclasses.replace(config, **{head: new})  # type: ignore[type-var]
     except (TypeError, ValueError) as e:
         raise CheckFailed(where, str(e)) from None
+
+
+def _unset_block(hint: Any, name: str, where: str) -> Any:
+    """What a dotted key builds on when the optional field ``name`` (of type ``hint``) is None: its
+    config class's defaults, or an empty mapping; a config with required fields must be set whole."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    for arg in args:
+        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
+            try:
+                return arg()
+            except (TypeError, ValueError):
+                raise DataError(where, f"{name} is not set and has required fields: set it whole first") from None
+        if arg is dict or typing.get_origin(arg) is dict:
+            return {}
+    raise DataError(where, f"{name} has no sub-fields (it is None)")
+
+
+def _with_entry(mapping: dict[str, Any], key: str, value: Any, name: str, where: str) -> dict[str, Any]:
+    """A copy of ``mapping`` with the dotted ``key`` set to ``value`` (missing levels created)."""
+    head, _, rest = key.partition(".")
+    out = dict(mapping)
+    if not rest:
+        out[head] = value
+        return out
+    inner = out.get(head, {})
+    if not isinstance(inner, dict):
+        raise DataError(where, f"entry '{head}' of {name} has no sub-fields (it is {inner!r})")
+    out[head] = _with_entry(inner, rest, value, f"entry '{head}' of {name}", where)
+    return out
 
 
 class CheckFailed(DataError):

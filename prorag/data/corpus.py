@@ -27,6 +27,8 @@ class CorpusBuild:
     passages: list[Passage]
     added: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    empty: int = 0
+    """Paragraphs skipped for an empty text."""
 
 
 def build_corpus(inputs: Sequence[str | os.PathLike[str]]) -> CorpusBuild:
@@ -34,7 +36,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]]) -> CorpusBuild:
 
     ``added`` maps each input, labelled by its path as given, to the paragraphs it was first
     to contribute; a paragraph already seen (in any input) counts as a duplicate. Paragraphs
-    with an empty text are skipped and only logged: they cannot answer anything.
+    with an empty text are skipped and counted (``empty``): they cannot answer anything.
     """
     passages: dict[str, Passage] = {}
     added: dict[str, int] = {}
@@ -59,4 +61,4 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]]) -> CorpusBuild:
         duplicates,
         empty,
     )
-    return CorpusBuild(list(passages.values()), added, duplicates)
+    return CorpusBuild(list(passages.values()), added, duplicates, empty)

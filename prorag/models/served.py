@@ -1,18 +1,19 @@
 """The served backend: any OpenAI-compatible completions or chat endpoint as a :class:`TextGenerator`.
 
-A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference baselines
-the way the field runs large models. :class:`ServedGenerator` sends a batch's prompts concurrently (at
-most ``concurrency`` in flight) and returns one :class:`~prorag.models.generator.Generation` per prompt,
-in order, with token log-probabilities when asked (FLARE needs them) and the server's token counts.
+A local vLLM or SGLang server, or a hosted API, generates for evaluation and the inference baselines.
+:class:`ServedGenerator` sends a batch's prompts concurrently (at most ``concurrency`` in flight) and
+returns one :class:`~prorag.models.generator.Generation` per prompt, in order, with token
+log-probabilities when asked (FLARE needs them) and the server's token counts.
 
-Timeouts, connection errors, 408, 429, 5xx and replies not of the schema are retried with capped
-exponential backoff and jitter (honouring ``Retry-After``), then fail as one
-:class:`~prorag.core.errors.ServiceUnavailableError` naming the endpoint; any other status (a bad key,
-an unknown model) fails at once with :class:`ServedError`: asking again cannot help. Greedy replies
-are cached on disk, sampled ones never (a second sample must be new). The key is read from the
-variable ``api_key_env`` names and is never logged, cached or shown; plain http goes only to loopback
-unless ``allow_insecure_http``. :func:`api_key`, :func:`post`, :func:`retrying`, :class:`RequestCounts`,
-:func:`request_key` and :func:`token_count` also serve the LLM teacher's chat client.
+A request is bounded by ``connect_timeout_s``, ``read_timeout_s`` of silence once its reply has begun
+(headers then nothing: a stalled server) and ``timeout_s`` in all; its reply is read as it streams and
+refused past ``max_reply_bytes`` (:class:`ReplyTooLarge`, not retried). Timeouts, connection errors,
+408, 429, 5xx and replies not of the schema are retried with capped exponential backoff and jitter
+(honouring ``Retry-After``), one log line per retry, then fail as one ``ServiceUnavailableError``
+naming the endpoint; any other status fails at once (:class:`ServedError`). Greedy replies are cached
+on disk, sampled ones never. The key is read from the variable ``api_key_env`` names (``none``: no
+key), never logged; plain http goes only to loopback unless ``allow_insecure_http``. The request
+helpers (:func:`post`, :func:`retrying`, ...) also serve the LLM teacher's chat client.
 """
 
 from __future__ import annotations
@@ -44,8 +45,14 @@ from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.models.generator import Generation, Sampling, TextGenerator
 
 log = logging.getLogger(__name__)
+# httpx logs every request at INFO ("HTTP Request: POST ... 200 OK", even for a reply that then
+# stalls); the retry lines below say what matters.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 T = TypeVar("T")
+
+#: Default cap on one reply, far above a long completion with per-token log-probabilities.
+MAX_REPLY_BYTES = 16 << 20
 
 #: Statuses worth asking again: the server is busy, overloaded or broken for now.
 RETRY_STATUSES = frozenset({408, 429})
@@ -110,6 +117,12 @@ def is_safe_url(url: str) -> bool:
 # ----------------------------------------------------------------------------- config
 
 
+def no_key_if_none(env: str | None) -> str | None:
+    """``api_key_env`` as given, but None for an empty name or the word ``none`` (any case): what
+    ``--api-key-env none`` and a YAML ``none`` mean; no variable is really called that."""
+    return None if env is None or env.strip().lower() in ("", "none") else env
+
+
 @dataclass
 class EndpointConfig:
     """What every client of an OpenAI-compatible endpoint sets alike (the served generator, the LLM
@@ -122,7 +135,7 @@ class EndpointConfig:
     api_key_env: str | None = setting(
         None,
         help="Environment variable holding the key (never the key itself: configs get shared); it must be set. "
-        "None (YAML `null`): the server needs no key (a local vLLM or SGLang server).",
+        "None (YAML `null`, or `none`): the server needs no key (a local vLLM or SGLang server).",
     )
     allow_insecure_http: bool = setting(
         False, help="Allow a plain `http://` base_url to a host other than loopback (the key would travel unencrypted)."
@@ -132,11 +145,23 @@ class EndpointConfig:
     backoff_base_s: float = setting(0.5, help="First retry waits about this long, doubling (with jitter) up to `backoff_max_s`.")
     backoff_max_s: float = setting(30.0, help="Longest wait between two retries.")
     max_retry_after_s: float = setting(120.0, help="Cap on a server's `Retry-After`.")
-    timeout_s: float = setting(120.0, help="Per-request timeout (connect, read, write, pool).")
+    timeout_s: float = setting(
+        120.0, help="Seconds for one request as a whole, from connecting to the reply's last byte (generation included)."
+    )
+    connect_timeout_s: float = setting(10.0, help="Seconds to open a connection (a server that is down is retried sooner).")
+    read_timeout_s: float = setting(
+        30.0,
+        help="Longest silence once a reply has begun (its headers sent): a server that stalls mid-reply is retried "
+        "after this, not after `timeout_s`.",
+    )
+    max_reply_bytes: int = setting(
+        MAX_REPLY_BYTES, help="Largest reply accepted, in bytes (read as it streams; a larger one stops the run)."
+    )
     cache_path: str | None = setting(None, help="Reply cache (JSONL). None: no cache.")
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        self.api_key_env = no_key_if_none(self.api_key_env)
         if not re.match(r"^https?://", self.base_url):
             raise ValueError(f"{name}.base_url must start with http:// or https://, got {self.base_url!r}")
         if not self.allow_insecure_http and not is_safe_url(self.base_url):
@@ -151,8 +176,9 @@ class EndpointConfig:
         for field_name in ("max_retries", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
             if getattr(self, field_name) < 0:
                 raise ValueError(f"{name}.{field_name} must be >= 0, got {getattr(self, field_name)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"{name}.timeout_s must be > 0, got {self.timeout_s}")
+        for field_name in ("timeout_s", "connect_timeout_s", "read_timeout_s", "max_reply_bytes"):
+            if getattr(self, field_name) <= 0:
+                raise ValueError(f"{name}.{field_name} must be > 0, got {getattr(self, field_name)}")
 
 
 @dataclass
@@ -175,6 +201,11 @@ class ServedConfig(EndpointConfig):
 class ServedError(ValueError):
     """The server refused a request in a way asking again cannot fix (bad key, unknown model, a
     prompt over the context): the run stops."""
+
+
+class ReplyTooLarge(ServiceUnavailableError):
+    """A reply over ``max_reply_bytes``: a server gone wrong (or a cap set too low), not a passing
+    fault, so it is not asked again; the served generator's run stops, the teacher drops the thought."""
 
 
 # ----------------------------------------------------------------------------- replies
@@ -294,9 +325,12 @@ async def retrying(
     """``attempt()``'s result, asked again after each :class:`Retry` it raises, with backoff
     (:func:`backoff_delay`, or the server's ``Retry-After`` capped at ``max_retry_after_s``); after
     ``max_retries`` retries :class:`~prorag.core.errors.ServiceUnavailableError` naming ``url`` and the
-    last error. The one retry loop of every endpoint client (served generator, LLM teacher and judge)."""
+    last error. Each retry is logged as one line (:func:`retry_line`): a warning for a failed request,
+    info for a reply the caller rejected (``kind`` None). The one retry loop of every endpoint client
+    (served generator, LLM teacher and judge)."""
     last, delay = "", 0.0
-    for n in range(config.max_retries + 1):
+    attempts = config.max_retries + 1
+    for n in range(attempts):
         if n:
             counts.retries += 1
             await sleep(delay)
@@ -309,25 +343,80 @@ async def retrying(
             last = r.detail
             if r.wait is not None:
                 delay = min(r.wait, config.max_retry_after_s)
-    raise ServiceUnavailableError(f"{url}: no valid reply after {config.max_retries + 1} attempts; last error: {last}")
+            if n + 1 < attempts:
+                log.log(logging.WARNING if r.kind else logging.INFO, "%s", retry_line(url, r.detail, n + 1, attempts, delay))
+    raise ServiceUnavailableError(f"{url}: no valid reply after {attempts} attempts; last error: {last}")
+
+
+def retry_line(url: str, detail: str, attempt: int, attempts: int, delay: float) -> str:
+    """The line a retry is logged as: the endpoint, what failed, which attempt of how many, the wait."""
+    return f"{url}: attempt {attempt} of {attempts} failed ({detail}); retrying in {delay:.1f} s"
 
 
 async def post(
-    http: httpx.AsyncClient, url: str, body: dict[str, Any], *, timeout_s: float, redact: Callable[[str], str]
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], *, config: EndpointConfig, redact: Callable[[str], str]
 ) -> httpx.Response:
-    """POST ``body``; timeouts and connection errors become :class:`Retry` (the key ``redact``ed away)."""
+    """POST ``body`` and read the whole reply within ``config``'s timeouts and size cap (see
+    :class:`EndpointConfig`); timeouts and connection errors become :class:`Retry` (the key
+    ``redact``ed away), a reply over ``max_reply_bytes`` :class:`ReplyTooLarge`.
+
+    ``timeout_s`` is a deadline for the whole request (httpx's own timeouts are per operation, so
+    a server that trickles would never trip them); the body is read chunk by chunk, each within
+    ``read_timeout_s``. The reply is returned read, its content already decoded."""
+    timeout = httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s)
     try:
-        return await http.post(url, json=body)
+        async with asyncio.timeout(config.timeout_s):
+            async with http.stream("POST", url, json=body, timeout=timeout) as resp:
+                content = await _read_capped(resp, url, config)
+    except TimeoutError:
+        raise Retry("timeout", f"no complete reply within {config.timeout_s:g} s (timeout_s)") from None
+    except httpx.ConnectTimeout:
+        raise Retry("timeout", f"could not connect within {config.connect_timeout_s:g} s (connect_timeout_s)") from None
     except httpx.TimeoutException:
-        raise Retry("timeout", f"timed out after {timeout_s:g} s") from None
+        raise Retry("timeout", f"timed out after {config.timeout_s:g} s") from None
     except httpx.TransportError as e:
         raise Retry("connection", f"connection error: {redact(str(e)) or type(e).__name__}") from None
+    # The content is decoded: the headers that described its encoding on the wire would decode it again.
+    headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in ("content-encoding", "content-length")]
+    return httpx.Response(resp.status_code, headers=headers, content=content, request=resp.request)
+
+
+async def _read_capped(resp: httpx.Response, url: str, config: EndpointConfig) -> bytes:
+    """The body of ``resp``, refused as soon as it is known to pass ``max_reply_bytes`` (from its
+    ``Content-Length``, or while it streams, so a huge reply is never held whole); :class:`Retry`
+    when the server falls silent for ``read_timeout_s`` after its headers."""
+    cap = config.max_reply_bytes
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise _too_large(url, f"a reply of {int(declared)} bytes is over max_reply_bytes ({cap})")
+    chunks: list[bytes] = []
+    size = 0
+    stream = resp.aiter_bytes()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), config.read_timeout_s)
+        except StopAsyncIteration:
+            return b"".join(chunks)
+        except TimeoutError:
+            raise Retry(
+                "timeout", f"the reply stalled: nothing for {config.read_timeout_s:g} s after it began (read_timeout_s)"
+            ) from None
+        size += len(chunk)
+        if size > cap:
+            raise _too_large(url, f"the reply grew past max_reply_bytes ({cap}) as it was read")
+        chunks.append(chunk)
+
+
+def _too_large(url: str, what: str) -> ReplyTooLarge:
+    return ReplyTooLarge(f"{url}: {what}; check the server (max_tokens, logprobs), or raise max_reply_bytes")
 
 
 def api_key(env: str | None, error: type[Exception]) -> str | None:
-    """The key in environment variable ``env``; None when no key is needed (``env`` unset). Named but
-    not set: ``error`` now, before any request (a request without it would only come back 401)."""
-    if not env:
+    """The key in environment variable ``env``; None when no key is needed (``env`` unset, empty or
+    ``none``). Named but not set: ``error`` now, before any request (a request without it would only
+    come back 401)."""
+    env = no_key_if_none(env)
+    if env is None:
         return None
     key = os.environ.get(env)
     if not key:
@@ -416,7 +505,7 @@ class ServedGenerator(TextGenerator):
         jobs: dict[str, asyncio.Task[Generation]] = {}
         order: list[str] = []
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(c.timeout_s), limits=limits, headers=headers) as http:
+            async with httpx.AsyncClient(limits=limits, headers=headers) as http:  # timeouts: per request (post)
                 async with asyncio.TaskGroup() as tg:
                     for i, prompt in enumerate(prompts):
                         body = self.body(prompt, sampling)
@@ -462,7 +551,7 @@ class ServedGenerator(TextGenerator):
         return gen
 
     async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
-        return await post(http, self.config.url, body, timeout_s=self.config.timeout_s, redact=self._redact)
+        return await post(http, self.config.url, body, config=self.config, redact=self._redact)
 
     def _read(self, resp: httpx.Response, *, logprobs: bool) -> Generation:
         """The Generation in ``resp``; :class:`Retry` for a status or reply worth asking again,
@@ -485,7 +574,9 @@ class ServedGenerator(TextGenerator):
 
 
 __all__ = [
+    "MAX_REPLY_BYTES",
     "MalformedReply",
+    "ReplyTooLarge",
     "RequestCounts",
     "Retry",
     "ServedConfig",
@@ -495,10 +586,12 @@ __all__ = [
     "api_key",
     "backoff_delay",
     "is_safe_url",
+    "no_key_if_none",
     "parse_reply",
     "parse_retry_after",
     "post",
     "request_key",
+    "retry_line",
     "retrying",
     "run_sync",
     "token_count",

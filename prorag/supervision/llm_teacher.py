@@ -78,7 +78,7 @@ class LLMTeacherConfig(EndpointConfig):
     backoff_base_s: float = setting(1.0, help="First retry waits about this long, doubling (with jitter) up to `backoff_max_s`.")
     backoff_max_s: float = setting(60.0, help="Longest wait between two retries.")
     max_retry_after_s: float = setting(300.0, help="Cap on a server's `Retry-After`.")
-    timeout_s: float = setting(60.0, help="Per-request timeout (connect, read, write, pool).")
+    timeout_s: float = setting(60.0, help="Seconds for one request as a whole, from connecting to the reply's last byte.")
     cache_path: str | None = setting(
         None, help="Reply cache (JSONL); `prorag sft-data` defaults it to `OUT.llm_cache.jsonl`. None: no cache."
     )
@@ -388,7 +388,7 @@ class ChatClient:
         async def attempt() -> str:
             async with sem:
                 usage.requests += 1
-                resp = await post(http, c.url, body, timeout_s=c.timeout_s, redact=self._redact)
+                resp = await post(http, c.url, body, config=c, redact=self._redact)
             status = resp.status_code
             if status in FATAL_STATUSES:
                 detail = self._redact(resp.text[:300]).replace("\n", " ")

@@ -54,3 +54,28 @@ def test_a_chunk_for_some_rows_runs_only_those_and_leaves_the_others_as_they_wer
 
     with pytest.raises(ValueError, match="at least one row"):
         state.feed([None, None, None, None])
+
+
+@pytest.mark.parametrize("state_class", ["SlotState", "BatchState"])
+def test_the_engine_passes_the_cache_by_the_models_own_keyword(
+    world_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, state_class: str
+) -> None:
+    """transformers renamed ``past_key_values`` to ``cache``; the old name still works but printed
+    ``FutureWarning: past_key_values is deprecated`` on every eval and sft (issue 70), and reading
+    ``out.past_key_values`` logs the same once. Both are shown once per process, so every one is
+    recorded here, whatever ran before."""
+    import logging
+    import warnings
+
+    from prorag.agent import kv_cache
+
+    logged: list[str] = []
+    monkeypatch.setattr(logging.Logger, "warning_once", lambda self, msg, *a, **k: logged.append(str(msg)), raising=False)
+    model = _tiny_llama(world_tokenizer).eval()
+    state = getattr(kv_cache, state_class)(model, 2, world_tokenizer.pad_token_id, torch.device("cpu"))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state.feed([[5, 6, 7], [8, 9]])
+        step = state.feed_step(torch.tensor([10, 11]), torch.ones(2, dtype=torch.bool))
+    assert step.shape[0] == 2 and state.cache is not None
+    assert [m for m in logged + [str(w.message) for w in caught] if "past_key_values" in m] == []

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
+import re
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from prorag.core.config import load_config
 from prorag.core.errors import DataError, ServiceUnavailableError
 from prorag.models.generator import Generation, Sampling, ScriptedGenerator
-from prorag.models.served import RequestCounts, Retry, ServedConfig, ServedError, ServedGenerator, retrying
+from prorag.models.served import (
+    ReplyTooLarge,
+    RequestCounts,
+    Retry,
+    ServedConfig,
+    ServedError,
+    ServedGenerator,
+    post,
+    retrying,
+)
 from tests.fake_chat_server import COMPLETION_TOKENS, PROMPT_TOKENS, FakeChatServer, Reply, user_text
 
 
@@ -262,3 +275,83 @@ def test_generate_hands_backends_one_sampling() -> None:
     assert seen == [Sampling(3, ("\n",), 0.0, True)]
     with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
         gen.generate(["x"], max_tokens=0)
+
+
+# ----------------------------------------------------------------------------- issue 70: wedged and oversized replies
+
+
+def test_a_stalled_reply_trips_the_read_timeout_with_one_line_per_retry(caplog: pytest.LogCaptureFixture) -> None:
+    """A server that sends its headers and then nothing is given up on after ``read_timeout_s``, not
+    ``timeout_s``; each retry is one warning line (what failed, attempt k of n); httpx's own
+    per-request INFO line ("200 OK" for a reply that never came) is not shown."""
+    caplog.set_level(logging.INFO)
+    with FakeChatServer(lambda body, n: Reply(content="never", stall=5.0)) as server:
+        gen, slept = make(server, max_retries=2, timeout_s=60.0, read_timeout_s=0.3)
+        start = time.monotonic()
+        with pytest.raises(ServiceUnavailableError, match="stalled") as e:
+            gen.generate(["x"], max_tokens=4)
+        took = time.monotonic() - start
+    assert took < 4.0 and server.n_requests == 3 and gen.usage.errors == {"timeout": 3}
+    assert str(e.value).startswith(f"{server.url}/completions: no valid reply after 3 attempts")
+    lines = [r for r in caplog.records if r.name == "prorag.models.served" and "retrying" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.WARNING]
+    for k, record in enumerate(lines, 1):
+        message = record.getMessage()
+        assert message.startswith(f"{server.url}/completions: attempt {k} of 3 failed (the reply stalled"), message
+        assert f"retrying in {slept[k - 1]:.1f} s" in message
+    assert not [r for r in caplog.records if r.name.startswith("httpx")]
+
+
+def test_a_reply_that_comes_in_time_is_not_cut_by_the_read_timeout() -> None:
+    """The read timeout is silence after the headers: a long generation before them is ``timeout_s``'s."""
+    with FakeChatServer(lambda body, n: Reply(content="slow but fine", delay=0.5)) as server:
+        gen, _ = make(server, read_timeout_s=0.2)
+        (g,) = gen.generate(["x"], max_tokens=4)
+    assert g.text == "slow but fine" and gen.usage.retries == 0
+
+
+def test_connect_timeout_is_its_own_setting() -> None:
+    """Connecting gets ``connect_timeout_s``, not the whole request's ``timeout_s``; its failure says so."""
+    seen: list[dict[str, Any]] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.extensions["timeout"]))
+        raise httpx.ConnectTimeout("slow", request=request)
+
+    config = ServedConfig(base_url="http://127.0.0.1:1/v1", model="m", timeout_s=90.0, connect_timeout_s=2.5)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
+            await post(http, config.url, {"x": 1}, config=config, redact=str)
+
+    with pytest.raises(Retry, match=r"could not connect within 2.5 s \(connect_timeout_s\)") as e:
+        asyncio.run(go())
+    assert e.value.kind == "timeout" and seen[0]["connect"] == 2.5 and seen[0]["read"] == 90.0
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_reply_over_max_reply_bytes_is_refused_at_once_naming_the_endpoint(chunked: bool) -> None:
+    """A huge but valid JSON reply is not written through: refused while it streams (chunked: no
+    Content-Length to refuse it from), not asked again."""
+    huge = Reply(content="x" * (300 * 1024), chunked=chunked)
+    with FakeChatServer(lambda body, n: huge) as server:
+        gen, _ = make(server, max_reply_bytes=64 * 1024)
+        with pytest.raises(ReplyTooLarge) as e:
+            gen.generate(["x"], max_tokens=4)
+        assert server.n_requests == 1
+        expected = "the reply grew past max_reply_bytes" if chunked else r"a reply of 30\d{4} bytes is over max_reply_bytes"
+        assert re.match(re.escape(f"{server.url}/completions: ") + expected, str(e.value)), str(e.value)
+        assert "max_reply_bytes (65536)" in str(e.value) and "check the server" in str(e.value)
+        gen, _ = make(server)  # under the default cap
+        assert gen.generate(["x"], max_tokens=4)[0].text == huge.content
+
+
+def test_api_key_env_none_means_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--api-key-env none`` (a string, as the command line and YAML give it) means the server needs no key."""
+    monkeypatch.delenv("none", raising=False)
+    with FakeChatServer(echo) as server:
+        for spelled in ("none", "None", "NONE", ""):
+            gen, _ = make(server, api_key_env=spelled)
+            assert gen.config.api_key_env is None
+            assert gen.generate(["x"], max_tokens=4)[0].text == "re: x"
+        assert all("Authorization" not in s.headers for s in server.seen)

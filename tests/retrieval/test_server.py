@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,10 +42,16 @@ def index_dir(mixed_corpus_file: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
-def server(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server process's stdout and stderr go."""
+    return tmp_path_factory.mktemp("server") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def server(index_dir: Path, server_log: Path) -> Iterator[str]:
     """Base URL of a real ``prorag serve-retriever`` process, terminated at the end."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    log_path = server_log
     log = log_path.open("wb")
     cmd = [sys.executable, "-m", "prorag.cli", "serve-retriever", "--index", str(index_dir),
            "--port", str(port), "--max-batch", str(MAX_BATCH), "--max-topk", str(MAX_TOPK),
@@ -176,6 +184,38 @@ def test_body_over_the_cap_is_a_413(server: str) -> None:
     assert r.status_code == 413, r.text
     just_under = {"queries": ["capital of Meldria " + "x" * (MAX_BODY - 100)]}
     assert httpx.post(f"{server}/retrieve", json=just_under).status_code == 200
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "content-length"])
+def test_an_oversized_body_gets_its_413_even_when_the_client_closes_after_it(server: str, chunked: bool) -> None:
+    """urllib sends ``Connection: close`` and its whole body before reading: the server used to
+    close mid-body (a connection reset, no 413); it now reads on and drops the rest first."""
+    body = b'{"queries": ["' + b"x" * (6 << 20) + b'"]}'
+    data: Any = iter([body[i : i + 65536] for i in range(0, len(body), 65536)]) if chunked else body
+    headers = {"Content-Type": "application/json", **({"Transfer-Encoding": "chunked"} if chunked else {})}
+    request = urllib.request.Request(f"{server}/retrieve", data=data, headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request, timeout=30)
+    assert e.value.code == 413 and str(MAX_BODY) in json.loads(e.value.read())["error"]
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_a_client_that_goes_away_mid_body_is_one_log_line(server: str, server_log: Path) -> None:
+    """Not two ERROR tracebacks (the app's handler and uvicorn's) per client that gave up."""
+    before = server_log.read_text()
+    host, port = server.removeprefix("http://").split(":")
+    for framing in (b"Content-Length: 1000\r\n\r\n" + b'{"queries": ["ab', b"Transfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n"):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + framing)
+            time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while server_log.read_text()[len(before) :].count("went away") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    new = server_log.read_text()[len(before) :]
+    assert [line for line in new.splitlines() if line.strip()] == [
+        line for line in new.splitlines() if "went away before sending its whole request body" in line
+    ] and new.count("went away") == 2, new
     assert httpx.get(f"{server}/health").status_code == 200
 
 

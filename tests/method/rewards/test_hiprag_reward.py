@@ -83,7 +83,7 @@ def test_outcome_rewards_by_name() -> None:
     assert OUTCOME_REWARDS.names()[:4] == ["paper", "reference", "f1_if_valid", "hiprag"]
     cfg = apply_overrides(OutcomeRewardConfig(), ["form=hiprag", "hiprag.n_steps=search", "hiprag.lambda_p=0.5"])
     assert cfg.form == "hiprag" and cfg.hiprag == HiPRAGRewardConfig(n_steps="search", lambda_p=0.5)
-    with pytest.raises(DataError, match="form must be one of"):
+    with pytest.raises(DataError, match="unknown outcome reward 'hipraq'.*did you mean 'hiprag'"):
         apply_overrides(OutcomeRewardConfig(), ["form=hipraq"])
     with pytest.raises(ValueError, match="is not Eq. 6"):
         outcome_value(1.0, True, cfg)

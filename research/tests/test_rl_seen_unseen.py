@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from research.analysis.run_folder import last_weights
 from research.tests.drivers import run_driver
@@ -33,7 +35,7 @@ def write_run(run: Path, name: str, seen: set[str], unseen: set[str], test: set[
     for step in (4, 12):  # the last is checkpoint-12, not the last in string order
         checkpoint = folder / "checkpoints" / f"checkpoint-{step}"
         checkpoint.mkdir(parents=True)
-        (checkpoint / "model.safetensors").write_bytes(b"")
+        save_file({"w": torch.zeros(1)}, str(checkpoint / "model.safetensors"))  # whole: a damaged one is skipped
         (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (folder / "rl_config.json").write_text(json.dumps({"question_filter": "none", "limit": 2, "exclude_ids_from": []} | config))
     write_eval(run / "probes" / "seen_unseen" / f"{name}-seen", RL[:2], seen)

@@ -29,7 +29,8 @@ import torch
 from decode_graphs import sync, time_engine  # benchmarks/decode_graphs.py, beside this file
 from machine import machine_name  # benchmarks/machine.py, beside this file
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.kernels import compile_norms
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world

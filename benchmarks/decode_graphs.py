@@ -53,7 +53,8 @@ import torch
 from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.decode_graphs import SLOT_ATTENTION, DecodeGraphs
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.jsonl import write_json
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world

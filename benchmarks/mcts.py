@@ -38,7 +38,8 @@ from typing import Any
 import torch
 from machine import machine_name  # benchmarks/machine.py, beside this file
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world
 from prorag.method.search_tree import iter_paths

@@ -57,7 +57,8 @@ from machine import machine_name  # benchmarks/machine.py, beside this file
 from rollout import GoldScript, SteeredModel  # benchmarks/rollout.py, beside this file
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.kernels import training_attention
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world

@@ -40,7 +40,7 @@ from decode_graphs import qwen3_shaped  # benchmarks/decode_graphs.py, beside th
 from machine import machine_name  # benchmarks/machine.py, beside this file
 from rl_step import PARTS, time_step  # benchmarks/rl_step.py, beside this file
 
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import save_policy

@@ -35,7 +35,8 @@ import torch
 from machine import machine_name  # benchmarks/machine.py, beside this file
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import ANSWER_CLOSE, SUBANSWER_CLOSE, SUBQUERY_CLOSE, render_env_turn
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 from machine import machine_name  # benchmarks/machine.py, beside this file
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SAMPLE_STREAMS, SampleStreams
 from prorag.data.records import Record, read_passages, read_records
 from prorag.data.world import build_world

@@ -17,18 +17,18 @@ under the temperature-scaled distribution before top-p (what TRL recomputes); 0 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.decode_graphs import DecodeGraphs
 from prorag.agent.kv_cache import BatchState, SlotState, supports_slot_cache
-from prorag.agent.prompts import PromptStyle, prompt_token_ids
+from prorag.agent.prompts import prompt_token_ids
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import RowStreams, sample_next
 from prorag.agent.schema import (
     ANSWER_CLOSE,
@@ -36,129 +36,16 @@ from prorag.agent.schema import (
     SUBQUERY_CLOSE,
     SUBQUERY_OPEN,
     TAGS,
-    count_tags,
-    defang_tags,
     extract_answer,
     parse_token_actions,
     parse_trajectory,
     render_env_turn,
 )
-from prorag.core.config import setting
-from prorag.core.setting_checks import check_temperature, check_top_p
+from prorag.agent.trajectory import ActionRecord, Trajectory, decode_completion
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever
 
 log = logging.getLogger(__name__)
-
-DecodeGraphsMode = Literal["auto", "off", "eager"]
-
-
-@dataclass
-class RolloutConfig:
-    """Settings of the rollout engine (defaults: inference, METHOD.md section 1)."""
-
-    max_actions: int = setting(13, help="Actions per trajectory: 13 at inference, 11 during RL.")
-    max_action_tokens: int = setting(128, help="Tokens the model may write in one action before it is cut.")
-    max_completion_tokens: int = setting(2048, help="Completion tokens (model and environment) per trajectory.")
-    top_k: int = setting(3, help="Documents retrieved per sub-query.")
-    temperature: float = setting(1.0, help="Sampling temperature, >= 0 (0: greedy decoding, as `greedy`).")
-    top_p: float = setting(1.0, help="Nucleus sampling mass, in (0, 1] (1.0: off).")
-    greedy: bool = setting(False, help="Greedy decoding (temperature and top_p are then ignored).")
-    batch_size: int = setting(32, help="Trajectories the engine decodes together.")
-    seed: int = setting(0, help="Seed of the sampling.")
-    prompt_style: PromptStyle | None = setting(
-        None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
-    )
-    resume_early: bool = setting(
-        True,
-        help="Rows that closed an action get the environment's reply and go on decoding as soon as a quarter "
-        "of the batch waits, beside rows still inside their action (False: at the end of the turn, when the "
-        "longest action closes; finished rows then leave once a quarter of the batch has ended).",
-    )
-    decode_graphs: DecodeGraphsMode = setting(
-        "auto",
-        help="Decode steps as CUDA graphs: `auto` (on a CUDA device, for models on the slot cache), "
-        "`off`, or `eager` (the same static step without capture, on any device: for tests). The graphs and "
-        "the KV pool they write stay allocated while the engine lives (across RL steps); `off` frees the "
-        "cache after each batch.",
-    )
-
-    compile_decode: bool = setting(
-        False,
-        help="Compile the static decode step whole (torch.compile, dynamic shapes) before the decode graphs capture "
-        "it, so that its small elementwise kernels fuse (a GPU's gain; on a CPU it decodes at the eager step's speed). "
-        "Applies where the static step runs (`decode_graphs` auto on CUDA, or eager); the first steps pay the "
-        "compilation.",
-    )
-
-    def __post_init__(self) -> None:
-        """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine) and
-        sampling settings out of range (:mod:`prorag.core.setting_checks`)."""
-        for name in ("max_actions", "max_action_tokens", "max_completion_tokens", "top_k", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}")
-        check_temperature(self.temperature, f"{type(self).__name__}.temperature")
-        check_top_p(self.top_p, f"{type(self).__name__}.top_p")
-        if self.decode_graphs not in get_args(DecodeGraphsMode):
-            raise ValueError(
-                f"{type(self).__name__}.decode_graphs must be one of {get_args(DecodeGraphsMode)}, got {self.decode_graphs!r}"
-            )
-        if self.compile_decode and self.decode_graphs == "off":
-            raise ValueError(
-                f"{type(self).__name__}.compile_decode compiles the static decode step, which decode_graphs 'off' never runs"
-            )
-
-    @property
-    def decodes_greedily(self) -> bool:
-        """Whether every token is the argmax: ``greedy``, or a temperature of 0 (its limit)."""
-        return self.greedy or self.temperature == 0
-
-
-@dataclass
-class ActionRecord:
-    """One action of a trajectory: its kind, token span (over the completion) and I_step."""
-
-    kind: str | None
-    span: tuple[int, int]
-    well_formed: bool
-
-
-@dataclass
-class Trajectory:
-    """One rollout, token-in/token-out, with the decoded text beside the ids."""
-
-    id: str
-    question: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    env_mask: list[int]
-    logprobs: list[float]
-    actions: list[ActionRecord]
-    retrievals: list[dict[str, Any]]
-    """One entry per search: ``{"query", "doc_ids", "action"}`` (action index)."""
-    stop_reason: str
-    """answer | eos | max_action_tokens | max_actions | max_completion_tokens"""
-    text: str = ""
-    """The completion decoded with special tokens kept (for people and text metrics)."""
-    answer: str | None = None
-    valid: bool = False
-    """I_traj of the completion."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_searches(self) -> int:
-        return len(self.retrievals)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["actions"] = [{"kind": a.kind, "span": list(a.span), "well_formed": a.well_formed} for a in self.actions]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
-        d = dict(d)
-        d["actions"] = [ActionRecord(a["kind"], tuple(a["span"]), a["well_formed"]) for a in d["actions"]]
-        return cls(**d)
 
 
 @dataclass
@@ -608,40 +495,6 @@ def _special_ids(tokenizer: Any) -> set[int]:
     return set(getattr(tokenizer, "all_special_ids", []) or [])
 
 
-def decode_completion(tokenizer: Any, ids: Sequence[int]) -> str:
-    """A completion's text in which only tag *tokens* read as tags.
-
-    A real tokenizer (SmolLM2's) can also spell a tag out of ordinary tokens (``<``, ``step``,
-    ``>``), which decodes to the same text as the tag's own token: the text parser would call
-    such an action well formed (and reward its answer) while the engine, which acts on tag
-    ids only, and the token parser never saw a tag. So when the decoded text holds more tags
-    than the ids have tag tokens, the runs between tag tokens are decoded one by one and the
-    spelled tags in them defanged (``&lt;step>``); otherwise the plain decode is returned, so
-    well-behaved completions keep their exact text. A tokenizer without the ten tags as tokens
-    (a text-only stand-in) has nothing to tell apart: its plain decode is returned."""
-    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
-    tag_ids = set(convert(list(TAGS))) - {None, getattr(tokenizer, "unk_token_id", None)} if convert else set()
-    ids = [int(i) for i in ids]
-    text = tokenizer.decode(ids, skip_special_tokens=False)
-    if len(tag_ids) < len(TAGS) or count_tags(text) == sum(i in tag_ids for i in ids):
-        return text
-    pieces: list[str] = []
-    start = 0
-    for end in [*(k for k, i in enumerate(ids) if i in tag_ids), len(ids)]:
-        if end > start:
-            pieces.append(defang_tags(tokenizer.decode(ids[start:end], skip_special_tokens=False)))
-        if end < len(ids):
-            pieces.append(tokenizer.decode(ids[end : end + 1], skip_special_tokens=False))
-        start = end + 1
-    return "".join(pieces)
-
-
 def _strip_eos(text: str, tokenizer: Any) -> str:
     eos = tokenizer.eos_token
     return re.sub(re.escape(eos) + r"\s*$", "", text) if eos else text
-
-
-def perplexity(logprobs: Sequence[float], mask: Sequence[int]) -> float:
-    """Perplexity of the model-written tokens (environment tokens excluded)."""
-    own = [lp for lp, m in zip(logprobs, mask, strict=True) if m]
-    return math.exp(-sum(own) / len(own)) if own else float("nan")

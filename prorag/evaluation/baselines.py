@@ -23,8 +23,10 @@ from typing import Any
 
 from prorag.agent.gold import GoldTrajectory
 from prorag.agent.prompts import DIRECT_ANSWER_PROMPT, RAG_ANSWER_PROMPT, chat_prompt, has_chat_template, plain_prompt
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import extract_answer, render_final, render_retrieval
+from prorag.agent.trajectory import Trajectory
 from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever, format_documents

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prorag.agent.prompts import chat_prompt, has_chat_template
-from prorag.agent.rollout import RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import config_from_dict
 from prorag.data.jsonl import JsonlAppender
 from prorag.data.records import Record
@@ -61,7 +62,7 @@ class QuestionRun:
         return self.stop_reason is not None
 
     def to_trajectory(self, baseline: str) -> Trajectory:
-        """A :class:`~prorag.agent.rollout.Trajectory` for :func:`score` and ``trajectories.jsonl``
+        """A :class:`~prorag.agent.trajectory.Trajectory` for :func:`score` and ``trajectories.jsonl``
         (no token ids: a generator's tokens are not the engine's); valid when an answer was read."""
         return Trajectory(
             id=self.record.id,

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prorag.agent.context_budget import OVER_LONG_RULES, OverLongRule, apply_budget, context_budget, warn_over_long
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import setting
 from prorag.core.metrics import answer_metrics, retrieval_recall, rouge1_f1, yes_no_scores
 from prorag.core.statistics import mean_and_spread, paired_t_test
@@ -51,7 +53,7 @@ ANSWER_METRIC_NAMES = ("em", "f1", "cover_em", "substring_acc")
 
 @dataclass
 class EvalRolloutConfig(RolloutConfig):
-    """The rollout engine's settings for an evaluation: :class:`~prorag.agent.rollout.RolloutConfig`
+    """The rollout engine's settings for an evaluation: :class:`~prorag.agent.rollout_config.RolloutConfig`
     with greedy decoding by default (the paper's inference settings). Every evaluation (``prorag
     eval``, SFT's held-out rollouts) starts from these defaults, also when a YAML ``rollout:``
     block sets only some fields."""

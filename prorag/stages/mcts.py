@@ -26,9 +26,11 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from prorag.agent.context_budget import drop_over_long
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.schema import parse_token_actions
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.core.setting_checks import check_temperature

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
 from prorag.method.advantages import disagreeing_groups

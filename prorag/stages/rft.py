@@ -27,8 +27,10 @@ import torch
 from tqdm.auto import tqdm
 
 from prorag.agent.context_budget import drop_over_long
-from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.core.config import LATER_FIELDS, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl

@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import ActionKind, parse_trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.metrics import cover_exact_match, exact_match, normalize_answer
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import (

@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from prorag.agent.rollout import RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
 from prorag.agent.sampling import stream_seed
 from prorag.agent.schema import ANSWER_CLOSE, ANSWER_OPEN
+from prorag.agent.trajectory import Trajectory
 from prorag.core.metrics import exact_match
 from prorag.data.records import Record
 from prorag.method.rewards.outcome import (

@@ -33,7 +33,7 @@ from prorag.method.rewards.process import StepScorer
 if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from prorag.agent.rollout import Trajectory
+    from prorag.agent.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 

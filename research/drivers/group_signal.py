@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.metrics import exact_match
 from prorag.data.jsonl import write_json
 from prorag.data.records import read_records

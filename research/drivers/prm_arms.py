@@ -19,7 +19,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import load_config
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import read_records

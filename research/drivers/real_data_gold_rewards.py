@@ -12,8 +12,9 @@ import sys
 from transformers import AutoTokenizer
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import ActionRecord, Trajectory, _blank_token_ids, decode_completion
+from prorag.agent.rollout import _blank_token_ids
 from prorag.agent.schema import parse_token_actions
+from prorag.agent.trajectory import ActionRecord, Trajectory, decode_completion
 from prorag.core.metrics import f1_score
 from prorag.data.records import read_records
 from prorag.method.rewards.outcome import OutcomeRewardConfig, RewardInputs, trajectory_answer, trajectory_format_valid

@@ -18,7 +18,7 @@ from prorag.agent.context_budget import (
     policy_max_length,
 )
 from prorag.agent.prompts import prompt_token_ids
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.records import Record
 
 SHORT = "Are Tamal and the home city of Brisak in the same country?"

@@ -21,7 +21,8 @@ from prorag.agent.decode_graphs import (
     width_bucket,
 )
 from prorag.agent.kv_cache import SlotCache, SlotPool
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.records import Record, read_records
 from prorag.retrieval.bm25 import BM25Retriever
 from tests.agent.test_rollout import _logprob_drift, _tiny_llama

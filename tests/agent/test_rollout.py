@@ -13,8 +13,10 @@ import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.kv_cache import SlotCache, supports_slot_cache
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import TAGS, i_traj
+from prorag.agent.trajectory import Trajectory
 from prorag.data.records import Record, read_records
 from prorag.retrieval.bm25 import BM25Retriever
 from tests.fakes import CycleLM, ReplayLM

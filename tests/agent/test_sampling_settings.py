@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import sample_next
 from prorag.core.setting_checks import check_learning_rate, check_temperature, check_top_p
 from prorag.data.records import Record, read_records

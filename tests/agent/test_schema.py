@@ -593,7 +593,7 @@ def test_property_token_parser_on_rollouts(actions: list[Action], env_first_open
 def test_decode_completion_defangs_only_spelled_tags(world_tokenizer: Any) -> None:
     """Text and token parsers agree on a completion with a spelled-out ``<step>``: both call the
     action malformed; a completion with tag tokens only decodes exactly as the tokenizer does."""
-    from prorag.agent.rollout import decode_completion
+    from prorag.agent.trajectory import decode_completion
     from prorag.models.tags import tag_token_ids
 
     tok = world_tokenizer

@@ -160,7 +160,7 @@ def test_a_check_across_two_fields_does_not_depend_on_the_assignments_order() ->
 
 
 def stage_configs() -> list[type]:
-    from prorag.agent.rollout import RolloutConfig
+    from prorag.agent.rollout_config import RolloutConfig
     from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
     from prorag.experiments.pipeline import DataConfig, IndexConfig, PipelineConfig
     from prorag.method.rewards.outcome import OutcomeRewardConfig

@@ -75,7 +75,7 @@ def test_gold_policy_scores_perfectly_and_resume_adds_nothing(
 def test_eval_config_holds_the_rollout_settings_once() -> None:
     """The engine's settings live in one nested RolloutConfig (greedy by default, also when a
     YAML block sets only some of them); a baseline runs one action."""
-    from prorag.agent.rollout import RolloutConfig
+    from prorag.agent.rollout_config import RolloutConfig
     from prorag.core.config import config_from_dict
 
     cfg = config_from_dict(EvalConfig, {"limit": 5, "rollout": {"top_k": 5, "max_action_tokens": 64}})

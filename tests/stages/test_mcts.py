@@ -13,7 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.data.records import Record, read_records
 from prorag.method.search_tree import Node, iter_paths, state_ids
 from prorag.retrieval.bm25 import BM25Retriever

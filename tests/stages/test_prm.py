@@ -559,8 +559,8 @@ def _audited_trajectory(kinds: tuple[str, ...] = ("search",) * 5) -> Any:
     """One trajectory of the judge tests' chain whose five actions the oracle labels valid, valid,
     invalid (a redundant search), invalid (an unsupported sub-answer), invalid (a right answer the
     history has not worked out)."""
-    from prorag.agent.rollout import ActionRecord, Trajectory
     from prorag.agent.schema import render_conclude, render_env_turn, render_search, step_opener
+    from prorag.agent.trajectory import ActionRecord, Trajectory
     from tests.supervision.test_judge import CHAIN
 
     docs = "Doc 1(Title: Saenax) Saenax was directed by Siril."
@@ -693,7 +693,7 @@ def test_a_larger_prm_backbone_trains_and_scores_rl_steps(
     """``backbone_size: small`` beside a tiny policy: a fresh 256-wide model on the policy's
     tokenizer, trained with the pointwise term (finite losses, weights moved), saved, and loaded
     by the RL stage's ``prm`` step-reward source, which scores every action of a trajectory."""
-    from prorag.agent.rollout import ActionRecord, Trajectory
+    from prorag.agent.trajectory import ActionRecord, Trajectory
     from prorag.method.rewards.sources import STEP_REWARD_SOURCES
     from prorag.stages.rl import RLConfig
     from prorag.supervision.reward_model import reward_model_of_size

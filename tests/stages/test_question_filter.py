@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.trajectory import Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.rewards import outcome

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import ActionRecord, RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record, read_records
 from prorag.method.losses import format_token_weights, tag_weight_table

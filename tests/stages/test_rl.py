@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from prorag.agent.gold import render_gold, tokenize_segments
-from prorag.agent.rollout import RolloutConfig, RolloutEngine, Trajectory
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import apply_overrides, load_config
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records

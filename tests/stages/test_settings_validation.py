@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.cli import app
 from prorag.core.config import apply_overrides, load_config
 from prorag.core.errors import DataError

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import Action, ActionKind, render_trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.data.records import Record
 from prorag.method.rewards.hiprag import HiPRAGRewardConfig, SearchCounts
 from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, RewardInputs

@@ -13,8 +13,8 @@ import torch
 
 from prorag.agent.gold import tokenize_segments
 from prorag.agent.prompts import prompt_token_ids
-from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.agent.schema import parse_token_actions, render_env_turn
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.data.records import Record, read_records
 from prorag.method.rewards.outcome import OUTCOME_REWARDS, OutcomeRewardConfig, RewardInputs
 from prorag.method.rewards.p2s import P2SConfig, chunk_ends, path_faithfulness, tag_ends
@@ -172,7 +172,7 @@ def test_solved_group_malformed_and_warmup_need_no_pass(
 
 
 def test_synthesis_samples_k_paths_per_question_given_the_gold_answer(model: Any, world_tokenizer: Any, record: Record) -> None:
-    from prorag.agent.rollout import RolloutConfig
+    from prorag.agent.rollout_config import RolloutConfig
 
     config = P2SConfig(k=3, synthesis=RolloutConfig(max_actions=2, max_action_tokens=8, max_completion_tokens=32))
     out = p2s.synthesize(model, world_tokenizer, [record, record], config, seed=1)
@@ -188,7 +188,7 @@ def test_row_streams_give_a_question_the_same_candidates_beside_any_other(
     """With ``sample_streams: row`` a question's K candidates depend on (synthesis seed, RL seed,
     step, question id, candidate), not on which other questions need a path reward in the same
     call; another step or RL seed draws others. The streams are :func:`stream_seed` digests."""
-    from prorag.agent.rollout import RolloutConfig
+    from prorag.agent.rollout_config import RolloutConfig
     from prorag.agent.sampling import stream_seed
 
     other = next(r for r in read_records(tiny_world / "train.jsonl") if r.id != record.id)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from prorag.agent.rollout import ActionRecord, Trajectory
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.core.errors import DataError
 from prorag.models.checkpoints import save_policy
 from prorag.models.tiny import make_tiny_model

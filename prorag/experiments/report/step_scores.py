@@ -9,7 +9,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl_numbered, write_jsonl
 from prorag.supervision.reward_model import StepScorer

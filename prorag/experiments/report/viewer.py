@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import parse_trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl
 from prorag.experiments.report.step_scores import numbered_rows

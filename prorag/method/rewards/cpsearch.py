@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.config import setting
 from prorag.data.records import Record
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES, GroupIds, Records, StepScores

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prorag.agent.rollout import Trajectory, decode_completion
 from prorag.agent.schema import extract_answer, i_traj
+from prorag.agent.trajectory import Trajectory, decode_completion
 from prorag.core.config import method_settings, setting
 from prorag.core.metrics import exact_match, f1_score
 from prorag.core.registry import Registry
@@ -92,7 +92,7 @@ def completion_text(traj: Trajectory, tokenizer: Any) -> str:
     Trailing end-of-sequence ids are dropped first (an EOS is the end of the text, not stray
     text after the answer); nothing else is removed, so the tags, which are special tokens,
     stay where the model and the environment wrote them, and a tag spelled out of ordinary
-    tokens is defanged (:func:`~prorag.agent.rollout.decode_completion`): it is no tag.
+    tokens is defanged (:func:`~prorag.agent.trajectory.decode_completion`): it is no tag.
     """
     ids = list(traj.completion_ids)
     eos = tokenizer.eos_token_id

@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SampleStreams, check_sample_streams
 from prorag.core.config import setting
 

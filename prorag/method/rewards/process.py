@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from prorag.agent.rollout import ActionRecord, Trajectory
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.core.config import setting
 
 

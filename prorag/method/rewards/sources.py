@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.metrics import grouped_ranking_auc, ranking_auc
 from prorag.data.records import Record
 from prorag.method.rewards.process import StepScorer
@@ -147,7 +147,8 @@ def fresh_sample_audit(
     ``eval_policy_likelihood_auc``), and ``policy_likelihood_within_question_auc``, its ranking
     within each question's samples."""
     from prorag.agent.context_budget import drop_over_long
-    from prorag.agent.rollout import RolloutConfig, RolloutEngine
+    from prorag.agent.rollout import RolloutEngine
+    from prorag.agent.rollout_config import RolloutConfig
     from prorag.agent.sampling import stream_seed
     from prorag.models.checkpoints import load_policy
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from prorag.agent.rollout import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.config import method_settings, setting
 from prorag.core.setting_checks import check_temperature
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.records import Record
 from prorag.method.rewards.outcome import (
@@ -41,7 +41,7 @@ def outcome_reward_function(
     **_: Any,
 ) -> list[float]:
     """TRL reward function: the configured outcome reward (``config.form`` in OUTCOME_REWARDS) of each
-    row's :class:`~prorag.agent.rollout.Trajectory` (TRL's ``completions`` are ignored: they are decoded
+    row's :class:`~prorag.agent.trajectory.Trajectory` (TRL's ``completions`` are ignored: they are decoded
     without the special tokens, i.e. the tags). Logged only: without records and policy, ``hiprag``
     here judges no step; the advantages use :func:`score_batch`'s full reward."""
     return OUTCOME_REWARDS.get(config.form)(config)(RewardInputs(trajectory, golden_answers, tokenizer))

@@ -14,7 +14,8 @@ from typing import Any
 
 from trl.models import unwrap_model_for_generation
 
-from prorag.agent.rollout import RolloutConfig, RolloutEngine
+from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import stream_seed
 from prorag.data.records import Record
 from prorag.retrieval.base import Retriever
@@ -55,7 +56,7 @@ class EngineRollout:
     question already repeated G times by TRL's sampler); the rows themselves come from
     ``trainer.generation_rows``. Returns the engine's ``prompt_ids``, ``completion_ids``,
     ``logprobs`` and ``env_mask`` (1 on tokens the policy wrote, 0 on the environment's), plus
-    ``trajectory`` (the :class:`~prorag.agent.rollout.Trajectory` of each row), which TRL forwards to
+    ``trajectory`` (the :class:`~prorag.agent.trajectory.Trajectory` of each row), which TRL forwards to
     the reward functions and merges into the rows. ``seconds`` holds the last call's duration.
 
     Each row samples from its own stream, seeded by (``config.seed``, optimiser step, the row's

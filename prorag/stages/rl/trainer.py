@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from prorag.agent.rollout import Trajectory
+from prorag.agent.trajectory import Trajectory
 from prorag.core.kernels import training_attention
 from prorag.method.advantages import (
     ADVANTAGE_ESTIMATORS,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.agent.schema import Action, ActionKind, render_trajectory
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.data.records import Record
 from prorag.evaluation.harness import score, summarise

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from prorag.agent.rollout import Trajectory
 from prorag.agent.schema import Action, ActionKind
+from prorag.agent.trajectory import Trajectory
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import read_records
 from prorag.experiments.report.step_scores import score_eval_trajectories

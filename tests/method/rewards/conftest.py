@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from prorag.agent.gold import tokenize_segments
-from prorag.agent.rollout import ActionRecord, Trajectory
 from prorag.agent.schema import parse_token_actions, render_env_turn
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.models.tags import tag_token_ids
 
 #: A well-formed trajectory: search, retrieval, conclusion, answer; (text, written by the model).

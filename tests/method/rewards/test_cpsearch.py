@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from prorag.agent.rollout import ActionRecord, Trajectory
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.data.records import Record
 from prorag.method.rewards.cpsearch import (
     CPSearchConfig,

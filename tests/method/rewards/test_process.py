@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prorag.agent.rollout import ActionRecord, Trajectory
+from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.method.rewards.process import (
     StepRewardConfig,
     prm_judged_actions,

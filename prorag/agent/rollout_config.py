@@ -1,0 +1,78 @@
+"""The rollout engine's settings (:class:`RolloutConfig`), apart from the engine so that a config or
+``--help`` can name them without importing torch.
+
+Every config that samples holds one (``rollout.`` in YAML and ``--set``); its checks run in
+``__post_init__``, so a file, the command line and Python are refused alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from prorag.agent.prompts import PromptStyle
+from prorag.core.config import setting
+from prorag.core.setting_checks import check_temperature, check_top_p
+
+DecodeGraphsMode = Literal["auto", "off", "eager"]
+
+
+@dataclass
+class RolloutConfig:
+    """Settings of the rollout engine (defaults: inference, METHOD.md section 1)."""
+
+    max_actions: int = setting(13, help="Actions per trajectory: 13 at inference, 11 during RL.")
+    max_action_tokens: int = setting(128, help="Tokens the model may write in one action before it is cut.")
+    max_completion_tokens: int = setting(2048, help="Completion tokens (model and environment) per trajectory.")
+    top_k: int = setting(3, help="Documents retrieved per sub-query.")
+    temperature: float = setting(1.0, help="Sampling temperature, >= 0 (0: greedy decoding, as `greedy`).")
+    top_p: float = setting(1.0, help="Nucleus sampling mass, in (0, 1] (1.0: off).")
+    greedy: bool = setting(False, help="Greedy decoding (temperature and top_p are then ignored).")
+    batch_size: int = setting(32, help="Trajectories the engine decodes together.")
+    seed: int = setting(0, help="Seed of the sampling.")
+    prompt_style: PromptStyle | None = setting(
+        None, help="`plain` or `chat`; by default chat when the tokenizer has a chat template."
+    )
+    resume_early: bool = setting(
+        True,
+        help="Rows that closed an action get the environment's reply and go on decoding as soon as a quarter "
+        "of the batch waits, beside rows still inside their action (False: at the end of the turn, when the "
+        "longest action closes; finished rows then leave once a quarter of the batch has ended).",
+    )
+    decode_graphs: DecodeGraphsMode = setting(
+        "auto",
+        help="Decode steps as CUDA graphs: `auto` (on a CUDA device, for models on the slot cache), "
+        "`off`, or `eager` (the same static step without capture, on any device: for tests). The graphs and "
+        "the KV pool they write stay allocated while the engine lives (across RL steps); `off` frees the "
+        "cache after each batch.",
+    )
+
+    compile_decode: bool = setting(
+        False,
+        help="Compile the static decode step whole (torch.compile, dynamic shapes) before the decode graphs capture "
+        "it, so that its small elementwise kernels fuse (a GPU's gain; on a CPU it decodes at the eager step's speed). "
+        "Applies where the static step runs (`decode_graphs` auto on CUDA, or eager); the first steps pay the "
+        "compilation.",
+    )
+
+    def __post_init__(self) -> None:
+        """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine) and
+        sampling settings out of range (:mod:`prorag.core.setting_checks`)."""
+        for name in ("max_actions", "max_action_tokens", "max_completion_tokens", "top_k", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}")
+        check_temperature(self.temperature, f"{type(self).__name__}.temperature")
+        check_top_p(self.top_p, f"{type(self).__name__}.top_p")
+        if self.decode_graphs not in get_args(DecodeGraphsMode):
+            raise ValueError(
+                f"{type(self).__name__}.decode_graphs must be one of {get_args(DecodeGraphsMode)}, got {self.decode_graphs!r}"
+            )
+        if self.compile_decode and self.decode_graphs == "off":
+            raise ValueError(
+                f"{type(self).__name__}.compile_decode compiles the static decode step, which decode_graphs 'off' never runs"
+            )
+
+    @property
+    def decodes_greedily(self) -> bool:
+        """Whether every token is the argmax: ``greedy``, or a temperature of 0 (its limit)."""
+        return self.greedy or self.temperature == 0

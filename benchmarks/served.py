@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the
 from machine import machine_name  # noqa: E402 - benchmarks/machine.py, beside this file
 
 from prorag.data.records import Record  # noqa: E402
+from prorag.evaluation.eval_config import EvalConfig  # noqa: E402
 from prorag.evaluation.generator_eval import evaluate_generator  # noqa: E402
-from prorag.evaluation.harness import EvalConfig  # noqa: E402
 from prorag.models.served import ServedConfig, ServedGenerator  # noqa: E402
 from tests.evaluation.conftest import LoggingRetriever  # noqa: E402
 from tests.fake_chat_server import FakeChatServer, Reply, user_text  # noqa: E402

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+from prorag.core.lazy_modules import lazy_module
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
 
 #: Where a stage's sampled rows draw their randomness: ``row``, each from its own stream named by
 #: what the row is (:func:`stream_seed`); ``batch``, one generator per engine call, whose draws a

@@ -14,7 +14,7 @@ import typer
 
 from prorag.cli.options import ConfigSource, app, config_command, friendly_errors
 
-PIPELINE_CONFIG = "prorag.experiments.pipeline:PipelineConfig"
+PIPELINE_CONFIG = "prorag.experiments.pipeline.config:PipelineConfig"
 
 
 @config_command(app, "pipeline", PIPELINE_CONFIG, "pipeline", {}, expand=False)

@@ -138,7 +138,7 @@ def sft(
 # ----------------------------------------------------------------------------- evaluation
 
 
-@stage_command("eval", "prorag.evaluation.harness:EvalConfig", "eval")
+@stage_command("eval", "prorag.evaluation.eval_config:EvalConfig", "eval")
 def eval_cmd(
     source: ConfigSource,
     policy: Annotated[
@@ -326,7 +326,7 @@ def pairs(
     typer.echo(f"-> {out}")
 
 
-@stage_command("prm", "prorag.stages.prm:PRMConfig", "prm")
+@stage_command("prm", "prorag.stages.prm.config:PRMConfig", "prm")
 def prm(
     source: ConfigSource,
     pairs: PairsOption,
@@ -447,7 +447,7 @@ def rft(
 # ----------------------------------------------------------------------------- stage 4: RL
 
 
-@stage_command("rl", "prorag.stages.rl:RLConfig", "rl")
+@stage_command("rl", "prorag.stages.rl.config:RLConfig", "rl")
 def rl_cmd(
     source: ConfigSource,
     policy: PolicyOption,

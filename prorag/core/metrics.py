@@ -21,9 +21,17 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-from scipy import stats
+from prorag.core.lazy_modules import lazy_module
+
+if TYPE_CHECKING:
+    import numpy as np
+    from scipy import stats
+else:
+    np = lazy_module("numpy")
+    stats = lazy_module("scipy.stats")
+
 
 # Kept importable here for prorag.experiments.pipeline, which is being split in parallel and still imports
 # it from this module; import it from prorag.core.statistics.

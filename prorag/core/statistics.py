@@ -18,10 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
 from statistics import fmean, stdev
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from scipy import stats
+from prorag.core.lazy_modules import lazy_module
+
+if TYPE_CHECKING:
+    import numpy as np
+    from scipy import stats
+else:
+    np = lazy_module("numpy")
+    stats = lazy_module("scipy.stats")
 
 
 @dataclass(frozen=True)

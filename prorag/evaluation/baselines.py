@@ -19,17 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prorag.agent.gold import GoldTrajectory
 from prorag.agent.prompts import DIRECT_ANSWER_PROMPT, RAG_ANSWER_PROMPT, chat_prompt, has_chat_template, plain_prompt
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import extract_answer, render_final, render_retrieval
 from prorag.agent.trajectory import Trajectory
 from prorag.core.registry import Registry
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever, format_documents
+
+if TYPE_CHECKING:
+    from prorag.agent.rollout import RolloutEngine
 
 #: A baseline's name in :data:`EVAL_BASELINES`.
 Baseline = str

@@ -31,7 +31,8 @@ from prorag.core.config import config_from_dict
 from prorag.data.jsonl import JsonlAppender
 from prorag.data.records import Record
 from prorag.evaluation.baselines import EvalBaseline, baseline_answer
-from prorag.evaluation.harness import EvalConfig, finish, pending, score
+from prorag.evaluation.eval_config import EvalConfig
+from prorag.evaluation.harness import finish, pending, score
 from prorag.models.generator import Generation, TextGenerator
 from prorag.retrieval.base import Hit, Retriever, format_documents
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from prorag.core.errors import DataError
 from prorag.data.records import read_records
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.evaluation.generator_eval import GeneratorBaseline, evaluate_generator
-from prorag.evaluation.harness import EvalConfig, evaluate
+from prorag.evaluation.harness import evaluate
 
 
 def evaluate_files(

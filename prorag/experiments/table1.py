@@ -30,7 +30,8 @@ from prorag.data.benchmarks import FORMATS, load_benchmark
 from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import EVAL_BASELINES
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, GeneratorConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig, GeneratorConfig
+from prorag.evaluation.harness import evaluate
 from prorag.evaluation.llm_judge import JudgeConfig
 from prorag.evaluation.runner import uses_generator
 from prorag.retrieval.base import Retriever

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
 
 ProcessNorm = Literal["step", "token", "step_kind"]
 
@@ -453,7 +458,7 @@ class AdvantageInputs:
 
 
 #: An advantage estimator: the ``(B, T)`` token advantages of one batch of whole groups.
-AdvantageEstimator = Callable[[AdvantageInputs], torch.Tensor]
+AdvantageEstimator = Callable[[AdvantageInputs], "torch.Tensor"]
 
 #: Advantage estimators by name (``RLConfig.advantage``); a new one is one ``register`` call.
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")

@@ -16,12 +16,18 @@ weighted next-token NLL; :func:`reduce_weighted_nll` is the reduction alone, for
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Literal
 
 from prorag.agent.schema import CONTROL_TAG_WEIGHTS, TAGS
+from prorag.core.lazy_modules import lazy_module
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:
+    torch = lazy_module("torch")
+    F = lazy_module("torch.nn.functional")
+
 
 WeightScheme = Literal["reference", "paper"]
 Reduction = Literal["weighted_mean", "sum"]

@@ -34,15 +34,19 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
-
-import httpx
 
 from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
+from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.models.generator import Generation, Sampling, TextGenerator
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")  # imported by the first request: --help stays fast
 
 log = logging.getLogger(__name__)
 # httpx logs every request at INFO ("HTTP Request: POST ... 200 OK", even for a reply that then

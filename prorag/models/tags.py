@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-import torch
-
 from prorag.agent.schema import ANSWER_CLOSE, TAGS
+from prorag.core.lazy_modules import lazy_module
 
-if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
+if TYPE_CHECKING:  # imported lazily at run time: torch and transformers are slow to import
+    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+else:
+    torch = lazy_module("torch")
 
 
 def add_tag_tokens(tokenizer: PreTrainedTokenizerBase) -> int:

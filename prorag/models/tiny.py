@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
+from prorag.core.lazy_modules import lazy_module
 from prorag.models.tags import configure_generation, has_tags
 
-if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
+if TYPE_CHECKING:  # imported lazily at run time: torch and transformers are slow to import
+    import torch
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+else:
+    torch = lazy_module("torch")
 
 #: (hidden, layers, heads, intermediate) of each size; the head size is hidden / heads.
 TINY_SIZES: Mapping[str, tuple[int, int, int, int]] = {

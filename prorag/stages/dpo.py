@@ -25,7 +25,8 @@ from trl import DPOTrainer
 from prorag.core.config import setting
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.stages.prm import StepPair, check_vocabulary, pair_stage_inputs
-from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
+from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy
+from prorag.stages.training_config import LoRAConfig, TrainingConfig
 from prorag.supervision.reward_model import DEFAULT_MAX_LENGTH
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 class DPOConfig(TrainingConfig):
     """Settings of the offline DPO baseline (``prorag dpo``). Neither ProRAG nor its seed papers give
     ReasonRAG's hyper-parameters, so these are TRL's DPO defaults (``beta`` 0.1, sigmoid loss); the
-    shared training fields are :class:`~prorag.stages.training.TrainingConfig`'s. ``learning_rate``
+    shared training fields are :class:`~prorag.stages.training_config.TrainingConfig`'s. ``learning_rate``
     1e-6 is TRL's for real pretrained models; a tiny built-in model needs a far higher one."""
 
     init: str | None = setting(

@@ -20,17 +20,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from tqdm.auto import tqdm
 
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
+from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
 from prorag.method.advantages import disagreeing_groups
 from prorag.method.rewards.outcome import trajectory_em
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +121,8 @@ def screen_questions(
         lines = read_jsonl(path, tolerate_truncated_tail=True)
         accepted = {key, *earlier_keys}
         done = {str(row["id"]): [float(v) for v in row["em"]] for row in lines if row.get("key", "") in accepted}
+    from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
+
     engine = RolloutEngine(model, tokenizer, retriever, rollout)
     kept: list[Record] = []
     screened = 0

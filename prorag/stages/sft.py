@@ -51,7 +51,8 @@ from prorag.method.losses import (
     token_nll,
 )
 from prorag.retrieval.base import Retriever
-from prorag.stages.training import LoRAConfig, MetricsFile, TrainerKernels, TrainingConfig, resume_training, save_trained_policy
+from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy
+from prorag.stages.training_config import LoRAConfig, TrainingConfig
 
 log = logging.getLogger(__name__)
 
@@ -627,7 +628,8 @@ def _rollout_eval(
     reference code validates on), EM and F1; returns the metrics and the trajectories."""
     from prorag.agent.rollout import RolloutEngine
     from prorag.core.metrics import answer_metrics
-    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, predicted_answer
+    from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+    from prorag.evaluation.harness import predicted_answer
 
     if retriever is None:
         log.warning("no retriever (pass `retriever` or set `index`): the format-valid rate is not measured")

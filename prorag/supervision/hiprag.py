@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.schema import ActionKind, parse_trajectory
 from prorag.agent.trajectory import Trajectory
@@ -65,6 +64,8 @@ def reask(policy: Any, tokenizer: Any, queries: Sequence[str], config: RolloutCo
     distinct = list(dict.fromkeys(q for q in queries if q))
     if not distinct:
         return {}
+    from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
+
     engine = RolloutEngine(policy, tokenizer, NoDocuments(), config)
     records = [Record(f"reask-{i}", q, []) for i, q in enumerate(distinct)]
     trajs = engine.rollout(records, max_actions=[1] * len(records))

@@ -26,14 +26,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
-
-import httpx
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from prorag.agent.gold import Hop
 from prorag.agent.schema import TAGS
 from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.metrics import normalize_answer
 from prorag.core.setting_checks import check_temperature
 from prorag.data.jsonl import JsonlAppender, read_jsonl
@@ -51,6 +50,11 @@ from prorag.models.served import (
 )
 from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = lazy_module("httpx")  # imported by the first request: --help stays fast
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.sampling import stream_seed
 from prorag.agent.schema import ANSWER_CLOSE, ANSWER_OPEN
 from prorag.agent.trajectory import Trajectory
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.metrics import exact_match
 from prorag.data.records import Record
 from prorag.method.rewards.outcome import (
@@ -49,6 +47,12 @@ from prorag.retrieval.base import Retriever
 from prorag.supervision.hiprag import NoDocuments
 from prorag.supervision.reward_model import token_logprobs
 
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
+
 #: One likelihood pass: context ids, target ids, and a 0/1 weight per target token (which count).
 Pass = tuple[list[int], list[int], list[int]]
 
@@ -56,36 +60,36 @@ Pass = tuple[list[int], list[int], list[int]]
 _BATCHES_SEEN: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-@torch.no_grad()
 def sequence_logprobs(model: Any, passes: Sequence[Pass], pad_id: int, batch_size: int = 64) -> list[float]:
     """``sum_j weight_j * log p(target_j | context, target_<j)`` of each pass under the causal LM
     ``model``, in right-padded batches of ``batch_size`` rows sorted by length (little padding);
     identical passes are computed once."""
-    keys = [(tuple(c), tuple(t), tuple(w)) for c, t, w in passes]
-    distinct = list(dict.fromkeys(keys))
-    order = sorted(range(len(distinct)), key=lambda i: len(distinct[i][0]) + len(distinct[i][1]))
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    scores: dict[tuple, float] = {}
-    try:
-        for start in range(0, len(order), batch_size):
-            rows = [distinct[i] for i in order[start : start + batch_size]]
-            width = max(len(c) + len(t) for c, t, _ in rows)
-            ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
-            mask = torch.zeros(len(rows), width, dtype=torch.long)
-            weight = torch.zeros(len(rows), width)
-            for r, (c, t, w) in enumerate(rows):
-                n = len(c) + len(t)
-                ids[r, :n] = torch.tensor(c + t)
-                mask[r, :n] = 1
-                weight[r, len(c) : n] = torch.tensor(w, dtype=weight.dtype)
-            logp = token_logprobs(model, ids.to(device), mask.to(device)).cpu()
-            for row, total in zip(rows, (logp * weight).sum(-1).tolist(), strict=True):
-                scores[row] = float(total)
-    finally:
-        model.train(was_training)
-    return [scores[k] for k in keys]
+    with torch.no_grad():
+        keys = [(tuple(c), tuple(t), tuple(w)) for c, t, w in passes]
+        distinct = list(dict.fromkeys(keys))
+        order = sorted(range(len(distinct)), key=lambda i: len(distinct[i][0]) + len(distinct[i][1]))
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        scores: dict[tuple, float] = {}
+        try:
+            for start in range(0, len(order), batch_size):
+                rows = [distinct[i] for i in order[start : start + batch_size]]
+                width = max(len(c) + len(t) for c, t, _ in rows)
+                ids = torch.full((len(rows), width), int(pad_id), dtype=torch.long)
+                mask = torch.zeros(len(rows), width, dtype=torch.long)
+                weight = torch.zeros(len(rows), width)
+                for r, (c, t, w) in enumerate(rows):
+                    n = len(c) + len(t)
+                    ids[r, :n] = torch.tensor(c + t)
+                    mask[r, :n] = 1
+                    weight[r, len(c) : n] = torch.tensor(w, dtype=weight.dtype)
+                logp = token_logprobs(model, ids.to(device), mask.to(device)).cpu()
+                for row, total in zip(rows, (logp * weight).sum(-1).tolist(), strict=True):
+                    scores[row] = float(total)
+        finally:
+            model.train(was_training)
+        return [scores[k] for k in keys]
 
 
 def answer_target(tokenizer: Any, answer: str) -> list[int]:
@@ -132,6 +136,8 @@ def synthesize(
         for r in records
         for _ in range(config.k)
     ]
+    from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
+
     engine = RolloutEngine(policy, tokenizer, retriever or NoDocuments(), replace(config.synthesis, greedy=False))
     rows = (
         [hint_seed(config, seed, step, r.id, j) for r in records for j in range(config.k)]

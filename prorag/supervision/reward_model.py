@@ -24,11 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import Tensor
-
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.registry import Registry, unknown_name
 from prorag.method.rewards.process import StepScorer
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:
+    torch = lazy_module("torch")
+
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is slow to import
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -388,7 +393,6 @@ class ProcessRewardModel:
 
     # ---- scoring
 
-    @torch.inference_mode()
     def score(self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32) -> torch.Tensor:
         """The logit R_phi(context_i, step_i) of every pair: a ``(N,)`` float32 CPU tensor.
 
@@ -397,25 +401,26 @@ class ProcessRewardModel:
         read on the last context token (every action of a trajectory gets a logit; the
         likelihood kind gives it a mean of 0).
         """
-        if len(contexts) != len(steps):
-            raise ValueError(f"{len(contexts)} contexts but {len(steps)} steps")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        inputs = [self.build_input(c, s) for c, s in zip(contexts, steps, strict=True)]
-        out = torch.empty(len(inputs), dtype=torch.float32)
-        if not inputs:
+        with torch.inference_mode():
+            if len(contexts) != len(steps):
+                raise ValueError(f"{len(contexts)} contexts but {len(steps)} steps")
+            if batch_size < 1:
+                raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            inputs = [self.build_input(c, s) for c, s in zip(contexts, steps, strict=True)]
+            out = torch.empty(len(inputs), dtype=torch.float32)
+            if not inputs:
+                return out
+            was_training = self.model.training
+            self.model.eval()
+            device = next(self.model.parameters()).device
+            try:
+                for rows in length_batches([len(x) for x in inputs], batch_size):
+                    ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                    logits = self.batch_logits(ids.to(device), mask.to(device), [len(steps[i]) for i in rows])
+                    out[torch.tensor(rows)] = logits.cpu()
+            finally:
+                self.model.train(was_training)
             return out
-        was_training = self.model.training
-        self.model.eval()
-        device = next(self.model.parameters()).device
-        try:
-            for rows in length_batches([len(x) for x in inputs], batch_size):
-                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                logits = self.batch_logits(ids.to(device), mask.to(device), [len(steps[i]) for i in rows])
-                out[torch.tensor(rows)] = logits.cpu()
-        finally:
-            self.model.train(was_training)
-        return out
 
     def probabilities(
         self, contexts: Sequence[Sequence[int]], steps: Sequence[Sequence[int]], batch_size: int = 32
@@ -462,24 +467,24 @@ class ProcessRewardModel:
             out[i] = row
         return [row or [] for row in out]
 
-    @torch.inference_mode()
     def _score_in_one_pass(self, trajectories: Sequence[Trajectory], batch_size: int) -> list[list[float]]:
         """Every action of each trajectory from one forward pass over the trajectory."""
-        inputs = [[*t.prompt_ids, *t.completion_ids[: max(a.span[1] for a in t.actions)]] for t in trajectories]
-        was_training = self.model.training
-        self.model.eval()
-        device = next(self.model.parameters()).device
-        out: list[list[float]] = [[] for _ in trajectories]
-        try:
-            for rows in length_batches([len(x) for x in inputs], batch_size):
-                ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
-                prompts = [len(trajectories[i].prompt_ids) for i in rows]
-                actions = [[a.span for a in trajectories[i].actions] for i in rows]
-                for i, row in zip(rows, self.action_logits(ids.to(device), mask.to(device), prompts, actions), strict=True):
-                    out[i] = row
-        finally:
-            self.model.train(was_training)
-        return out
+        with torch.inference_mode():
+            inputs = [[*t.prompt_ids, *t.completion_ids[: max(a.span[1] for a in t.actions)]] for t in trajectories]
+            was_training = self.model.training
+            self.model.eval()
+            device = next(self.model.parameters()).device
+            out: list[list[float]] = [[] for _ in trajectories]
+            try:
+                for rows in length_batches([len(x) for x in inputs], batch_size):
+                    ids, mask = pad_batch([inputs[i] for i in rows], int(self.tokenizer.pad_token_id))
+                    prompts = [len(trajectories[i].prompt_ids) for i in rows]
+                    actions = [[a.span for a in trajectories[i].actions] for i in rows]
+                    for i, row in zip(rows, self.action_logits(ids.to(device), mask.to(device), prompts, actions), strict=True):
+                        out[i] = row
+            finally:
+                self.model.train(was_training)
+            return out
 
     # ---- files
 

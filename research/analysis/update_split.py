@@ -128,7 +128,7 @@ def update_split(
     device: str | None = None,
 ) -> dict[str, Any]:
     """Write and evaluate the mirrored, permuted and scaled policies of ``policy``'s update from
-    ``start`` (``config``: the evaluation's :class:`~prorag.evaluation.harness.EvalConfig`), and return
+    ``start`` (``config``: the evaluation's :class:`~prorag.evaluation.eval_config.EvalConfig`), and return
     (and write to ``OUT/split.json``) the split with its statistics over questions."""
     from prorag.data.records import read_records
     from prorag.evaluation.runner import evaluate_files

@@ -40,7 +40,8 @@ from prorag.agent.gold import render_gold
 from prorag.data.jsonl import read_json, read_jsonl, write_json
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import SIZES, build_world
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import evaluate
 from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts

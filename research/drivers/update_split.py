@@ -15,7 +15,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from research.analysis.update_split import update_split
 
 

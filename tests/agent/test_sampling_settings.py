@@ -16,7 +16,7 @@ from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import sample_next
 from prorag.core.setting_checks import check_learning_rate, check_temperature, check_top_p
 from prorag.data.records import Record, read_records
-from prorag.evaluation.harness import EvalRolloutConfig
+from prorag.evaluation.eval_config import EvalRolloutConfig
 from prorag.models.generator import Sampling
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.supervision.llm_teacher import LLMTeacherConfig

@@ -10,7 +10,7 @@ import pytest
 from prorag.core.config import apply_overrides, config_from_dict, load_config
 from prorag.core.errors import DataError
 from prorag.stages.sft import SFTConfig
-from prorag.stages.training import LoRAConfig
+from prorag.stages.training_config import LoRAConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,7 +161,7 @@ def test_a_check_across_two_fields_does_not_depend_on_the_assignments_order() ->
 
 def stage_configs() -> list[type]:
     from prorag.agent.rollout_config import RolloutConfig
-    from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
+    from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
     from prorag.experiments.pipeline import DataConfig, IndexConfig, PipelineConfig
     from prorag.method.rewards.outcome import OutcomeRewardConfig
     from prorag.method.rewards.process import StepRewardConfig
@@ -172,7 +172,7 @@ def stage_configs() -> list[type]:
     from prorag.stages.rl import RLConfig
     from prorag.stages.sft import SFTTrainingConfig
     from prorag.stages.sft_data import SFTDataConfig
-    from prorag.stages.training import TrainingConfig
+    from prorag.stages.training_config import TrainingConfig
 
     return [
         SFTConfig, SFTTrainingConfig, SFTDataConfig, MCTSConfig, PairsConfig, PRMConfig, RFTConfig, RLConfig, EvalConfig,

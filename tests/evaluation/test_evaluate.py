@@ -16,15 +16,8 @@ from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import baseline_answer, naive_prompt, standard_rag_prompt
-from prorag.evaluation.harness import (
-    EvalConfig,
-    EvalRolloutConfig,
-    compare_predictions,
-    evaluate,
-    search_depth,
-    steps_distribution,
-    summarise,
-)
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import compare_predictions, evaluate, search_depth, steps_distribution, summarise
 from prorag.models.checkpoints import save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever

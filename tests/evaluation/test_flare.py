@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.evaluation.flare import masked_query
-from prorag.evaluation.harness import EvalConfig
 from prorag.models.generator import Generation, ScriptedGenerator
 
 

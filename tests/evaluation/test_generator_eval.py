@@ -12,8 +12,8 @@ import pytest
 from prorag.core.errors import DataError
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record, read_records
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
 from prorag.evaluation.generator_eval import evaluate_generator, first_sentence, read_answer
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
 from prorag.models.generator import HFGenerator, ScriptedGenerator
 from prorag.models.tiny import make_tiny_model
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.models.generator import ScriptedGenerator
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
 from prorag.evaluation.iter_retgen import IterRetGen
 from prorag.models.generator import ScriptedGenerator
 

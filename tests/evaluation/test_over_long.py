@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from prorag.cli import app
 from prorag.data.jsonl import read_jsonl, write_jsonl
 from prorag.data.records import Record, read_records
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import evaluate
 from prorag.models.checkpoints import save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.evaluation.search_o1 import BEGIN_QUERY, BEGIN_RESULT, END_QUERY, END_RESULT, REASON_IN_DOCUMENTS
 from prorag.models.generator import ScriptedGenerator
 

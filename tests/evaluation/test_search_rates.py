@@ -14,7 +14,8 @@ from prorag.agent.rollout import RolloutEngine
 from prorag.agent.schema import render_conclude
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import read_records
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate, summarise
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import evaluate, summarise
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.supervision.hiprag import search_queries
 from tests.fakes import ReplayLM

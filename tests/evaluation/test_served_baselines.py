@@ -10,8 +10,8 @@ import pytest
 
 from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
 from prorag.evaluation.generator_eval import evaluate_generator
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
 from prorag.models.served import ServedConfig, ServedGenerator
 from tests.fake_chat_server import FakeChatServer, Reply, user_text
 

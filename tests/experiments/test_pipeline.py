@@ -561,7 +561,7 @@ def test_rl_runs_of_one_seed_share_one_screening(tmp_path: Path) -> None:
     """With ``question_filter``, every RL run from one initial policy and seed (an ablation's arms)
     reads one screening file; another seed or policy has its own; without it none is set."""
     from prorag.experiments.pipeline import Run, rl_config
-    from prorag.stages.sft_replay import SFTReplayConfig
+    from prorag.stages.rl.config import SFTReplayConfig
 
     base = PipelineConfig()
     run = Run(tmp_path, replace(base, rl=replace(base.rl, question_filter="mixed")), progress=lambda _: None)

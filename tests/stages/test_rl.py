@@ -721,7 +721,7 @@ def test_kl_to_init_with_lora_switches_the_adapter_off(
 ) -> None:
     # LoRA keeps no copy: pi_init is the model with its adapter off. num_iterations 2 and a large
     # lr move the adapter after step 1, so step 3's batch is sampled away from pi_init.
-    from prorag.stages.training import LoRAConfig
+    from prorag.stages.training_config import LoRAConfig
 
     cfg = fast_config(
         num_iterations=2,

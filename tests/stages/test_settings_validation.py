@@ -15,7 +15,7 @@ from prorag.agent.rollout_config import RolloutConfig
 from prorag.cli import app
 from prorag.core.config import apply_overrides, load_config
 from prorag.core.errors import DataError
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.method.rewards.outcome import OutcomeRewardConfig
 from prorag.stages.dpo import DPOConfig
 from prorag.stages.mcts import MCTSConfig

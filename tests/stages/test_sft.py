@@ -29,7 +29,7 @@ from prorag.stages.sft import (
     make_sft_trainer,
     train_sft,
 )
-from prorag.stages.training import LoRAConfig
+from prorag.stages.training_config import LoRAConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -23,8 +23,9 @@ from prorag.models.tags import tag_token_ids
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.rl import RLConfig, make_rl_trainer, train_rl
+from prorag.stages.rl.config import SFTReplayConfig
 from prorag.stages.sft import WeightedSFTCollator, build_sft_examples, load_trajectories
-from prorag.stages.sft_replay import SFTReplayConfig, draw_index, epoch_order, load_replay, replay_indices
+from prorag.stages.sft_replay import draw_index, epoch_order, load_replay, replay_indices
 from tests.stages.test_rl import GOLD_ROLLOUT, fast_config, replayed, two_groups  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")

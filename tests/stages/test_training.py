@@ -12,14 +12,8 @@ from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft import SFTConfig
-from prorag.stages.training import (
-    LoRAConfig,
-    TimeBudget,
-    TrainerKernels,
-    TrainingConfig,
-    last_complete_checkpoint,
-    truncate_metrics,
-)
+from prorag.stages.training import TimeBudget, TrainerKernels, last_complete_checkpoint, truncate_metrics
+from prorag.stages.training_config import LoRAConfig, TrainingConfig
 
 
 def test_training_arguments_map_the_fields_as_before(tmp_path: Path) -> None:

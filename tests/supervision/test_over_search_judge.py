@@ -138,7 +138,7 @@ def test_hiprag_reward_with_the_llm_judge_hand_computed(monkeypatch: pytest.Monk
 
 
 def test_llm_judge_without_an_endpoint_is_refused_naming_the_field(tmp_path: Path) -> None:
-    from prorag.evaluation.harness import EvalConfig
+    from prorag.evaluation.eval_config import EvalConfig
     from prorag.stages.rl import RLConfig
 
     with pytest.raises(

@@ -9,54 +9,63 @@ stage), :mod:`~prorag.experiments.pipeline.results` (``results.json`` and the ta
 (the demo's YAML configs). Every public name is importable from this package.
 """
 
-from prorag.experiments.pipeline.config import (
-    DEFAULT_SYSTEMS,
-    LABELS,
-    RL_SYSTEMS,
-    SPLIT_MODES,
-    SYSTEMS,
-    TRAIN_SPLITS,
-    DataConfig,
-    IndexConfig,
-    PipelineConfig,
-    SplitMode,
-    System,
-    non_default_fields,
-    resolve,
-    stage_device,
-    write_resolved_config,
-)
-from prorag.experiments.pipeline.demo import demo_config, demo_config_file
-from prorag.experiments.pipeline.results import collect_results, results_table, stage_summaries
-from prorag.experiments.pipeline.run import run_pipeline
-from prorag.experiments.pipeline.run_folder import CONFIG_SCHEMA, Run, eval_dir_name, fingerprint, rl_run_name
-from prorag.experiments.pipeline.splits import (
-    Splits,
-    plan_splits,
-    question_key,
-    share_counts,
-    split_questions,
-    split_unit,
-    write_records,
-)
-from prorag.experiments.pipeline.stages import (
-    _data_files as _data_files,  # a benchmark and the tests build a run's stages one by one
-)
-from prorag.experiments.pipeline.stages import (
-    audit_prm,
-    rl_config,
-    rl_dev_file,
-    rl_replay,
-    stage_eval,
-    stage_index,
-    stage_prm,
-    stage_rft,
-    stage_rl,
-    stage_sft,
-    stage_splits,
-    stage_world,
-    system_eval_config,
-)
+from __future__ import annotations
+
+from prorag.core.lazy_modules import lazy_exports
+
+#: Each public name -> the module that defines it, imported when the name is first read (so that
+#: importing one submodule, e.g. the config for ``--help``, does not import the others).
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_SYSTEMS": "prorag.experiments.pipeline.config",
+    "LABELS": "prorag.experiments.pipeline.config",
+    "RL_SYSTEMS": "prorag.experiments.pipeline.config",
+    "SPLIT_MODES": "prorag.experiments.pipeline.config",
+    "SYSTEMS": "prorag.experiments.pipeline.config",
+    "TRAIN_SPLITS": "prorag.experiments.pipeline.config",
+    "DataConfig": "prorag.experiments.pipeline.config",
+    "IndexConfig": "prorag.experiments.pipeline.config",
+    "PipelineConfig": "prorag.experiments.pipeline.config",
+    "SplitMode": "prorag.experiments.pipeline.config",
+    "System": "prorag.experiments.pipeline.config",
+    "non_default_fields": "prorag.experiments.pipeline.config",
+    "resolve": "prorag.experiments.pipeline.config",
+    "stage_device": "prorag.experiments.pipeline.config",
+    "write_resolved_config": "prorag.experiments.pipeline.config",
+    "demo_config": "prorag.experiments.pipeline.demo",
+    "demo_config_file": "prorag.experiments.pipeline.demo",
+    "collect_results": "prorag.experiments.pipeline.results",
+    "results_table": "prorag.experiments.pipeline.results",
+    "stage_summaries": "prorag.experiments.pipeline.results",
+    "run_pipeline": "prorag.experiments.pipeline.run",
+    "CONFIG_SCHEMA": "prorag.experiments.pipeline.run_folder",
+    "Run": "prorag.experiments.pipeline.run_folder",
+    "eval_dir_name": "prorag.experiments.pipeline.run_folder",
+    "fingerprint": "prorag.experiments.pipeline.run_folder",
+    "rl_run_name": "prorag.experiments.pipeline.run_folder",
+    "Splits": "prorag.experiments.pipeline.splits",
+    "plan_splits": "prorag.experiments.pipeline.splits",
+    "question_key": "prorag.experiments.pipeline.splits",
+    "share_counts": "prorag.experiments.pipeline.splits",
+    "split_questions": "prorag.experiments.pipeline.splits",
+    "split_unit": "prorag.experiments.pipeline.splits",
+    "write_records": "prorag.experiments.pipeline.splits",
+    "_data_files": "prorag.experiments.pipeline.stages",
+    "audit_prm": "prorag.experiments.pipeline.stages",
+    "rl_config": "prorag.experiments.pipeline.stages",
+    "rl_dev_file": "prorag.experiments.pipeline.stages",
+    "rl_replay": "prorag.experiments.pipeline.stages",
+    "stage_eval": "prorag.experiments.pipeline.stages",
+    "stage_index": "prorag.experiments.pipeline.stages",
+    "stage_prm": "prorag.experiments.pipeline.stages",
+    "stage_rft": "prorag.experiments.pipeline.stages",
+    "stage_rl": "prorag.experiments.pipeline.stages",
+    "stage_sft": "prorag.experiments.pipeline.stages",
+    "stage_splits": "prorag.experiments.pipeline.stages",
+    "stage_world": "prorag.experiments.pipeline.stages",
+    "system_eval_config": "prorag.experiments.pipeline.stages",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "CONFIG_SCHEMA",

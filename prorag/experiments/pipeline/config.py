@@ -23,7 +23,7 @@ from prorag.core.config import setting
 from prorag.data.jsonl import atomic_writer
 from prorag.data.world.documents import Granularity
 from prorag.data.world.generator import check_rl_worlds
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.stages.dpo import DPOConfig
 from prorag.stages.mcts import MCTSConfig
 from prorag.stages.pairs import PairsConfig

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from prorag.data.jsonl import write_json
 from prorag.data.records import read_records
-from prorag.evaluation.harness import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig
 from prorag.experiments.pipeline.config import RL_SYSTEMS, PipelineConfig
 from prorag.experiments.pipeline.run_folder import Run, eval_dir_name, rl_run_name
 from prorag.experiments.pipeline.splits import plan_splits, write_records
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft_replay import SFTReplayConfig
+from prorag.stages.rl.config import SFTReplayConfig
 
 
 def _data_files(run: Run) -> dict[str, Path]:

@@ -14,39 +14,50 @@ size than the policy's. The likelihood kind (``PRMConfig.kind``) trains the poli
 through the same path.
 """
 
-from prorag.stages.prm.audits import (
-    SampledLikelihood,
-    fresh_sample_audit,
-    likelihood_baseline_metrics,
-    pointwise_metrics,
-    policy_step_likelihoods,
-    step_ranking_audit,
-)
-from prorag.stages.prm.config import PRMConfig
-from prorag.stages.prm.data import (
-    PairCollator,
-    PointStep,
-    StepPair,
-    check_vocabulary,
-    pair_examples,
-    pair_stage_inputs,
-    parse_step_pair,
-    point_examples,
-    read_pointwise,
-    read_step_pairs,
-    split_by_question,
-)
-from prorag.stages.prm.loss import pair_metrics, pair_wins, pairwise_loss, prm_loss
-from prorag.stages.prm.run import resolve_pointwise, train_prm
-from prorag.stages.prm.trainer import (
-    PairwiseRewardTrainer,
-    ValidationSelection,
-    held_out_scores,
-    make_prm_trainer,
-    prm_training_args,
-)
-from prorag.stages.prm.verdict import VERDICT_CHECKS, VERDICT_MARGIN, likelihood_verdict, write_prm_summary
-from prorag.supervision.reward_model import separating_threshold
+from __future__ import annotations
+
+from prorag.core.lazy_modules import lazy_exports
+
+#: Each public name -> the module that defines it, imported when the name is first read (so that
+#: importing one submodule, e.g. the config for ``--help``, does not import the others).
+_EXPORTS: dict[str, str] = {
+    "SampledLikelihood": "prorag.stages.prm.audits",
+    "fresh_sample_audit": "prorag.stages.prm.audits",
+    "likelihood_baseline_metrics": "prorag.stages.prm.audits",
+    "pointwise_metrics": "prorag.stages.prm.audits",
+    "policy_step_likelihoods": "prorag.stages.prm.audits",
+    "step_ranking_audit": "prorag.stages.prm.audits",
+    "PRMConfig": "prorag.stages.prm.config",
+    "PairCollator": "prorag.stages.prm.data",
+    "PointStep": "prorag.stages.prm.data",
+    "StepPair": "prorag.stages.prm.data",
+    "check_vocabulary": "prorag.stages.prm.data",
+    "pair_examples": "prorag.stages.prm.data",
+    "pair_stage_inputs": "prorag.stages.prm.data",
+    "parse_step_pair": "prorag.stages.prm.data",
+    "point_examples": "prorag.stages.prm.data",
+    "read_pointwise": "prorag.stages.prm.data",
+    "read_step_pairs": "prorag.stages.prm.data",
+    "split_by_question": "prorag.stages.prm.data",
+    "pair_metrics": "prorag.stages.prm.loss",
+    "pair_wins": "prorag.stages.prm.loss",
+    "pairwise_loss": "prorag.stages.prm.loss",
+    "prm_loss": "prorag.stages.prm.loss",
+    "resolve_pointwise": "prorag.stages.prm.run",
+    "train_prm": "prorag.stages.prm.run",
+    "PairwiseRewardTrainer": "prorag.stages.prm.trainer",
+    "ValidationSelection": "prorag.stages.prm.trainer",
+    "held_out_scores": "prorag.stages.prm.trainer",
+    "make_prm_trainer": "prorag.stages.prm.trainer",
+    "prm_training_args": "prorag.stages.prm.trainer",
+    "VERDICT_CHECKS": "prorag.stages.prm.verdict",
+    "VERDICT_MARGIN": "prorag.stages.prm.verdict",
+    "likelihood_verdict": "prorag.stages.prm.verdict",
+    "write_prm_summary": "prorag.stages.prm.verdict",
+    "separating_threshold": "prorag.supervision.reward_model",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "PRMConfig",

@@ -13,7 +13,7 @@ from typing import Literal
 
 from prorag.core.config import setting
 from prorag.models.tiny import TINY_SIZES
-from prorag.stages.training import TrainingConfig
+from prorag.stages.training_config import TrainingConfig
 from prorag.supervision.reward_model import DEFAULT_MAX_LENGTH, PRM_KINDS
 
 
@@ -22,7 +22,7 @@ class PRMConfig(TrainingConfig):
     """Settings of the PRM stage. The paper gives the epochs (3, from the SFT checkpoint); the
     reference code gives the rest (lr 2e-5, batch 8 x 4 accumulation, 4096 tokens); else TRL's.
     ``learning_rate`` 2e-5 is for real pretrained models; a tiny built-in model needs a higher one.
-    The shared training fields are :class:`~prorag.stages.training.TrainingConfig`'s.
+    The shared training fields are :class:`~prorag.stages.training_config.TrainingConfig`'s.
     """
 
     # --- model and data

@@ -15,15 +15,45 @@ are importable from here.
 
 from __future__ import annotations
 
-from prorag.method.rewards.sources import STEP_REWARD_SOURCES  # re-exported: scripts reach the sources through the stage
-from prorag.stages.rl.config import POLICY_SELECTIONS, RLConfig
-from prorag.stages.rl.dev_eval import DevEvaluation, dev_best, dev_selection
-from prorag.stages.rl.learning_curve import CURVE_COLUMNS, write_learning_curve
-from prorag.stages.rl.questions import excluded_ids, rl_dataset, rl_records, screening_key, screening_keys, screening_strata
-from prorag.stages.rl.rewards import ScoredBatch, outcome, outcome_reward_function, score_batch
-from prorag.stages.rl.rollouts import EngineRollout, generation_row_seeds, local_rows, row_seed
-from prorag.stages.rl.run import TRL_LOSS_TYPES, make_rl_trainer, rl_training_args, train_rl
-from prorag.stages.rl.trainer import ProcessSupervisedGRPOTrainer, compact_fused_head, k3_kl, length_sorted_groups, trl_reference
+from prorag.core.lazy_modules import lazy_exports
+
+#: Each public name -> the module that defines it, imported when the name is first read (so that
+#: importing one submodule, e.g. the config for ``--help``, does not import the others).
+_EXPORTS: dict[str, str] = {
+    "STEP_REWARD_SOURCES": "prorag.method.rewards.sources",
+    "POLICY_SELECTIONS": "prorag.stages.rl.config",
+    "RLConfig": "prorag.stages.rl.config",
+    "DevEvaluation": "prorag.stages.rl.dev_eval",
+    "dev_best": "prorag.stages.rl.dev_eval",
+    "dev_selection": "prorag.stages.rl.dev_eval",
+    "CURVE_COLUMNS": "prorag.stages.rl.learning_curve",
+    "write_learning_curve": "prorag.stages.rl.learning_curve",
+    "excluded_ids": "prorag.stages.rl.questions",
+    "rl_dataset": "prorag.stages.rl.questions",
+    "rl_records": "prorag.stages.rl.questions",
+    "screening_key": "prorag.stages.rl.questions",
+    "screening_keys": "prorag.stages.rl.questions",
+    "screening_strata": "prorag.stages.rl.questions",
+    "ScoredBatch": "prorag.stages.rl.rewards",
+    "outcome": "prorag.stages.rl.rewards",
+    "outcome_reward_function": "prorag.stages.rl.rewards",
+    "score_batch": "prorag.stages.rl.rewards",
+    "EngineRollout": "prorag.stages.rl.rollouts",
+    "generation_row_seeds": "prorag.stages.rl.rollouts",
+    "local_rows": "prorag.stages.rl.rollouts",
+    "row_seed": "prorag.stages.rl.rollouts",
+    "TRL_LOSS_TYPES": "prorag.stages.rl.run",
+    "make_rl_trainer": "prorag.stages.rl.run",
+    "rl_training_args": "prorag.stages.rl.run",
+    "train_rl": "prorag.stages.rl.run",
+    "ProcessSupervisedGRPOTrainer": "prorag.stages.rl.trainer",
+    "compact_fused_head": "prorag.stages.rl.trainer",
+    "k3_kl": "prorag.stages.rl.trainer",
+    "length_sorted_groups": "prorag.stages.rl.trainer",
+    "trl_reference": "prorag.stages.rl.trainer",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "CURVE_COLUMNS",

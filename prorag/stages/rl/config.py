@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.config import method_settings, setting
 from prorag.core.setting_checks import check_temperature
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
 from prorag.method.advantages import (
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_SCALES,
@@ -28,17 +28,64 @@ from prorag.method.advantages import (
     ProcessNorm,
     scale_name,
 )
-from prorag.method.losses import PPO_AGGREGATIONS, PPOAggregation
+from prorag.method.losses import (
+    DEFAULT_CONTROL_LAMBDA,
+    PPO_AGGREGATIONS,
+    REDUCTIONS,
+    WEIGHT_SCHEMES,
+    PPOAggregation,
+    Reduction,
+    WeightScheme,
+)
 from prorag.method.rewards.outcome import OutcomeRewardConfig
 from prorag.method.rewards.process import PRM_SCOPES, PRMScope, StepRewardConfig
 from prorag.method.rewards.sources import STEP_REWARD_SOURCES
 from prorag.stages.question_filter import QUESTION_FILTERS
-from prorag.stages.sft_replay import SFTReplayConfig
-from prorag.stages.training import LoRAConfig, TrainingConfig
+from prorag.stages.training_config import LoRAConfig, TrainingConfig
 from prorag.supervision import hiprag, p2s, step_rewards  # noqa: F401  (their methods register on import)
 
 #: What ``policy/`` holds (:attr:`RLConfig.select_policy`).
 POLICY_SELECTIONS: tuple[str, ...] = ("last", "best_dev")
+
+
+@dataclass
+class SFTReplayConfig:
+    """Settings of the SFT replay term (off by default: the paper's RL has none)."""
+
+    file: str | None = setting(
+        None,
+        help="Gold trajectories to replay: the SFT stage's `sft_data/trajectories.jsonl`, or a record file of SFT "
+        "questions rendered with the RL index. Keep it disjoint from the RL and evaluation questions. The pipeline "
+        "and `prorag ablate` fill in their run's SFT trajectories when `coef` > 0 and this is unset.",
+    )
+    coef: float = setting(
+        0.0,
+        help="Weight of the replay loss in `L_RL + coef * L_SFT` (InstructGPT's ptx coefficient); 0 with a `file`: "
+        "the replay loss is only measured and logged as `replay_nll`.",
+    )
+    batch_size: int = setting(16, help="Trajectories per replay batch (one batch per micro-batch of the RL loss).")
+    limit: int | None = setting(None, help="Only the first N trajectories of `file`.")
+    weight_scheme: WeightScheme = setting("reference", help="The format-aware loss's tag weights (as the SFT stage's).")
+    control_lambda: float = setting(DEFAULT_CONTROL_LAMBDA, help="lambda of the `paper` weight scheme.")
+    reduction: Reduction = setting("weighted_mean", help="The loss's reduction (as the SFT stage's).")
+    max_length: int | None = setting(2048, help="Longer trajectories (prompt included) are dropped.")
+
+    def __post_init__(self) -> None:
+        if self.coef < 0:
+            raise ValueError(f"SFTReplayConfig.coef must be >= 0, got {self.coef}")
+        if self.batch_size < 1:
+            raise ValueError(f"SFTReplayConfig.batch_size must be >= 1, got {self.batch_size}")
+        if self.weight_scheme not in WEIGHT_SCHEMES:
+            raise ValueError(f"SFTReplayConfig.weight_scheme must be one of {WEIGHT_SCHEMES}, got {self.weight_scheme!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"SFTReplayConfig.reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the replay loss is computed at all (trained on with ``coef > 0``, else only logged).
+        ``coef > 0`` without a ``file`` is refused when the trainer is built: the pipeline fills in
+        its run's SFT trajectories (:func:`~prorag.experiments.pipeline.rl_replay`)."""
+        return bool(self.file) or self.coef > 0
 
 
 @method_settings(process_reward=STEP_REWARD_SOURCES, advantage=ADVANTAGE_ESTIMATORS)

@@ -17,7 +17,8 @@ from trl.models import unwrap_model_for_generation
 
 from prorag.data.jsonl import read_json, write_json
 from prorag.data.records import Record
-from prorag.evaluation.harness import EvalConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig
+from prorag.evaluation.harness import evaluate
 from prorag.models.checkpoints import load_trainable_state, save_trainable_state
 from prorag.retrieval.base import Retriever
 from prorag.stages.rl.trainer import ProcessSupervisedGRPOTrainer

@@ -11,7 +11,8 @@ from prorag.agent.gold import render_gold, tokenize_segments
 from prorag.agent.rollout import RolloutEngine
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.data.records import read_records
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import evaluate
 from prorag.experiments.report.build import write_report
 from prorag.experiments.report.step_scores import score_eval_trajectories
 from prorag.retrieval.bm25 import BM25Retriever

@@ -116,7 +116,7 @@ def sft_data(
     typer.echo(f"-> {out}")
 
 
-@stage_command("sft", "prorag.stages.sft:SFTConfig", "sft")
+@stage_command("sft", "prorag.stages.sft_config:SFTConfig", "sft")
 def sft(
     source: ConfigSource,
     run_dir: Annotated[Path, typer.Option(help="Run folder: checkpoints, metrics.jsonl, policy/ (resumes from it).")],
@@ -397,7 +397,7 @@ def prm_audit(
     typer.echo(f"-> {out}")
 
 
-@stage_command("dpo", "prorag.stages.dpo:DPOConfig", "dpo")
+@stage_command("dpo", "prorag.stages.dpo_config:DPOConfig", "dpo")
 def dpo(
     source: ConfigSource,
     pairs: PairsOption,
@@ -421,7 +421,7 @@ def dpo(
 # ----------------------------------------------------------------------------- stage 3: RFT
 
 
-@stage_command("rft", "prorag.stages.rft:RFTConfig", "rft")
+@stage_command("rft", "prorag.stages.rft_config:RFTConfig", "rft")
 def rft(
     source: ConfigSource,
     policy: PolicyOption,

@@ -22,10 +22,9 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prorag.agent.prompts import chat_prompt, has_chat_template
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.trajectory import Trajectory
 from prorag.core.config import config_from_dict
 from prorag.data.jsonl import JsonlAppender
@@ -35,6 +34,9 @@ from prorag.evaluation.eval_config import EvalConfig
 from prorag.evaluation.harness import finish, pending, score
 from prorag.models.generator import Generation, TextGenerator
 from prorag.retrieval.base import Hit, Retriever, format_documents
+
+if TYPE_CHECKING:
+    from prorag.agent.rollout import RolloutEngine
 
 log = logging.getLogger(__name__)
 

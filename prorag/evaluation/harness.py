@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from prorag.agent.context_budget import apply_budget, context_budget, warn_over_long
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.trajectory import Trajectory
 from prorag.core.metrics import answer_metrics, retrieval_recall, rouge1_f1, yes_no_scores
 from prorag.core.statistics import mean_and_spread, paired_t_test
@@ -234,6 +233,8 @@ def evaluate(
     out.mkdir(parents=True, exist_ok=True)
     records, todo = pending(records, out, cfg)
     pred_path, traj_path = out / "predictions.jsonl", out / "trajectories.jsonl"
+    from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
+
     engine = RolloutEngine(model, tokenizer, retriever, cfg.rollout_config())
     by_id = {r.id: r for r in todo}
     budget = context_budget(model, tokenizer, engine.config)

@@ -31,7 +31,6 @@ from prorag.data.jsonl import atomic_writer, read_json, read_jsonl, write_json, 
 from prorag.data.records import Record, read_records
 from prorag.evaluation.baselines import EVAL_BASELINES
 from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig, GeneratorConfig
-from prorag.evaluation.harness import evaluate
 from prorag.evaluation.llm_judge import JudgeConfig
 from prorag.evaluation.runner import uses_generator
 from prorag.retrieval.base import Retriever
@@ -192,6 +191,8 @@ def run_cell(
     config: Table1Config, system: SystemSpec, records: list[Record], retriever: Retriever, out: Path, models: _Models
 ) -> dict[str, Any]:
     """Evaluate one system on one benchmark into ``out`` (resuming), then judge it if a judge is set."""
+    from prorag.evaluation.harness import evaluate  # the harness imports torch: not at import (--help)
+
     cfg = config.eval_config(system)
     if system.policy is not None:
         model, tokenizer = models.policy(system.policy)

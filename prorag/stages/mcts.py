@@ -26,7 +26,6 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from prorag.agent.context_budget import drop_over_long
-from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.schema import parse_token_actions
@@ -157,6 +156,8 @@ class TreeSearch:
         cfg = self.config = config or MCTSConfig()
         self.tokenizer = tokenizer
         sampling = replace(cfg.rollout, seed=cfg.seed, greedy=False)
+        from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
+
         self.expander = RolloutEngine(model, tokenizer, retriever, replace(sampling, max_actions=1))
         self.simulator = RolloutEngine(model, tokenizer, retriever, replace(sampling, greedy=cfg.simulation == "greedy"))
 

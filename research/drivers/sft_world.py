@@ -46,7 +46,8 @@ from prorag.models.checkpoints import load_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.stages.sft import SFTConfig, train_sft
+from prorag.stages.sft import train_sft
+from prorag.stages.sft_config import SFTConfig
 
 TARGETS = ("prorag", "naive", "standard-rag")
 

@@ -9,7 +9,7 @@ import pytest
 
 from prorag.core.config import apply_overrides, config_from_dict, load_config
 from prorag.core.errors import DataError
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft_config import SFTConfig
 from prorag.stages.training_config import LoRAConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,9 +168,9 @@ def stage_configs() -> list[type]:
     from prorag.stages.mcts import MCTSConfig
     from prorag.stages.pairs import PairsConfig
     from prorag.stages.prm import PRMConfig
-    from prorag.stages.rft import RFTConfig
+    from prorag.stages.rft_config import RFTConfig
     from prorag.stages.rl import RLConfig
-    from prorag.stages.sft import SFTTrainingConfig
+    from prorag.stages.sft_config import SFTTrainingConfig
     from prorag.stages.sft_data import SFTDataConfig
     from prorag.stages.training_config import TrainingConfig
 

@@ -9,7 +9,7 @@ import pytest
 
 from prorag.core.config import load_config
 from prorag.core.errors import DataError
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft_config import SFTConfig
 
 
 @dataclasses.dataclass

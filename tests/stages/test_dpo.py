@@ -20,7 +20,8 @@ from prorag.data.records import read_records
 from prorag.models.checkpoints import load_policy, save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
-from prorag.stages.dpo import DPOConfig, dpo_example, dpo_examples, train_dpo
+from prorag.stages.dpo import dpo_example, dpo_examples, train_dpo
+from prorag.stages.dpo_config import DPOConfig
 from prorag.stages.prm import StepPair
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -26,7 +26,6 @@ from prorag.models.tags import tag_token_ids
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.rft import (
-    RFTConfig,
     build_rft_examples,
     chunk_seed,
     collect_rft_samples,
@@ -39,7 +38,8 @@ from prorag.stages.rft import (
     rft_loss_mask,
     run_rft,
 )
-from prorag.stages.sft import SFTTrainingConfig
+from prorag.stages.rft_config import RFTConfig
+from prorag.stages.sft_config import SFTTrainingConfig
 from tests.fakes import ReplayLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")

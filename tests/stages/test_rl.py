@@ -426,7 +426,8 @@ def test_one_and_two_processes_train_alike(
     from safetensors.torch import load_file
 
     from prorag.retrieval.index import build_index
-    from prorag.stages.sft import SFTConfig, train_sft
+    from prorag.stages.sft import train_sft
+    from prorag.stages.sft_config import SFTConfig
     from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
     from tests.stages.test_sft_cli import assert_same_training, run_cli, step_metrics
 

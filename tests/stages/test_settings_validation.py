@@ -17,12 +17,12 @@ from prorag.core.config import apply_overrides, load_config
 from prorag.core.errors import DataError
 from prorag.evaluation.eval_config import EvalConfig
 from prorag.method.rewards.outcome import OutcomeRewardConfig
-from prorag.stages.dpo import DPOConfig
+from prorag.stages.dpo_config import DPOConfig
 from prorag.stages.mcts import MCTSConfig
 from prorag.stages.prm import PRMConfig
-from prorag.stages.rft import RFTConfig
+from prorag.stages.rft_config import RFTConfig
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft import SFTConfig, SFTTrainingConfig
+from prorag.stages.sft_config import SFTConfig, SFTTrainingConfig
 
 runner = CliRunner()
 

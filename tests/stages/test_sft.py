@@ -21,7 +21,6 @@ from prorag.models.tags import tag_token_ids
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.sft import (
-    SFTConfig,
     WeightedSFTCollator,
     build_sft_examples,
     gold_from_dict,
@@ -29,6 +28,7 @@ from prorag.stages.sft import (
     make_sft_trainer,
     train_sft,
 )
+from prorag.stages.sft_config import SFTConfig
 from prorag.stages.training_config import LoRAConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")

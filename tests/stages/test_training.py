@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft_config import SFTConfig
 from prorag.stages.training import TimeBudget, TrainerKernels, last_complete_checkpoint, truncate_metrics
 from prorag.stages.training_config import LoRAConfig, TrainingConfig
 

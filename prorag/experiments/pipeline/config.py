@@ -14,24 +14,30 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 import yaml
 
 from prorag.core.config import setting
+from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import atomic_writer
 from prorag.data.world.documents import Granularity
 from prorag.data.world.generator import check_rl_worlds
 from prorag.evaluation.eval_config import EvalConfig
-from prorag.stages.dpo import DPOConfig
+from prorag.stages.dpo_config import DPOConfig
 from prorag.stages.mcts import MCTSConfig
 from prorag.stages.pairs import PairsConfig
 from prorag.stages.prm import PRMConfig
-from prorag.stages.rft import RFTConfig
+from prorag.stages.rft_config import RFTConfig
 from prorag.stages.rl import RLConfig
-from prorag.stages.sft import SFTConfig
+from prorag.stages.sft_config import SFTConfig
 from prorag.stages.sft_data import SFTDataConfig
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch")
+
 
 System = Literal["naive", "standard-rag", "sft", "rft", "dpo", "rl-from-sft", "grpo", "prorag"]
 #: The systems a config that names none trains (the demo's); ``dpo`` is optional.

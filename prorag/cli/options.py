@@ -24,6 +24,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
+from prorag.cli.presentation import ProragGroup, field_choices, with_choices
 from prorag.core.errors import DataError, ServiceUnavailableError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +41,7 @@ PairsOption = Annotated[Path, typer.Option(help="Step-pairs JSONL (`prorag pairs
 
 app = typer.Typer(
     name="prorag",
+    cls=ProragGroup,
     help="Train retrieval-augmented reasoning agents with process supervision (ProRAG).",
     no_args_is_help=True,
     add_completion=False,
@@ -210,10 +212,24 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def _config_command_class(target: str, section: str, expand: bool) -> type[TyperCommand]:
-    """A Typer command class whose epilog lists the config's fields, built when help is shown."""
+def _config_command_class(target: str, section: str, expand: bool, shortcuts: Mapping[str, str]) -> type[TyperCommand]:
+    """A Typer command class whose epilog lists the config's fields, and whose shortcut options list
+    the values their field allows (:func:`~prorag.cli.presentation.field_choices`), built when help
+    is shown (after the plugins have registered theirs)."""
 
     class ConfigCommand(TyperCommand):
+        def get_params(self, ctx: Any) -> list[Any]:
+            params = super().get_params(ctx)
+            if not getattr(self, "_choices_added", False):
+                self._choices_added = True
+                cls = _load_class(target)
+                for param in params:
+                    path = next((shortcuts[o] for o in getattr(param, "opts", ()) if o in shortcuts), None)
+                    choices = field_choices(cls, path) if path else None
+                    if choices:
+                        param.help = with_choices(param.help, choices)
+            return params
+
         @property  # type: ignore[override]
         def epilog(self) -> str:
             head = f"Settable with --set KEY=VALUE (KEY may start with '{section}.'); precedence: {PRECEDENCE}."
@@ -257,7 +273,7 @@ def config_command(
 
     def register(fn: F) -> F:
         wrapped = _inject(friendly_errors(fn), "source", added, make)
-        typer_app.command(name, cls=_config_command_class(target, section, expand))(wrapped)
+        typer_app.command(name, cls=_config_command_class(target, section, expand, shortcuts))(wrapped)
         return fn
 
     return register

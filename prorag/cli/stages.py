@@ -153,7 +153,7 @@ def eval_cmd(
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N records.")] = None,
     baseline: Annotated[
         str | None,
-        typer.Option(help="Evaluate a baseline instead of the ProRAG loop, by name (the baseline field below lists them)."),
+        typer.Option(help="Evaluate a baseline instead of the ProRAG loop, by name (each described under `baseline` below)."),
     ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Questions per rollout batch (default 32).")] = None,
     max_actions: Annotated[int | None, typer.Option(help="Actions per trajectory (default 13, as at inference).")] = None,
@@ -460,16 +460,13 @@ def rl_cmd(
     process_reward: Annotated[
         str | None,
         typer.Option(
-            help="Step-reward source, a name in STEP_REWARD_SOURCES: prm (ProRAG), none (the outcome-only GRPO "
-            "baseline), ... (the process_reward field below lists them all)."
+            help="Step-reward source: prm (ProRAG), none (the outcome-only GRPO baseline), ... (each described under "
+            "`process_reward` below)."
         ),
     ] = None,
     advantage: Annotated[
         str | None,
-        typer.Option(
-            help="Advantage estimator, a name in ADVANTAGE_ESTIMATORS: dual (ProRAG), grpo, ... (the advantage "
-            "field below lists them all)."
-        ),
+        typer.Option(help="Advantage estimator: dual (ProRAG), grpo, ... (each described under `advantage` below)."),
     ] = None,
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
     exclude: Annotated[

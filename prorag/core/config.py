@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import types
 import typing
@@ -54,6 +55,19 @@ def _describe(tp: Any) -> str:
     if origin is not None:
         return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", str(tp))
+
+
+def _float(value: Any) -> float | None:
+    """``value`` as a float: a YAML int or float, or a string such as ``"3e-3"`` (YAML 1.1 reads
+    an exponent without a dot as a string); ``None`` when it is none of these."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _coerce(value: Any, tp: Any) -> Any:
@@ -97,14 +111,12 @@ def _coerce(value: Any, tp: Any) -> Any:
             return value
         raise _Mismatch("an integer")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)  # YAML 1.1 reads "3e-3" as a string
-            except ValueError:
-                pass
-        raise _Mismatch("a number")
+        number = _float(value)
+        if number is None:
+            raise _Mismatch("a number")
+        if math.isnan(number):  # YAML's .nan, "nan": no setting means it, and every comparison with it is False
+            raise _Mismatch("a number, not NaN")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value

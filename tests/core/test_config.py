@@ -274,3 +274,19 @@ def test_later_fields_in_an_unused_method_block_are_left_out_whatever_they_hold(
     }
     # Without the switch beside it a block named like one is kept as it is.
     assert used_settings({"p2s": block}) == {"p2s": block}
+
+
+@pytest.mark.parametrize("assignment", ["warmup_ratio=nan", "beta=.nan", "rollout.top_p=NaN", "learning_rate=nan"])
+def test_nan_is_refused_for_every_float_setting(assignment: str) -> None:
+    """A NaN passes every ``x < 0`` check (all comparisons with it are False): refused where values are read."""
+    from prorag.stages.rl.config import RLConfig
+
+    with pytest.raises(DataError, match="expected a number, not NaN"):
+        apply_overrides(RLConfig(), [assignment])
+
+
+def test_a_float_setting_still_reads_yaml_exponents_and_infinity() -> None:
+    from prorag.stages.rl.config import RLConfig
+
+    assert apply_overrides(RLConfig(), ["learning_rate=3e-6"]).learning_rate == 3e-6
+    assert apply_overrides(RLConfig(), ["max_grad_norm=.inf"]).max_grad_norm == float("inf")

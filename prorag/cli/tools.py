@@ -144,11 +144,32 @@ def index(
     model: Annotated[
         str | None, typer.Option(help="Dense: sentence-transformers model name or path (default: bundled all-MiniLM-L6-v2).")
     ] = None,
-    query_prefix: Annotated[str, typer.Option(help='Dense: text put before queries (E5: "query: ").')] = "",
-    passage_prefix: Annotated[str, typer.Option(help='Dense: text put before passages (E5: "passage: ").')] = "",
+    query_prefix: Annotated[
+        str | None,
+        typer.Option(help='Dense: text put before queries (E5: "query: "; with --faiss, E5\'s by default for a *e5* model).'),
+    ] = None,
+    passage_prefix: Annotated[str | None, typer.Option(help='Dense: text put before passages (E5: "passage: ").')] = None,
     batch_size: Annotated[int, typer.Option(help="Dense: encoding batch size.")] = 64,
+    faiss: Annotated[
+        Path | None,
+        typer.Option(
+            "--faiss",
+            help="Import this FAISS index built elsewhere (FlashRAG's / Search-R1's e5_Flat.index) over --corpus as a dense "
+            "index, without encoding the passages: row i is passage i of the corpus; --model is the encoder it was built with.",
+        ),
+    ] = None,
 ) -> None:
-    """Build and save a retrieval index over a corpus (BM25, or dense embeddings + FAISS)."""
+    """Build and save a retrieval index over a corpus (BM25, or dense embeddings + FAISS), or import a FAISS index (--faiss)."""
+    if faiss is not None:
+        from prorag.retrieval.index import import_faiss_index
+
+        info = import_faiss_index(faiss, corpus, out, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix)
+        s = info["settings"]
+        typer.echo(
+            f"imported a FAISS index of {info['num_passages']} passages ({s['dim']} dimensions, encoder {s['model']}, "
+            f"prefixes {s['query_prefix']!r} / {s['passage_prefix']!r}) in {info['build_seconds']:.1f}s -> {out}"
+        )
+        return
     from prorag.retrieval.index import build_index
 
     info = build_index(
@@ -156,8 +177,8 @@ def index(
         out,
         kind=kind,
         model=model,
-        query_prefix=query_prefix,
-        passage_prefix=passage_prefix,
+        query_prefix=query_prefix or "",
+        passage_prefix=passage_prefix or "",
         batch_size=batch_size,
     )
     typer.echo(f"built {kind} index of {info['num_passages']} passages in {info['build_seconds']:.1f}s -> {out}")

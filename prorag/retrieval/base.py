@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from prorag.data.records import TitledContents
+from prorag.data.records import TitledContents, make_contents, passage_id, split_contents
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,30 @@ class Hit(TitledContents):
         return {"document": {"id": self.id, "contents": self.contents}, "score": self.score}
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> Hit:
-        doc = d["document"]
-        return cls(str(doc["id"]), str(doc["contents"]), float(d.get("score", 0.0)))
+    def from_wire(cls, item: Any) -> Hit:
+        """A hit in any shape a Search-R1 retrieval server answers with.
+
+        ``{"document": DOC, "score": s}`` with ``return_scores`` true; ``DOC`` alone with it false
+        (its servers send ``return_scores`` false documents unwrapped); ``DOC`` is the corpus row
+        (``{"id", "contents", ...}``), ``{"title", "text", "contents"}`` without an id (BM25 over
+        stored contents), ``{"contents"}`` alone (web search) or the contents string itself (the
+        rerank server). A missing id is the content hash ``prorag corpus build`` gives the same
+        passage; a missing score is 0.0, the order being the server's.
+        """
+        wrapped = isinstance(item, dict) and "document" in item
+        doc = item["document"] if wrapped else item
+        score = float(item.get("score", 0.0)) if wrapped else 0.0
+        if isinstance(doc, str):
+            doc = {"contents": doc}
+        if not isinstance(doc, dict):
+            raise TypeError(f"a document must be an object or a string, got {type(doc).__name__}")
+        if "contents" in doc:
+            contents = str(doc["contents"])
+        elif "title" in doc and "text" in doc:
+            contents = make_contents(str(doc["title"]), str(doc["text"]))
+        else:
+            raise KeyError("contents")
+        return cls(str(doc["id"]) if "id" in doc else passage_id(*split_contents(contents)), contents, score)
 
 
 @runtime_checkable

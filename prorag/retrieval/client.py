@@ -2,7 +2,8 @@
 
 Speaks the Search-R1 wire format (see :mod:`prorag.retrieval.server`), so it also works
 against Search-R1's own server as long as no partition is asked for: ``"partitions"`` is
-only sent when some query has one.
+only sent when some query has one. Every shape of hit those servers answer with is read
+(:meth:`~prorag.retrieval.base.Hit.from_wire`): wrapped with a score or not, with or without an id.
 
 Failures are split by who can fix them. Connection errors, timeouts and 5xx answers are
 the server's (busy, restarting): they are retried with exponential backoff and, when every

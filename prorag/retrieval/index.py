@@ -1,7 +1,8 @@
 """Index folders: build one from a corpus file, load one, or open any retriever by its spec.
 
 An index folder holds ``passages.jsonl``, the files of its kind (``bm25.json`` and ``bm25/``,
-or ``dense.json`` and ``embeddings.safetensors``) and the manifest ``index.json``, written
+or ``dense.json`` and ``embeddings.safetensors``, or for a FAISS file built elsewhere ``dense.json``,
+``faiss.index`` and the passages' offsets) and the manifest ``index.json``, written
 last: a folder without it is an index whose build was interrupted, and :func:`load_index`
 refuses it instead of serving half an index. A build goes into ``OUT.tmp-XXXX`` beside the
 index and replaces it by renames only once complete, so a build that fails (a bad corpus, a
@@ -21,6 +22,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +65,38 @@ def build_index(
     passages = read_passages(corpus_path)
     if not passages:
         raise DataError(str(corpus_path), "the corpus has no passages")
+    return _into_new_folder(
+        Path(out_dir), lambda tmp: _build_into(passages, tmp, kind, model, query_prefix, passage_prefix, batch_size, corpus_path)
+    )
+
+
+def import_faiss_index(
+    faiss_path: PathLike,
+    corpus_path: PathLike,
+    out_dir: PathLike,
+    *,
+    model: str | None,
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
+) -> dict[str, Any]:
+    """Make a dense index folder of a FAISS file built elsewhere and its corpus JSONL, without encoding
+    the passages (:mod:`~prorag.retrieval.faiss_file`); return the manifest written. Prefixes left
+    ``None`` are E5's for a model named ``*e5*``, else empty."""
+    from prorag.retrieval.faiss_file import import_faiss
+
+    def fill(tmp: Path) -> dict[str, Any]:
+        start = time.perf_counter()
+        retriever = import_faiss(
+            faiss_path, corpus_path, tmp, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix
+        )
+        return _write_manifest(tmp, "dense", retriever, start, corpus_path)
+
+    return _into_new_folder(Path(out_dir), fill)
+
+
+def _into_new_folder(out: Path, fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``fill`` on a new folder beside ``out`` and swap it in once complete; return what ``fill`` returned."""
     started = time.time()
-    out = Path(out_dir)
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     removed = remove_stale_builds(out, started)
@@ -72,7 +104,7 @@ def build_index(
         log.warning("removed %d folder(s) left by killed builds of %s: %s", len(removed), out, ", ".join(p.name for p in removed))
     tmp = _new_build_dir(out)
     try:
-        info = _build_into(passages, tmp, kind, model, query_prefix, passage_prefix, batch_size, corpus_path)
+        info = fill(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -176,6 +208,11 @@ def _build_into(
             passages, model=model, query_prefix=query_prefix, passage_prefix=passage_prefix, batch_size=batch_size
         )
     retriever.save(out)
+    return _write_manifest(out, kind, retriever, start, corpus_path)
+
+
+def _write_manifest(out: Path, kind: str, retriever: Any, start: float, corpus_path: PathLike) -> dict[str, Any]:
+    """Write ``out``'s manifest, the last file of a build; return it."""
     info = {
         "kind": kind,
         "format_version": FORMAT_VERSION,
@@ -227,6 +264,10 @@ def load_index(index_dir: PathLike) -> Retriever:
             from prorag.retrieval.bm25 import BM25Retriever
 
             return BM25Retriever.load(index_dir)
+        if "faiss" in manifest.get("settings", {}):
+            from prorag.retrieval.faiss_file import FaissFileRetriever
+
+            return FaissFileRetriever.load(index_dir)
         from prorag.retrieval.dense import DenseRetriever
 
         return DenseRetriever.load(index_dir)

@@ -37,7 +37,7 @@ class PartitionedPassages:
     """
 
     def __init__(self, passages: Sequence[Passage]) -> None:
-        self.passages: list[Passage] = list(passages)
+        self.passages: Sequence[Passage] = list(passages)
         check_unique_ids(self.passages)
         rows: dict[str, list[int]] = {}
         for i, p in enumerate(self.passages):
@@ -45,6 +45,14 @@ class PartitionedPassages:
                 rows.setdefault(p.partition, []).append(i)
         # Sorted names so that the on-disk layout does not depend on corpus order.
         self.rows: dict[str, np.ndarray] = {name: np.asarray(rows[name], dtype=np.int64) for name in sorted(rows)}
+
+    @classmethod
+    def unpartitioned(cls, passages: Sequence[Passage]) -> PartitionedPassages:
+        """``passages`` kept as given, without partitions: for a corpus whose ids were checked when
+        it was imported and that is read lazily (a :class:`list` copy would read all of it)."""
+        corpus = cls.__new__(cls)
+        corpus.passages, corpus.rows = passages, {}
+        return corpus
 
     def __len__(self) -> int:
         return len(self.passages)

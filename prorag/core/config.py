@@ -454,7 +454,9 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`). ``compile_decode``
 #: (rollout) at ``False`` runs the uncompiled decode step that came before it (the compiled one rounds otherwise).
 #: ``over_long`` (eval) at ``skip`` and ``max_chars`` (sft-data) at 65536 only act on questions too long for the
-#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped.
+#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped. RL's
+#: ``packed_scoring`` at ``False``, ``packed_row_tokens`` and ``logprob_chunk`` at ``None`` score as before them
+#: (the padded forwards, the full logits); packed or chunked scoring equals them up to float rounding only.
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -468,6 +470,9 @@ LATER_FIELDS: dict[str, Any] = {
     "compile_decode": False,
     "over_long": "skip",
     "max_chars": 65_536,
+    "packed_scoring": False,
+    "packed_row_tokens": None,
+    "logprob_chunk": None,
 }
 
 

@@ -27,6 +27,8 @@ from prorag.method.losses import (
     reduce_weighted_nll,
     tag_weight_table,
 )
+from prorag.models.logprobs import causal_lm_label_logprobs
+from prorag.models.packing import IGNORE, LabelForward, pack_layout, packed_label_logprobs, packs_in_one_row
 from prorag.models.tags import tag_token_ids
 from prorag.retrieval.base import Retriever
 from prorag.stages.rl.config import SFTReplayConfig
@@ -90,13 +92,44 @@ class SFTReplay:
         picked = replay_indices(len(self.examples), self.config.batch_size, self.seed, draw)
         return self.collate([self.examples[i] for i in picked])
 
-    def loss(self, model: Any, draw: int, *, fused: bool) -> torch.Tensor:
+    def loss(
+        self, model: Any, draw: int, *, fused: bool, packed: bool = False, row_tokens: int | None = None, chunk: int | None = None
+    ) -> torch.Tensor:
         """The format-aware SFT loss of draw ``draw`` under ``model`` (a scalar with its graph).
-        ``fused``: through TRL's fused LM head (its temperature must be 1), else full logits."""
+        ``fused``: through TRL's fused LM head (its temperature must be 1), else the LM head in chunks of
+        ``chunk`` tokens (:func:`~prorag.models.logprobs.causal_lm_label_logprobs`; ``None``: the full
+        logits). ``packed``: the batch's trajectories packed into rows of ``row_tokens``
+        (:func:`~prorag.models.packing.pack_layout`), equal to the padded batch up to float rounding."""
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in self.batch(draw).items()}
-        nll, _, _ = target_nll(model, batch["input_ids"], batch["attention_mask"], batch["loss_weights"], fused=fused)
-        return reduce_weighted_nll(nll, batch["loss_weights"], self.config.reduction)
+        ids, mask, weights = batch["input_ids"], batch["attention_mask"], batch["loss_weights"]
+        labels = torch.where(weights > 0, ids, torch.full_like(ids, IGNORE))
+        if packed:
+            layout = pack_layout(mask, row_tokens, one_row=packs_in_one_row(model))
+            logp, _ = packed_label_logprobs(replay_forward(model, fused, chunk), layout, ids, labels)
+            nll = -logp
+        elif fused or chunk is None:
+            nll, _, _ = target_nll(model, ids, mask, weights, fused=fused)
+        else:
+            nll = -causal_lm_label_logprobs(model, ids, labels, chunk=chunk, attention_mask=mask)
+        return reduce_weighted_nll(nll, weights, self.config.reduction)
+
+
+def replay_forward(model: Any, fused: bool, chunk: int | None) -> LabelForward:
+    """The labels' log-probabilities of one packed forward of ``model``: TRL's fused LM head
+    (``fused``), else the LM head in chunks of ``chunk`` tokens at temperature 1."""
+    if fused:
+
+        def forward(**inputs: Any) -> tuple[torch.Tensor, None]:
+            return model(**inputs, fused_lm_head=True).log_probs, None
+
+        return forward
+
+    def chunked(input_ids: torch.Tensor, labels: torch.Tensor, **inputs: Any) -> tuple[torch.Tensor, None]:
+        inputs.pop("use_cache", None)
+        return causal_lm_label_logprobs(model, input_ids, labels, chunk=chunk, **inputs), None
+
+    return chunked
 
 
 def load_replay(
@@ -126,4 +159,4 @@ def load_replay(
     return SFTReplay(examples, int(pad), config, seed)
 
 
-__all__ = ["SFTReplay", "SFTReplayConfig", "draw_index", "epoch_order", "load_replay", "replay_indices"]
+__all__ = ["SFTReplay", "SFTReplayConfig", "draw_index", "epoch_order", "load_replay", "replay_forward", "replay_indices"]

@@ -202,6 +202,29 @@ class RLConfig(TrainingConfig):
         "existed did. Equal per step up to float rounding, which RL amplifies: runs whose numerics differ can "
         "end far apart, so compare runs with the same setting.",
     )
+    packed_scoring: bool = setting(
+        False,
+        help="Padding-free scoring: every forward of the RL step (the loss, pi_old, pi_init for `beta_kl` and "
+        "`kl_to_init`, the SFT replay) packs its trajectories end to end, each with its own positions, kept apart "
+        "by a block-diagonal mask (sdpa, eager) or varlen flash attention, and scores the policy's tokens only; "
+        "`scoring_rows` is then unused. Off by default: it equals the padded path only up to float rounding "
+        "(other matrix shapes; tests/stages/rl/test_packed_scoring.py), which RL amplifies, so runs made before "
+        "it keep their numbers; compare runs with the same setting.",
+    )
+    packed_row_tokens: int | None = setting(
+        None,
+        help="With `packed_scoring` and a mask-building attention (sdpa, eager): tokens per packed row, the "
+        "trajectories first-fit into rows this long (never shorter than the longest one); a row's attention "
+        "costs its length squared, so rows stay short on CPU. None: the longest trajectory of the batch. Flash "
+        "attention takes the whole batch in one row.",
+    )
+    logprob_chunk: int | None = setting(
+        None,
+        help="Tokens per chunk of the LM head where the RL step computes log-probabilities without TRL's fused "
+        "head (the SFT replay loss at a sampling temperature other than 1): only one chunk's logits (chunk x "
+        "vocabulary) exist at a time, recomputed in the backward. None: the full logits, as before the setting "
+        "(with `packed_scoring`: the labelled positions in one piece).",
+    )
 
     # --- loss (Eq. 9)
     epsilon: float = setting(0.2, help="PPO clip: ratios outside `[1 - epsilon, 1 + epsilon_high]` stop pushing.")
@@ -321,6 +344,9 @@ class RLConfig(TrainingConfig):
             raise ValueError(f"RLConfig.beta_kl must be >= 0 (a negative KL weight rewards drifting away), got {self.beta_kl}")
         if not 0 < self.epsilon < 1:
             raise ValueError(f"RLConfig.epsilon must be in (0, 1), got {self.epsilon}")
+        for name in ("packed_row_tokens", "logprob_chunk"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"RLConfig.{name} must be >= 1 (or null), got {getattr(self, name)}")
         if self.eval_every < 0:
             raise ValueError(f"RLConfig.eval_every must be >= 0, got {self.eval_every}")
         if self.replay_only and (self.advantage != "zero" or self.beta_kl != 0 or not self.sft_replay.coef > 0):

@@ -5,7 +5,8 @@ Overridden: ``_generate_and_score_completions`` swaps in the configured estimato
 gathered across processes (a group's G rows may span them); ``</answer>`` counts as EOS; log-probs
 (loss, entropy, ``kl_to_init``) are computed on the policy's tokens only, through TRL's fused LM
 head in its compact form on CPU too (with ``num_iterations`` 1 TRL takes ``pi_old`` as the detached
-``pi_theta``: no second forward). ``sft_replay`` adds the warm-up's loss on gold trajectories to
+``pi_theta``: no second forward); ``packed_scoring`` packs every one of these forwards without
+padding (:mod:`prorag.models.packing`). ``sft_replay`` adds the warm-up's loss on gold trajectories to
 every RL loss (InstructGPT's ptx), logged as ``replay_nll``; ``replay_only`` trains on it alone and
 generates nothing. Logged beside TRL's metrics: ``clip_fraction``, ``kl_to_init`` (:func:`k3_kl`
 against a frozen copy, or the adapter off with LoRA), ``groups_em_agree`` and ``groups_reward_agree``
@@ -37,6 +38,7 @@ from prorag.method.rewards.outcome import (
 )
 from prorag.method.rewards.process import prm_judged_actions
 from prorag.method.rewards.sources import as_step_source
+from prorag.models.packing import pack_layout, packed_label_logprobs, packs_in_one_row
 from prorag.stages.rl.config import RLConfig
 from prorag.stages.rl.rewards import ScoredBatch, score_batch
 from prorag.stages.rl.rollouts import EngineRollout, local_rows
@@ -150,6 +152,7 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
             output = super()._generate_and_score_completions(inputs)
         finally:
             self.generation_rows = None
+            self.score_mask = None  # set by _generate under packed_scoring
         trajectories = [row.get("trajectory") for row in inputs]
         if any(t is None for t in trajectories):
             raise RuntimeError("the rollout function returned no trajectories (TRL merges them into the rows)")
@@ -217,8 +220,11 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         accumulation = self.current_gradient_accumulation_steps
         draw = draw_index(step, drawn, accumulation, self.accelerator.process_index, self.accelerator.num_processes)
         fused = self.temperature == 1.0  # TRL's fused head divides the logits by the sampling temperature
+        rl = self.rl_config
         with torch.set_grad_enabled(cfg.coef > 0), compact_fused_head(), self.accelerator.autocast():
-            nll = self.replay.loss(model, draw, fused=fused)
+            nll = self.replay.loss(
+                model, draw, fused=fused, packed=rl.packed_scoring, row_tokens=rl.packed_row_tokens, chunk=rl.logprob_chunk
+            )
         self._metrics["train"]["replay_nll"].append(self.accelerator.gather(nll.detach().view(1)).mean().item())
         if cfg.coef == 0:
             return nll.new_zeros(())
@@ -226,12 +232,26 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
 
     @contextlib.contextmanager
     def _scoring(self, mask: torch.Tensor | None) -> Iterator[None]:
-        """:attr:`score_mask` set to ``mask`` for the duration."""
-        self.score_mask = mask
+        """:attr:`score_mask` set to ``mask`` for the duration (then back to what it was)."""
+        before, self.score_mask = self.score_mask, mask
         try:
             yield
         finally:
-            self.score_mask = None
+            self.score_mask = before
+
+    def _generate(self, prompts: list) -> tuple:
+        """TRL's generation; under ``packed_scoring`` the rollouts' environment masks then say which
+        tokens TRL's own forwards of this batch (pi_old, the reference) score: the policy's only, as
+        the loss does (every use of the others is masked). Cleared when the batch is scored."""
+        out = super()._generate(prompts)
+        tool_mask = out[2]
+        if self.rl_config.packed_scoring and tool_mask is not None:
+            width = max((len(m) for m in tool_mask), default=0)
+            keep = torch.zeros((len(tool_mask), width), dtype=torch.long)
+            for i, row in enumerate(tool_mask):
+                keep[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
+            self.score_mask = keep
+        return out
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -247,13 +267,21 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         """TRL's per-token log-probabilities and entropies of the completion, only on the tokens that
         are read: labels are ``-100`` off :attr:`score_mask` (retrieved tokens, padding) and the fused
         LM head projects only the labelled positions (:func:`compact_fused_head`); rows run in groups
-        of similar length, each cut to its span (``scoring_rows``, :func:`length_sorted_groups`).
+        of similar length, each cut to its span (``scoring_rows``, :func:`length_sorted_groups`), or
+        packed without padding (``packed_scoring``, :meth:`_packed_logps`).
         Equal to TRL's on the scored tokens, 0 elsewhere (where every use of them is masked).
         Text-only models; others, MoE auxiliary losses and ``compact_logps = False`` take TRL's path."""
         if not self.compact_logps or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **multimodal
             )
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-logits_to_keep] = -100
+        if self.score_mask is not None:
+            keep = fit_columns(self.score_mask.to(labels.device).bool(), logits_to_keep)
+            labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
+        if self.rl_config.packed_scoring:
+            return self._packed_logps(model, input_ids, attention_mask, labels, logits_to_keep, batch_size, compute_entropy)
         rows = batch_size or input_ids.size(0)
         if self.rl_config.scoring_rows:
             rows = min(rows, self.rl_config.scoring_rows)
@@ -263,11 +291,6 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
                 (torch.arange(s, min(s + rows, len(input_ids)), device=input_ids.device), 0, input_ids.size(1))
                 for s in range(0, len(input_ids), rows)
             ]
-        labels = input_ids.masked_fill(attention_mask == 0, -100)
-        labels[:, :-logits_to_keep] = -100
-        if self.score_mask is not None:
-            keep = self.score_mask.to(labels.device).bool()
-            labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(~keep, -100)
         width = input_ids.size(1)
         logps, entropies = [], []
         with compact_fused_head(), training_attention(self.cudnn_attention):  # every group is a new (rows, width)
@@ -287,6 +310,30 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         logp = torch.cat(logps).index_select(0, order)[:, -logits_to_keep:]
         entropy = torch.cat(entropies).index_select(0, order)[:, -logits_to_keep:] if compute_entropy else None
         return logp, entropy, None
+
+    def _packed_logps(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None,
+        compute_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        """:meth:`_get_per_token_logps_and_entropies` under ``packed_scoring``: the rows' real tokens
+        packed (:func:`~prorag.models.packing.pack_layout`, rows of ``packed_row_tokens``, one row for
+        flash attention), ``batch_size`` packed rows per forward through the compact fused LM head."""
+
+        def forward(**inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+            with self.accelerator.autocast():
+                out = model(**inputs, fused_lm_head=True)
+            return out.log_probs, out.entropy if compute_entropy else None
+
+        layout = pack_layout(attention_mask, self.rl_config.packed_row_tokens, one_row=packs_in_one_row(model))
+        with compact_fused_head(), training_attention(self.cudnn_attention):
+            logp, entropy = packed_label_logprobs(forward, layout, input_ids, labels, rows=batch_size)
+        return logp[:, -logits_to_keep:], entropy[:, -logits_to_keep:] if compute_entropy else None, None
 
     def _init_logps(self, output: dict[str, Any]) -> torch.Tensor:
         """pi_init's log-probabilities of the sampled completion tokens (TRL's reference ones when
@@ -439,6 +486,14 @@ def trl_reference(reference: torch.nn.Module | None) -> Iterator[None]:
         grpo_module.create_model_from_path = loader
 
 
+def fit_columns(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """``mask`` ``(B, w)`` cut or right-padded with ``False`` to ``width`` columns (a completion mask
+    against completions TRL padded further, e.g. to a multiple)."""
+    if mask.shape[1] >= width:
+        return mask[:, :width]
+    return torch.nn.functional.pad(mask, (0, width - mask.shape[1]), value=False)
+
+
 def k3_kl(logps: torch.Tensor, init_logps: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_init) on tokens sampled from ``pi``:
     ``r - 1 - log r`` with ``r = pi_init / pi`` (Schulman's k3: unbiased, never negative, lower
@@ -450,6 +505,7 @@ def k3_kl(logps: torch.Tensor, init_logps: torch.Tensor) -> torch.Tensor:
 __all__ = [
     "ProcessSupervisedGRPOTrainer",
     "compact_fused_head",
+    "fit_columns",
     "k3_kl",
     "length_sorted_groups",
     "trl_reference",

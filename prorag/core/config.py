@@ -442,7 +442,9 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`). ``compile_decode``
 #: (rollout) at ``False`` runs the uncompiled decode step that came before it (the compiled one rounds otherwise).
 #: ``over_long`` (eval) at ``skip`` and ``max_chars`` (sft-data) at 65536 only act on questions too long for the
-#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped.
+#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped. ``backend`` (rollout)
+#: at ``hf`` is the decode loop every earlier run used, and the ``vllm`` block (rollout) and RL's ``vllm_*`` fields at
+#: their defaults are unread by it (the ``vllm`` value is ``asdict(VLLMSettings())``, which a test keeps equal).
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -456,6 +458,18 @@ LATER_FIELDS: dict[str, Any] = {
     "compile_decode": False,
     "over_long": "skip",
     "max_chars": 65_536,
+    "backend": "hf",
+    "vllm": {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": None,
+        "dtype": "auto",
+        "enforce_eager": False,
+        "enable_prefix_caching": True,
+    },
+    "vllm_mode": "colocate",
+    "vllm_server_url": "http://127.0.0.1:8000",
+    "vllm_sleep_mode": False,
 }
 
 

@@ -5,17 +5,24 @@ writes an action; on ``</subquery>`` the environment searches and appends
 ``<retrieval>…</retrieval>`` and the next ``<step>`` opener; on ``</subanswer>`` it appends the
 opener; ``</answer>`` or end-of-sequence ends the trajectory. Token-in / token-out: the
 completion holds exactly the ids the model sampled, interleaved with the environment's ids
-(``env_mask`` 0); nothing the model wrote is decoded and re-encoded. One KV cache serves the
-whole batch across turns (:mod:`prorag.agent.kv_cache`); turns are batch-synchronous (one
-retrieval call and one tokenizer call per turn); the decode step has no per-row Python loop
-(sampling in :mod:`prorag.agent.sampling`). Caps (tokens per action, actions per trajectory:
-11 in RL, 13 at inference, completion tokens) end runaway generations; a capped trajectory is
-kept, malformed, with its ``stop_reason``. Log-probabilities are those of the sampled tokens
-under the temperature-scaled distribution before top-p (what TRL recomputes); 0 on env tokens.
+(``env_mask`` 0); nothing the model wrote is decoded and re-encoded. Caps (tokens per action,
+actions per trajectory: 11 in RL, 13 at inference, completion tokens) end runaway generations; a
+capped trajectory is kept, malformed, with its ``stop_reason``. Log-probabilities are those of the
+sampled tokens under the temperature-scaled distribution (what TRL recomputes); 0 on env tokens.
+
+The loop is one; what generates is a backend (``rollout.backend``, :mod:`prorag.agent.backends`).
+The ``hf`` backend is driven one token step at a time: one KV cache serves the batch across turns
+(:mod:`prorag.agent.kv_cache`), the decode step has no per-row Python loop, and a row that closed
+its action gets the environment's reply and goes on while others still write theirs
+(``resume_early``). Any other backend is driven one action at a time: every live row's context
+(prompt, earlier actions and retrieved blocks, as ids) is continued to a stop id or the action cap
+(:class:`~prorag.agent.backends.base.Continuation`), then the environment's turn runs, with the
+same code, for every row. Turns are batch-synchronous (one retrieval call and one tokenizer call per turn).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -25,11 +32,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from prorag.agent.backends import ROLLOUT_BACKENDS
+from prorag.agent.backends.base import Continuation, GenerationBackend, Sampling
+from prorag.agent.backends.hf import HFBackend
 from prorag.agent.decode_graphs import DecodeGraphs
-from prorag.agent.kv_cache import BatchState, SlotState, supports_slot_cache
+from prorag.agent.kv_cache import BatchState, SlotState
 from prorag.agent.prompts import prompt_token_ids
 from prorag.agent.rollout_config import RolloutConfig
-from prorag.agent.sampling import RowStreams, sample_next
+from prorag.agent.sampling import RowStreams, stream_seed
 from prorag.agent.schema import (
     ANSWER_CLOSE,
     SUBANSWER_CLOSE,
@@ -66,13 +76,27 @@ class _Row:
 
 
 class RolloutEngine:
-    """Runs a policy with a retriever over batches of questions (see the module docstring)."""
+    """Runs a policy with a retriever over batches of questions (see the module docstring).
 
-    def __init__(self, model: Any, tokenizer: Any, retriever: Retriever, config: RolloutConfig | None = None) -> None:
-        self.model = model
+    ``backend``: what generates (default: the one ``config.backend`` names, built on ``model``;
+    the RL stage passes the vLLM engine TRL owns). ``model`` is the policy as the caller holds it:
+    a Hugging Face model (its generation config gives the end-of-sequence ids), or, for a backend
+    that loads its own weights, its folder."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        retriever: Retriever,
+        config: RolloutConfig | None = None,
+        *,
+        backend: GenerationBackend | HFBackend | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.retriever = retriever
         self.config = config or RolloutConfig()
+        self.backend = backend if backend is not None else ROLLOUT_BACKENDS.get(self.config.backend).build(model, self.config)
+        self._model = model
         vocab = tokenizer.get_vocab()
         missing = [t for t in TAGS if t not in vocab]
         if missing:
@@ -80,25 +104,60 @@ class RolloutEngine:
                 f"the tokenizer lacks the trajectory tags {missing}; register them (prorag.models.tags.add_tag_tokens)"
             )
         self.tag_ids = {t: vocab[t] for t in TAGS}
-        eos = _eos_ids(model, tokenizer)
+        generation_config = getattr(model, "generation_config", None) or getattr(self.backend, "generation_config", None)
+        eos = _eos_ids(generation_config, tokenizer)
         self.stop_ids = torch.tensor(sorted(eos | {self.tag_ids[t] for t in (SUBQUERY_CLOSE, SUBANSWER_CLOSE, ANSWER_CLOSE)}))
         self.eos_ids = eos
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         self.pad_id = int(pad)
         self.blank_ids = _blank_token_ids(tokenizer)
-        self.static_cache = supports_slot_cache(model)
+
+    @property
+    def model(self) -> Any:
+        """The policy the engine was made with (the ``hf`` backend's model)."""
+        return self.backend.model if isinstance(self.backend, HFBackend) else self._model
+
+    @property
+    def steps_tokens(self) -> bool:
+        """Whether the backend is driven one token step at a time (``hf``), else one action at a time."""
+        return isinstance(self.backend, HFBackend)
+
+    def _hf(self) -> HFBackend:
+        if not isinstance(self.backend, HFBackend):
+            raise AttributeError(f"the {type(self.backend).__name__} backend has no KV cache or decode graphs of the engine's")
+        return self.backend
+
+    @property
+    def static_cache(self) -> bool:
         """Whether batches run on the engine's :class:`~prorag.agent.kv_cache.SlotCache` (set False to use the model's own cache)."""
-        self.graphs: DecodeGraphs | None = None
+        return self._hf().static_cache
+
+    @static_cache.setter
+    def static_cache(self, value: bool) -> None:
+        self._hf().static_cache = value
+
+    @property
+    def graphs(self) -> DecodeGraphs | None:
         """The decode graphs of this engine's model, kept across batches and calls (see :meth:`decode_graphs_for`)."""
+        return self._hf().graphs
+
+    @graphs.setter
+    def graphs(self, value: DecodeGraphs | None) -> None:
+        self._hf().graphs = value
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self._hf().device
+
+    @property
+    def sampling(self) -> Sampling:
+        """The backend's sampling settings: the config's, with the ids that end an action."""
+        cfg = self.config
+        return Sampling(cfg.temperature, cfg.top_p, cfg.decodes_greedily, tuple(self.stop_ids.tolist()))
 
     def prompt_ids(self, question: str) -> list[int]:
         return prompt_token_ids(self.tokenizer, question, self.config.prompt_style)
 
-    @torch.no_grad()
     def rollout(
         self,
         records: Sequence[Record],
@@ -141,34 +200,47 @@ class RolloutEngine:
             if per_row is not None and len(per_row) != len(records):
                 raise ValueError(f"{len(per_row)} {name} for {len(records)} records")
         cfg = self.config
-        # The generator lives on the model's device, so sampling never moves logits to the host.
-        generator = torch.Generator(device=self.device).manual_seed(cfg.seed if seed is None else seed)
-        was_training = self.model.training
-        self.model.eval()
+        generator = None
+        if self.steps_tokens:
+            # The generator lives on the model's device, so sampling never moves logits to the host.
+            generator = torch.Generator(device=self.device).manual_seed(cfg.seed if seed is None else seed)
         out: list[Trajectory] = []
         bar = tqdm(total=len(records), desc="rollout", unit="q", disable=not progress)
+        generating = self._hf().generating() if self.steps_tokens else contextlib.nullcontext()
         try:
-            for start in range(0, len(records), cfg.batch_size):
-                batch = list(records[start : start + cfg.batch_size])
-                if prompt_ids is not None:
-                    ids = [list(p) for p in prompt_ids[start : start + cfg.batch_size]]
-                elif prompts is None:
-                    ids = [self.prompt_ids(r.question) for r in batch]
-                else:
-                    ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
-                caps = list(max_actions[start : start + cfg.batch_size]) if max_actions is not None else None
-                streams = None
-                if row_seeds is not None and not cfg.decodes_greedily:
-                    # A block holds at least one action's draws, so a turn never runs a row dry.
-                    streams = RowStreams(row_seeds[start : start + cfg.batch_size], self.device, 2 * cfg.max_action_tokens)
-                trajs = self._rollout_batch(batch, ids, generator, caps, close_turn, streams)
-                out.extend(trajs)
-                if on_batch is not None:
-                    on_batch(trajs)
-                bar.update(len(batch))
+            with generating:
+                for start in range(0, len(records), cfg.batch_size):
+                    batch = list(records[start : start + cfg.batch_size])
+                    if prompt_ids is not None:
+                        ids = [list(p) for p in prompt_ids[start : start + cfg.batch_size]]
+                    elif prompts is None:
+                        ids = [self.prompt_ids(r.question) for r in batch]
+                    else:
+                        ids = self.tokenizer(list(prompts[start : start + cfg.batch_size]), add_special_tokens=False)["input_ids"]
+                    caps = list(max_actions[start : start + cfg.batch_size]) if max_actions is not None else None
+                    if generator is None:
+                        seeds = _action_seeds(
+                            cfg,
+                            len(batch),
+                            start,
+                            cfg.seed if seed is None else seed,
+                            None if row_seeds is None else row_seeds[start : start + cfg.batch_size],
+                        )
+                        trajs = self._rollout_batch_by_action(batch, ids, caps, close_turn, seeds)
+                    else:
+                        streams = None
+                        if row_seeds is not None and not cfg.decodes_greedily:
+                            # A block holds at least one action's draws, so a turn never runs a row dry.
+                            streams = RowStreams(
+                                row_seeds[start : start + cfg.batch_size], self.device, 2 * cfg.max_action_tokens
+                            )
+                        trajs = self._rollout_batch(batch, ids, generator, caps, close_turn, streams)
+                    out.extend(trajs)
+                    if on_batch is not None:
+                        on_batch(trajs)
+                    bar.update(len(batch))
         finally:
             bar.close()
-            self.model.train(was_training)
         return out
 
     # ------------------------------------------------------------------ one batch
@@ -194,12 +266,7 @@ class RolloutEngine:
         held = list(range(len(records)))  # the record each row of the batch holds (finished rows leave)
         # A row holds its prompt, at most max_completion_tokens, and at most one action past them.
         expected = max(map(len, prompts)) + cfg.max_completion_tokens + cfg.max_action_tokens
-        if self.static_cache:
-            state: SlotState | BatchState = SlotState(
-                self.model, len(held), self.pad_id, dev, expected, graphs=self.decode_graphs_for(len(held))
-            )
-        else:
-            state = BatchState(self.model, len(held), self.pad_id, dev, expected)
+        state: SlotState | BatchState = self._hf().open_state(len(held), self.pad_id, expected, cfg)
         held_ids = torch.arange(len(held), device=dev)  # ``held`` on the device (the streams' indices)
         logits = state.feed([list(p) for p in prompts])
         decoding = torch.ones(len(held), dtype=torch.bool, device=dev)
@@ -361,22 +428,9 @@ class RolloutEngine:
         return chunks
 
     def decode_graphs_for(self, rows: int) -> DecodeGraphs | None:
-        """The decode graphs a batch of ``rows`` rows runs its decode steps on (None: eager
-        forwards), per ``config.decode_graphs``: ``auto`` captures on CUDA only. Made once and
-        kept, so graphs captured for one batch serve the next; remade larger if a batch outgrows them."""
-        mode = self.config.decode_graphs
-        if mode == "off" or (mode == "auto" and self.device.type != "cuda"):
-            return None
-        if self.graphs is None or self.graphs.max_rows < rows:
-            self.graphs = None  # free the old pool before allocating the new one
-            self.graphs = DecodeGraphs(
-                self.model,
-                max(rows, self.config.batch_size),
-                self.device,
-                capture=mode == "auto",
-                compile=self.config.compile_decode,
-            )
-        return self.graphs
+        """The decode graphs a batch of ``rows`` rows runs its decode steps on (the ``hf`` backend's;
+        see :meth:`~prorag.agent.backends.hf.HFBackend.decode_graphs_for`)."""
+        return self._hf().decode_graphs_for(rows, self.config)
 
     def _sample(
         self,
@@ -388,16 +442,42 @@ class RolloutEngine:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample the next token of every held row: from ``generator``, or from the ``streams``
         of the rows ``held`` (advancing those of the ``live`` rows, whose token is kept)."""
+        return HFBackend.sample(logits, self.sampling, generator, streams, held, live)
+
+    # ------------------------------------------------------------------ one batch, one action at a time
+
+    def _rollout_batch_by_action(
+        self,
+        records: list[Record],
+        prompts: list[list[int]],
+        max_actions: list[int] | None,
+        close_turn: bool,
+        seed_of: Callable[[int, int], int | None],
+    ) -> list[Trajectory]:
+        """Roll out one batch on a backend that continues whole actions: each turn, every live
+        row's context (prompt and completion so far, as ids) is continued to a stop id or the
+        action cap (``seed_of(row, action)`` seeds it), then the environment's turn runs for every
+        row at once; rows it does not answer (their trajectory ended) leave."""
         cfg = self.config
-        uniforms = streams.draw(held, live) if streams is not None and held is not None and live is not None else None
-        return sample_next(
-            logits,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            greedy=cfg.decodes_greedily,
-            generator=generator,
-            uniforms=uniforms,
-        )
+        caps = max_actions or [cfg.max_actions] * len(prompts)
+        rows = [_Row(prompt=list(p), max_actions=cap) for p, cap in zip(prompts, caps, strict=True)]
+        sampling = self.sampling
+        live = list(range(len(rows)))
+        while live:
+            requests = [
+                Continuation(tuple(rows[i].prompt + rows[i].completion), cfg.max_action_tokens, seed_of(i, rows[i].n_actions))
+                for i in live
+            ]
+            results = self.backend.continue_batch(requests, sampling)
+            if len(results) != len(requests) or any(not r.ids for r in results):
+                raise RuntimeError(
+                    f"the {cfg.backend} backend returned {len(results)} continuations for {len(requests)} requests"
+                )
+            turn_ids = {i: list(r.ids) for i, r in zip(live, results, strict=True)}
+            turn_lps = {i: list(r.logprobs) for i, r in zip(live, results, strict=True)}
+            chunks = self._environment_turn(records, rows, live, turn_ids, turn_lps, close_turn)
+            live = [i for i in live if i in chunks]
+        return [self._finish(rec, row) for rec, row in zip(records, rows, strict=True)]
 
     def _last_query(self, ids: list[int]) -> str:
         """Text between the last ``<subquery>`` and the final ``</subquery>`` (empty if the opener is missing)."""
@@ -475,10 +555,32 @@ def move_turn_tokens(
         turn_lps[i].extend(x for x, on in zip(lps[j], ons[j], strict=True) if on)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def action_seed(stream: int, action: int) -> int:
+    """The seed of a row's ``action``-th continuation on an action-grain backend, from its stream
+    (a row seed, or a batch's): a 61-bit hash, so a batch's rows can add their index to it
+    (consecutive seeds, which vLLM's ``n`` reproduces) without leaving 63 bits."""
+    return stream_seed("prorag-action", int(stream), int(action)) >> 2
+
+
+def _action_seeds(
+    config: RolloutConfig, rows: int, start: int, seed: int, row_seeds: Sequence[int] | None
+) -> Callable[[int, int], int | None]:
+    """``seed_of(row, action)`` for one batch of an action-grain backend: ``None`` when decoding
+    greedily; from each row's own seed with ``row_seeds`` (a row's trajectory then depends on its
+    seed only); else the batch's stream (``seed`` and the batch's first record ``start``) plus the
+    row's index, so rows with one context draw as vLLM's ``n`` would."""
+    if config.decodes_greedily:
+        return lambda row, action: None
+    if row_seeds is not None:
+        own = [int(s) for s in row_seeds]
+        return lambda row, action: action_seed(own[row], action)
+    stream = stream_seed("prorag-batch", int(seed), int(start))
+    return lambda row, action: action_seed(stream, action) + row
+
+
+def _eos_ids(generation_config: Any, tokenizer: Any) -> set[int]:
     ids: set[int] = set()
-    gen = getattr(model, "generation_config", None)
-    for source in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+    for source in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
         if source is None:
             continue
         ids.update([source] if isinstance(source, int) else list(source))

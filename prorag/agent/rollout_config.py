@@ -10,11 +10,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from prorag.agent.backends import ROLLOUT_BACKENDS
 from prorag.agent.prompts import PromptStyle
 from prorag.core.config import setting
 from prorag.core.setting_checks import check_temperature, check_top_p
 
 DecodeGraphsMode = Literal["auto", "off", "eager"]
+
+
+@dataclass
+class VLLMSettings:
+    """The engine vLLM builds for ``rollout.backend: vllm`` when no trainer owns one (MCTS, RFT
+    sampling, the PRM audit, evaluation). In RL the engine is TRL's: ``tensor_parallel_size``,
+    ``gpu_memory_utilization`` and ``max_model_len`` pass to it; TRL sets the rest."""
+
+    tensor_parallel_size: int = setting(1, help="GPUs one engine shards the policy over (tensor parallelism).")
+    gpu_memory_utilization: float = setting(
+        0.3,
+        help="Share of each GPU's memory vLLM takes for the policy's weights and its KV cache, in (0, 1); the rest is "
+        "left to what shares the GPU (a trainer, a PRM). 0.3 is TRL's colocated default; an engine alone on its GPU "
+        "(MCTS, evaluation) can take 0.85. See docs/GPU.md.",
+    )
+    max_model_len: int | None = setting(
+        None, help="Longest context (prompt and completion) the engine holds; default the model's own."
+    )
+    dtype: str = setting("auto", help="Weights' dtype in vLLM (`auto`: the checkpoint's, `bfloat16`, `float16`).")
+    enforce_eager: bool = setting(False, help="Run eagerly, without CUDA graphs (less memory, slower decoding).")
+    enable_prefix_caching: bool = setting(
+        True, help="Reuse the KV cache of a shared prefix, so a turn does not re-read its history (the prompt, earlier actions)."
+    )
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"rollout.vllm.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if not 0 < self.gpu_memory_utilization < 1:
+            raise ValueError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"rollout.vllm.max_model_len must be >= 1 (or null), got {self.max_model_len}")
 
 
 @dataclass
@@ -55,6 +87,13 @@ class RolloutConfig:
         "compilation.",
     )
 
+    backend: str = setting(
+        "hf",
+        choices=ROLLOUT_BACKENDS,
+        help="What generates the actions, a name in ROLLOUT_BACKENDS (the loop, retrieval and caps are the same):",
+    )
+    vllm: VLLMSettings = setting(factory=VLLMSettings, help="The vLLM engine's settings (`backend: vllm`).")
+
     def __post_init__(self) -> None:
         """Refuse counts of zero (``top_k`` 0 searches for nothing, and a run of it looks fine) and
         sampling settings out of range (:mod:`prorag.core.setting_checks`)."""
@@ -67,6 +106,9 @@ class RolloutConfig:
             raise ValueError(
                 f"{type(self).__name__}.decode_graphs must be one of {get_args(DecodeGraphsMode)}, got {self.decode_graphs!r}"
             )
+        ROLLOUT_BACKENDS.check(self.backend, f"{type(self).__name__}.backend")
+        if isinstance(self.vllm, dict):  # asdict() of a config, handed back to the constructor
+            self.vllm = VLLMSettings(**self.vllm)
         if self.compile_decode and self.decode_graphs == "off":
             raise ValueError(
                 f"{type(self).__name__}.compile_decode compiles the static decode step, which decode_graphs 'off' never runs"

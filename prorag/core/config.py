@@ -456,7 +456,9 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: ``over_long`` (eval) at ``skip`` and ``max_chars`` (sft-data) at 65536 only act on questions too long for the
 #: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped. RL's
 #: ``packed_scoring`` at ``False``, ``packed_row_tokens`` and ``logprob_chunk`` at ``None`` score as before them
-#: (the padded forwards, the full logits); packed or chunked scoring equals them up to float rounding only.
+#: (the padded forwards, the full logits); packed or chunked scoring equals them up to float rounding only. ``backend`` (rollout)
+#: at ``hf`` is the decode loop every earlier run used, and the ``vllm`` block (rollout) and RL's ``vllm_*`` fields at
+#: their defaults are unread by it (the ``vllm`` value is ``asdict(VLLMSettings())``, which a test keeps equal).
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -473,6 +475,18 @@ LATER_FIELDS: dict[str, Any] = {
     "packed_scoring": False,
     "packed_row_tokens": None,
     "logprob_chunk": None,
+    "backend": "hf",
+    "vllm": {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": None,
+        "dtype": "auto",
+        "enforce_eager": False,
+        "enable_prefix_caching": True,
+    },
+    "vllm_mode": "colocate",
+    "vllm_server_url": "http://127.0.0.1:8000",
+    "vllm_sleep_mode": False,
 }
 
 

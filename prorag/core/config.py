@@ -182,6 +182,18 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
 
     ``where`` names the source in errors (a file path), ``lines`` the line of each key.
     """
+    kwargs = coerce_fields(cls, data, where, lines)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise DataError(where, str(e)) from None
+
+
+def coerce_fields(cls: type, data: dict[str, Any], where: str = "config", lines: dict[str, int] | None = None) -> dict[str, Any]:
+    """``data``'s values as the fields of dataclass ``cls`` take them, every key checked (an unknown
+    one is refused with the closest field named) and every value coerced to its field's type, without
+    building ``cls``: a partial block (``generator.served``: a few keys now, the rest from a file or
+    at run time) is checked as early as a whole one."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     lines = lines or {}
@@ -201,10 +213,7 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str = "config", 
             kwargs[key] = _coerce(_onto_default(by_name[key], value), hints[key])
         except _Mismatch as e:
             raise DataError(at(key), f"field '{key}': expected {e}, got {type(value).__name__} {value!r}") from None
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise DataError(where, str(e)) from None
+    return kwargs
 
 
 def load_config(path: str | os.PathLike[str], cls: type[C]) -> C:
@@ -549,6 +558,7 @@ __all__ = [
     "LATER_FIELDS",
     "METHOD_BLOCKS",
     "CheckFailed",
+    "coerce_fields",
     "apply_overrides",
     "config_from_dict",
     "earlier_forms",

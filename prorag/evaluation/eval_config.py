@@ -52,6 +52,11 @@ class GeneratorConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"generator.batch_size must be >= 1, got {self.batch_size}")
+        if self.served:  # its keys and their types now (a typo, a bad timeout), not when the first request goes out
+            from prorag.core.config import coerce_fields
+            from prorag.models.served import ServedConfig
+
+            coerce_fields(ServedConfig, dict(self.served), "generator.served")
 
     def build(self, policy: str | None = None, *, device: str | None = None) -> Any:
         """The TextGenerator: the served client, or ``policy`` loaded as an HFGenerator."""

@@ -53,6 +53,8 @@ class QuestionRun:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     generations: int = 0
+    over_long_generations: int = 0
+    """Generations refused because their prompt left no room in the model's positions."""
     text: str = ""
     """The transcript: what the model wrote (and, for agentic prompting, what it was shown)."""
     answer: str | None = None
@@ -85,6 +87,7 @@ class QuestionRun:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "generations": self.generations,
+                "over_long_generations": self.over_long_generations,
             },
         )
 
@@ -109,6 +112,7 @@ class Session:
             run.prompt_tokens += g.prompt_tokens
             run.completion_tokens += g.completion_tokens
             run.generations += 1
+            run.over_long_generations += g.finish_reason == "over_long"
         return gens
 
     def search(self, runs: Sequence[QuestionRun], queries: Sequence[str], action: int, k: int | None = None) -> list[list[Hit]]:
@@ -276,12 +280,12 @@ def evaluate_generator(
                 trajs.append(t.to_dict())
                 row = score(by_id[t.id], t, t.answer)
                 row |= {"searches": t.num_searches, "queries": [x["query"] for x in t.retrievals]}
-                row |= {k: t.metadata[k] for k in COST_FIELDS[1:]}
+                row |= {k: t.metadata[k] for k in (*COST_FIELDS[1:], "over_long_generations")}
                 preds.append(row)
             done += len(batch)
             if progress:
                 log.info("%s: %d/%d questions", config.baseline, done, len(todo))
-    return finish(records, out, config, means=COST_FIELDS)
+    return finish(records, out, config, means=COST_FIELDS, totals=("over_long_generations",))
 
 
 __all__ = [

@@ -299,12 +299,16 @@ def pending(records: Sequence[Record], out: Path, cfg: EvalConfig) -> tuple[list
     return records, [r for r in records if r.id not in done]
 
 
-def finish(records: Sequence[Record], out: Path, cfg: EvalConfig, means: Sequence[str] = ()) -> dict[str, Any]:
+def finish(
+    records: Sequence[Record], out: Path, cfg: EvalConfig, means: Sequence[str] = (), totals: Sequence[str] = ()
+) -> dict[str, Any]:
     """Summarise the prediction lines of ``records`` into ``out/metrics.json``, with ``mean_<key>``
-    for each per-question count in ``means`` (e.g. ``completion_tokens``) and the config."""
+    for each per-question count in ``means`` (e.g. ``completion_tokens``), the sum of each in
+    ``totals`` (e.g. ``over_long_generations``) and the config."""
     wanted = {r.id for r in records}
     rows = [row for row in read_jsonl(out / "predictions.jsonl", tolerate_truncated_tail=True) if row["id"] in wanted]
     metrics = summarise(rows) | {f"mean_{k}": sum(r.get(k, 0) for r in rows) / len(rows) for k in means}
+    metrics |= {k: sum(r.get(k, 0) for r in rows) for k in totals}
     metrics["config"] = asdict(cfg)
     write_json(out / "metrics.json", metrics)
     return metrics

@@ -9,17 +9,23 @@ on a generator) only need "continue these prompts", so they run on any :class:`T
 
 The contract is the OpenAI completions one: one :class:`Generation` per prompt, in order; the
 text stops *before* the first stop string (the stop string is not included); ``finish_reason``
-is ``"stop"`` when a stop string or end-of-sequence ended it, ``"length"`` when ``max_tokens`` did.
+is ``"stop"`` when a stop string or end-of-sequence ended it, ``"length"`` when ``max_tokens`` did,
+``"over_long"`` when the prompt left no room for ``max_tokens`` in the model's positions (an empty
+generation: the prompt was not sent, :func:`fits_context`).
 """
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prorag.agent.context_budget import policy_max_length
 from prorag.core.setting_checks import check_temperature
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,6 +78,27 @@ class TextGenerator(Protocol):
     def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
         """:meth:`generate` with its settings in one :class:`Sampling` (what a backend implements;
         abstract, so a backend that forgets it fails when built, not when first called)."""
+
+
+def fits_context(prompt_tokens: int, max_tokens: int, max_length: int | None) -> bool:
+    """Whether a prompt of ``prompt_tokens`` leaves room for ``max_tokens`` new ones in a model of
+    ``max_length`` positions (no known maximum: it fits). A prompt that does not is never sent to
+    the model: past its positions a model fails or reads garbage, and a very long prompt exhausts
+    memory in its first forward pass; the caller gets :func:`over_long_generation` instead."""
+    return max_length is None or prompt_tokens + max_tokens <= max_length
+
+
+def over_long_generation(prompt_tokens: int, logprobs: bool = False) -> Generation:
+    """The empty generation of a prompt that does not fit (``finish_reason`` ``over_long``): the
+    baseline reads no answer from it, so the question scores 0, and the evaluation counts it."""
+    return Generation(
+        text="",
+        token_logprobs=[] if logprobs else None,
+        tokens=[] if logprobs else None,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=0,
+        finish_reason="over_long",
+    )
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> int | None:
@@ -136,21 +163,34 @@ class HFGenerator(TextGenerator):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.device = device or str(next(model.parameters()).device)
+        self.max_length = policy_max_length(model, tokenizer)
 
     def complete(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
-        out: list[Generation] = []
-        for start in range(0, len(prompts), self.batch_size):
-            out.extend(self._batch(prompts[start : start + self.batch_size], sampling))
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        fits = [i for i, x in enumerate(ids) if fits_context(len(x), sampling.max_tokens, self.max_length)]
+        if len(fits) < len(prompts):
+            log.warning(
+                "%d of %d prompts leave no room for %d new tokens in the model's %s positions: not generated "
+                "(an empty generation, finish_reason over_long)",
+                len(prompts) - len(fits),
+                len(prompts),
+                sampling.max_tokens,
+                self.max_length,
+            )
+        out: list[Generation] = [over_long_generation(len(x), sampling.logprobs) for x in ids]
+        for start in range(0, len(fits), self.batch_size):
+            chunk = fits[start : start + self.batch_size]
+            for i, g in zip(chunk, self._batch([ids[i] for i in chunk], sampling), strict=True):
+                out[i] = g
         return out
 
-    def _batch(self, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+    def _batch(self, ids: Sequence[list[int]], sampling: Sampling) -> list[Generation]:
         import torch
 
         max_tokens, stop, temperature, logprobs = sampling.max_tokens, sampling.stop, sampling.temperature, sampling.logprobs
 
         tok = self.tokenizer
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = max(len(x) for x in ids)
         input_ids = torch.tensor([[pad_id] * (width - len(x)) + x for x in ids], device=self.device)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=self.device)
@@ -174,7 +214,7 @@ class HFGenerator(TextGenerator):
             token_lp = steps.gather(-1, new[:, : steps.shape[1], None]).squeeze(-1).tolist()
         return [
             self._one(new[i].tolist(), len(ids[i]), stop, max_tokens, token_lp[i] if token_lp is not None else None)
-            for i in range(len(prompts))
+            for i in range(len(ids))
         ]
 
     def _one(self, ids: list[int], n_prompt: int, stop: Sequence[str], max_tokens: int, lps: list[float] | None) -> Generation:
@@ -201,4 +241,13 @@ class HFGenerator(TextGenerator):
         )
 
 
-__all__ = ["Generation", "HFGenerator", "Sampling", "ScriptedGenerator", "TextGenerator", "cut_at_stop"]
+__all__ = [
+    "Generation",
+    "HFGenerator",
+    "Sampling",
+    "ScriptedGenerator",
+    "TextGenerator",
+    "cut_at_stop",
+    "fits_context",
+    "over_long_generation",
+]

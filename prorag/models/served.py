@@ -10,7 +10,9 @@ A request is bounded by ``connect_timeout_s``, ``read_timeout_s`` of silence onc
 refused past ``max_reply_bytes`` (:class:`ReplyTooLarge`, not retried). Timeouts, connection errors,
 408, 429, 5xx and replies not of the schema are retried with capped exponential backoff and jitter
 (honouring ``Retry-After``), one log line per retry, then fail as one ``ServiceUnavailableError``
-naming the endpoint; any other status fails at once (:class:`ServedError`). Greedy replies are cached
+naming the endpoint; a refusal naming the model's context length gives an empty generation
+(``finish_reason`` ``over_long``, :func:`context_overflow`), as a local model's over-long prompt does;
+any other status fails at once (:class:`ServedError`). Greedy replies are cached
 on disk, sampled ones never. The key is read from the variable ``api_key_env`` names (``none``: no
 key), never logged; plain http goes only to loopback unless ``allow_insecure_http``. The request
 helpers (:func:`post`, :func:`retrying`, ...) also serve the LLM teacher's chat client.
@@ -41,7 +43,7 @@ from prorag.core.config import setting
 from prorag.core.errors import ServiceUnavailableError
 from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import JsonlAppender, read_jsonl
-from prorag.models.generator import Generation, Sampling, TextGenerator
+from prorag.models.generator import Generation, Sampling, TextGenerator, over_long_generation
 
 if TYPE_CHECKING:
     import httpx
@@ -200,6 +202,18 @@ class ServedConfig(EndpointConfig):
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + ("/completions" if self.api == "completions" else "/chat/completions")
+
+
+#: What servers say when a prompt does not fit: vLLM and OpenAI ("maximum context length",
+#: code ``context_length_exceeded``), SGLang ("longer than the model's context length").
+_OVERFLOW_MARKERS = ("maximum context length", "context_length_exceeded", "context length")
+
+
+def context_overflow(status: int, body: str) -> bool:
+    """Whether a refusal says the prompt is longer than the model's context: HTTP 400 (or 413)
+    naming the context length. Such a prompt gets :func:`~prorag.models.generator.over_long_generation`
+    (counted by the evaluation), as on a local model, instead of ending the run."""
+    return status in (400, 413) and any(marker in body.lower() for marker in _OVERFLOW_MARKERS)
 
 
 class ServedError(ValueError):
@@ -563,6 +577,11 @@ class ServedGenerator(TextGenerator):
         status = resp.status_code
         if status != 200:
             detail = self._redact(resp.text[:300]).replace("\n", " ")
+            if context_overflow(status, resp.text[:2000]):
+                log.warning(
+                    "%s: a prompt over the model's context was refused (HTTP %d): an empty generation", self.config.url, status
+                )
+                return over_long_generation(0, logprobs)
             if status in RETRY_STATUSES or status >= 500:
                 raise Retry(f"http {status}", f"HTTP {status}: {detail}", parse_retry_after(resp.headers.get("retry-after")))
             raise ServedError(
@@ -579,6 +598,7 @@ class ServedGenerator(TextGenerator):
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "context_overflow",
     "MalformedReply",
     "ReplyTooLarge",
     "RequestCounts",

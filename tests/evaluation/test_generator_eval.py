@@ -119,3 +119,40 @@ def test_every_baseline_end_to_end_on_the_tiny_world(
     assert all(r["searches"] == len(r["queries"]) == r["retrieval_steps"] for r in rows)
     if name in ("iter-retgen", "ircot", "standard-rag"):
         assert metrics["mean_searches"] >= 1 and metrics["retrieval_recall"] is not None
+
+
+def test_hf_generator_refuses_a_prompt_with_no_room_and_generates_the_rest(world_tokenizer: Any) -> None:
+    model = make_tiny_model(world_tokenizer, seed=1).eval()
+    gen = HFGenerator(model, world_tokenizer, batch_size=2)
+    assert gen.max_length == model.config.max_position_embeddings
+    huge = "Question: " + "who " * (gen.max_length + 10) + "\n"
+    short = "Question: who is here?\n"
+    out = gen.generate([short, huge, short], max_tokens=6, logprobs=True)
+    assert out[1].text == "" and out[1].finish_reason == "over_long" and out[1].completion_tokens == 0
+    assert out[1].prompt_tokens > gen.max_length and out[1].token_logprobs == []
+    assert out[0].text == out[2].text == gen.generate([short], max_tokens=6)[0].text
+
+
+@pytest.mark.parametrize("name", ["iter-retgen", "ircot", "flare", "search-o1", "naive", "standard-rag"])
+def test_an_over_long_question_costs_its_row_only(
+    tmp_path: Path, name: str, tiny_world: Path, tiny_retriever: Any, world_tokenizer: Any
+) -> None:
+    """A question far past the model's positions: an empty prediction scored 0 and counted in
+    metrics.json, every other question answered; no crash, no half-written files."""
+    records: list[Record] = read_records(tiny_world / "test.jsonl")[:2]
+    model = make_tiny_model(world_tokenizer, seed=0).eval()
+    long_question = "who " * (model.config.max_position_embeddings + 50)
+    records.append(Record("huge", long_question, ["nobody"], records[0].metadata))
+    small = {
+        "iter-retgen": {"rounds": 2, "max_tokens": 8},
+        "ircot": {"max_steps": 2, "sentence_tokens": 8},
+        "flare": {"max_sentences": 2, "look_ahead_tokens": 8, "theta": 0.99},
+        "search-o1": {"max_turns": 2, "reasoning_tokens": 8, "condense_tokens": 8},
+    }.get(name, {})
+    cfg = EvalConfig(baseline=name, baseline_options=small, rollout=EvalRolloutConfig(top_k=2, max_action_tokens=8))
+    metrics = evaluate_generator(HFGenerator(model, world_tokenizer), records, tiny_retriever, tmp_path, cfg, progress=False)
+    rows = {r["id"]: r for r in read_jsonl(tmp_path / "predictions.jsonl")}
+    assert metrics["n"] == 3 and set(rows) == {r.id for r in records}
+    assert rows["huge"]["em"] == 0 and rows["huge"]["over_long_generations"] >= 1
+    assert all(rows[r.id]["over_long_generations"] == 0 for r in records[:2])
+    assert metrics["over_long_generations"] == rows["huge"]["over_long_generations"]

@@ -355,3 +355,40 @@ def test_api_key_env_none_means_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
             assert gen.config.api_key_env is None
             assert gen.generate(["x"], max_tokens=4)[0].text == "re: x"
         assert all("Authorization" not in s.headers for s in server.seen)
+
+
+def test_a_prompt_over_the_context_is_an_empty_generation_not_an_error() -> None:
+    """vLLM's 400 for a prompt past ``max_model_len``: that prompt gets finish_reason over_long, the
+    others their replies, no retry; any other 400 still stops at once."""
+    overflow = {
+        "object": "error",
+        "message": "This model's maximum context length is 2048 tokens. However, you requested 9000 tokens.",
+    }
+
+    def reply(body: dict[str, Any], n: int) -> Reply:
+        return Reply(status=400, payload=overflow) if "huge" in user_text(body) else Reply(content="ok")
+
+    with FakeChatServer(reply) as server:
+        gen, slept = make(server)
+        out = gen.generate(["small", "huge", "small"], max_tokens=4)
+        assert [g.finish_reason for g in out] == ["stop", "over_long", "stop"] and out[1].text == "" and not slept
+    with FakeChatServer(lambda body, n: Reply(status=400, payload={"message": "unknown model"})) as server:
+        gen, _ = make(server)
+        with pytest.raises(ServedError, match="HTTP 400"):
+            gen.generate(["x"], max_tokens=4)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (400, '{"message": "This model\'s maximum context length is 2048 tokens"}', True),
+        (400, '{"error": {"code": "context_length_exceeded"}}', True),
+        (400, "The input (9000 tokens) is longer than the model's context length (2048 tokens).", True),
+        (400, "unknown model m", False),
+        (500, "maximum context length", False),
+    ],
+)
+def test_context_overflow_reads_the_servers_wording(status: int, body: str, expected: bool) -> None:
+    from prorag.models.served import context_overflow
+
+    assert context_overflow(status, body) is expected

@@ -442,7 +442,8 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: does not use P2S matches its old markers whatever P2S's field holds (:data:`METHOD_BLOCKS`). ``compile_decode``
 #: (rollout) at ``False`` runs the uncompiled decode step that came before it (the compiled one rounds otherwise).
 #: ``over_long`` (eval) at ``skip`` and ``max_chars`` (sft-data) at 65536 only act on questions too long for the
-#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped.
+#: policy or for SFT, on which the runs before them crashed or wrote rows SFT then dropped. ``faiss`` (index)
+#: at ``None`` encodes the corpus, as every index stage did before an index could be imported.
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -456,6 +457,7 @@ LATER_FIELDS: dict[str, Any] = {
     "compile_decode": False,
     "over_long": "skip",
     "max_chars": 65_536,
+    "faiss": None,
 }
 
 

@@ -468,6 +468,7 @@ def _help_text(f: dataclasses.Field[Any]) -> str:
 #: (the padded forwards, the full logits); packed or chunked scoring equals them up to float rounding only. ``backend`` (rollout)
 #: at ``hf`` is the decode loop every earlier run used, and the ``vllm`` block (rollout) and RL's ``vllm_*`` fields at
 #: their defaults are unread by it (the ``vllm`` value is ``asdict(VLLMSettings())``, which a test keeps equal).
+#: ``faiss`` (index) at ``None`` encodes the corpus, as every index stage did before an index could be imported.
 LATER_FIELDS: dict[str, Any] = {
     "question_filter": "none",
     "screening_file": None,
@@ -496,6 +497,7 @@ LATER_FIELDS: dict[str, Any] = {
     "vllm_mode": "colocate",
     "vllm_server_url": "http://127.0.0.1:8000",
     "vllm_sleep_mode": False,
+    "faiss": None,
 }
 
 

@@ -53,7 +53,8 @@ def default_prefixes(model: str | None, query_prefix: str | None, passage_prefix
 
 
 def read_faiss(path: str | os.PathLike[str]) -> tuple[Any, bool]:
-    """The FAISS index at ``path`` and whether it is memory-mapped; an L2 index is refused."""
+    """The FAISS index at ``path`` and whether it was read with FAISS's memory-mapping flag (which maps
+    flat and HNSW storage); an L2 index is refused."""
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), "no such file")

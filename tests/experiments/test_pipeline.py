@@ -187,6 +187,7 @@ ADDED_SINCE = {
     "primary_contrasts": ("NoneType", None),
     "eval.over_long": ("str", "skip"),
     "sft_data.max_chars": ("int", 65_536),
+    "index.faiss": ("NoneType", None),
 }
 
 
@@ -296,6 +297,7 @@ def test_paper_yaml_loads_and_holds_the_paper_settings() -> None:
     assert (cfg.mcts.c_puct, cfg.mcts.gamma) == (2.5, 0.99)
     assert (cfg.rl.group_size, cfg.rl.beta, cfg.rl.lora.enabled, cfg.rl.lora.r, cfg.rl.lora.alpha) == (8, 0.3, True, 16, 32)
     assert cfg.index.kind == "dense" and cfg.index.query_prefix == "query: " and cfg.top_k == 3
+    assert cfg.index.model == "intfloat/e5-base-v2" and cfg.index.faiss == "data/e5_Flat.index"  # imported, not re-encoded
 
 
 def test_marker_of_an_earlier_config_layout_is_refused(tmp_path: Path) -> None:
@@ -730,3 +732,34 @@ def test_the_pipeline_deals_rl_questions_from_the_rl_worlds(tmp_path: Path) -> N
     assert hits[0] and all(h.id.startswith(f"{world}/") for h in hits[0])
     manifest = read_json(tmp_path / "fresh" / "splits" / "manifest.json")
     assert manifest["worlds"]["rl"] == sorted(rl_worlds) and manifest["rl_worlds"]["unused_train_worlds"]
+
+
+def test_the_index_stage_imports_a_faiss_index_instead_of_encoding(tmp_path: Path) -> None:
+    """`index.faiss`: the corpus's FAISS index made elsewhere (here from prorag's own dense index of it)
+    is imported, and searches as that index does; a BM25 kind with it is refused when the config is made."""
+    import faiss
+
+    from prorag.data.jsonl import write_jsonl
+    from prorag.experiments.pipeline import Run, stage_index
+    from prorag.experiments.pipeline.config import IndexConfig
+    from prorag.retrieval.index import build_index, load_index, read_manifest
+
+    corpus = tmp_path / "corpus.jsonl"
+    write_jsonl(corpus, ({"id": str(i), "contents": f"Page {i}\nPage {i} is about the number {i * 7}."} for i in range(12)))
+    build_index(corpus, tmp_path / "own", kind="dense")
+    own = load_index(tmp_path / "own")
+    flat = faiss.index_factory(own.dim, "Flat", faiss.METRIC_INNER_PRODUCT)
+    flat.add(own.embeddings)
+    faiss.write_index(flat, str(tmp_path / "elsewhere.index"))
+
+    cfg = replace(PipelineConfig(), index=IndexConfig(kind="dense", faiss=str(tmp_path / "elsewhere.index")))
+    run = Run(tmp_path / "run", cfg, progress=lambda _: None)
+    stage_index(run, {"corpus": corpus})
+    assert "faiss" in read_manifest(run.path("index"))["settings"]
+    queries = ["the number 35", "page 3"]
+    theirs, ours = load_index(run.path("index")).search(queries, k=2), own.search(queries, k=2)
+    assert [[h.id for h in hits] for hits in theirs] == [[h.id for h in hits] for hits in ours]
+    assert [[h.score for h in hits] for hits in theirs] == [[pytest.approx(h.score, abs=1e-5) for h in hits] for hits in ours]
+    stage_index(run, {"corpus": corpus})  # done: skipped, not imported again
+    with pytest.raises(ValueError, match="index.faiss imports a dense index"):
+        IndexConfig(faiss="x.index")

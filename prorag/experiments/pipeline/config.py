@@ -153,6 +153,15 @@ class IndexConfig:
     )
     query_prefix: str = setting("", help="Text put before every query (dense models such as E5 want `query: `).")
     passage_prefix: str = setting("", help="Text put before every passage (E5: `passage: `).")
+    faiss: str | None = setting(
+        None,
+        help="Dense: a FAISS index built elsewhere over data.corpus_file (FlashRAG's / Search-R1's e5_Flat.index), "
+        "imported instead of encoding the corpus (`prorag index --faiss`); `model` and the prefixes are the ones it was built with.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.faiss is not None and self.kind != "dense":
+            raise ValueError("index.faiss imports a dense index: set index.kind: dense")
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from prorag.data.jsonl import write_json
 from prorag.data.records import read_records
@@ -61,21 +62,17 @@ def stage_world(run: Run) -> None:
 
 
 def stage_index(run: Run, files: dict[str, Path]) -> None:
-    from prorag.retrieval.index import build_index
+    from prorag.retrieval.index import build_index, import_faiss_index
 
     ix = run.config.index
-    run.stage(
-        "index",
-        asdict(ix),
-        lambda: build_index(
-            files["corpus"],
-            run.path("index"),
-            kind=ix.kind,
-            model=ix.model,
-            query_prefix=ix.query_prefix,
-            passage_prefix=ix.passage_prefix,
-        ),
-    )
+
+    def make() -> dict[str, Any]:
+        prefixes = {"query_prefix": ix.query_prefix, "passage_prefix": ix.passage_prefix}
+        if ix.faiss is not None:  # a FAISS index built elsewhere: imported, the corpus not encoded
+            return import_faiss_index(ix.faiss, files["corpus"], run.path("index"), model=ix.model, **prefixes)
+        return build_index(files["corpus"], run.path("index"), kind=ix.kind, model=ix.model, **prefixes)
+
+    run.stage("index", asdict(ix), make)
 
 
 def stage_splits(run: Run, files: dict[str, Path]) -> None:

@@ -19,6 +19,14 @@ from prorag.models.tiny import make_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+#: Each generator baseline at its smallest budget (the tiny model reads nothing anyway).
+SMALL_OPTIONS: dict[str, dict[str, float]] = {
+    "iter-retgen": {"rounds": 2, "max_tokens": 8},
+    "ircot": {"max_steps": 2, "sentence_tokens": 8},
+    "flare": {"max_sentences": 2, "look_ahead_tokens": 8, "theta": 0.99},
+    "search-o1": {"max_turns": 2, "reasoning_tokens": 8, "condense_tokens": 8},
+}
+
 
 def test_an_interrupted_run_resumes_without_repeating_a_question(tmp_path: Path, retriever, two_records) -> None:  # noqa: ANN001
     def crash_on_beta(prompt: str) -> str:
@@ -106,12 +114,7 @@ def test_every_baseline_end_to_end_on_the_tiny_world(
 ) -> None:
     records: list[Record] = read_records(tiny_world / "test.jsonl")[:3]
     gen = HFGenerator(make_tiny_model(world_tokenizer, seed=0).eval(), world_tokenizer)
-    small = {
-        "iter-retgen": {"rounds": 2, "max_tokens": 8},
-        "ircot": {"max_steps": 2, "sentence_tokens": 8},
-        "flare": {"max_sentences": 2, "look_ahead_tokens": 8, "theta": 0.99},
-        "search-o1": {"max_turns": 2, "reasoning_tokens": 8, "condense_tokens": 8},
-    }.get(name, {})
+    small = SMALL_OPTIONS.get(name, {})
     cfg = EvalConfig(baseline=name, baseline_options=small, rollout=EvalRolloutConfig(top_k=2, max_action_tokens=8))
     metrics = evaluate_generator(gen, records, tiny_retriever, tmp_path, cfg, progress=False)
     rows = list(read_jsonl(tmp_path / "predictions.jsonl"))
@@ -143,12 +146,7 @@ def test_an_over_long_question_costs_its_row_only(
     model = make_tiny_model(world_tokenizer, seed=0).eval()
     long_question = "who " * (model.config.max_position_embeddings + 50)
     records.append(Record("huge", long_question, ["nobody"], records[0].metadata))
-    small = {
-        "iter-retgen": {"rounds": 2, "max_tokens": 8},
-        "ircot": {"max_steps": 2, "sentence_tokens": 8},
-        "flare": {"max_sentences": 2, "look_ahead_tokens": 8, "theta": 0.99},
-        "search-o1": {"max_turns": 2, "reasoning_tokens": 8, "condense_tokens": 8},
-    }.get(name, {})
+    small = SMALL_OPTIONS.get(name, {})
     cfg = EvalConfig(baseline=name, baseline_options=small, rollout=EvalRolloutConfig(top_k=2, max_action_tokens=8))
     metrics = evaluate_generator(HFGenerator(model, world_tokenizer), records, tiny_retriever, tmp_path, cfg, progress=False)
     rows = {r["id"]: r for r in read_jsonl(tmp_path / "predictions.jsonl")}

@@ -55,10 +55,15 @@ ROLLOUT_BACKENDS.register(
 )(BackendEntry(_build_vllm, package="vllm", install="pip install 'prorag[vllm]'"))
 
 
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found without importing it)."""
+    return package in sys.modules or importlib.util.find_spec(package) is not None
+
+
 def missing_package(name: str) -> str | None:
     """The one-line reason backend ``name`` cannot run here (its package is not installed), else ``None``."""
     entry = ROLLOUT_BACKENDS.get(name)
-    if entry.package is None or entry.package in sys.modules or importlib.util.find_spec(entry.package) is not None:
+    if entry.package is None or installed(entry.package):
         return None
     return f"rollout.backend {name!r} needs {entry.package}, which is not installed: {entry.install}"
 
@@ -84,5 +89,6 @@ __all__ = [
     "ROLLOUT_BACKENDS",
     "BackendEntry",
     "check_available",
+    "installed",
     "missing_package",
 ]

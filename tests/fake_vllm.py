@@ -22,6 +22,7 @@ colocated weight sync does.
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import types
 from dataclasses import dataclass
@@ -216,6 +217,7 @@ def _top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 def install(monkeypatch: Any) -> types.ModuleType:
     """Put this fake in ``sys.modules`` as ``vllm`` (and its submodules) for one test."""
     vllm = types.ModuleType("vllm")
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # found by importlib.util.find_spec, as an installed one
     vllm.__version__ = VERSION
     vllm.LLM, vllm.SamplingParams, vllm.RequestOutput, vllm.CompletionOutput = (
         LLM,
@@ -232,6 +234,7 @@ def install(monkeypatch: Any) -> types.ModuleType:
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     for name, members in subs.items():
         module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
         for key, value in members.items():
             setattr(module, key, value)
         setattr(vllm, name.split(".")[1], module)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig, check_gpu_share
 from prorag.core.config import method_settings, setting
 from prorag.core.setting_checks import check_temperature
 from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig
@@ -326,13 +326,8 @@ class RLConfig(TrainingConfig):
             )
         prm = self.process_reward in step_rewards.LEARNED_PRM_SOURCES
         share = TRAINER_WITH_PRM_GPU_SHARE if prm else TRAINER_GPU_SHARE
-        if settings.gpu_memory_utilization > 1 - share:
-            beside = "the trainer and the PRM it scores with" if prm else "the trainer"
-            raise ValueError(
-                f"RLConfig.rollout.vllm.gpu_memory_utilization {settings.gpu_memory_utilization} leaves "
-                f"{1 - settings.gpu_memory_utilization:.2f} of the GPU to {beside}, which needs at least {share}: "
-                f"set it to <= {1 - share:.2f} (or use vllm_mode 'server'); see docs/GPU.md"
-            )
+        beside = "the trainer and the PRM it scores with" if prm else "the trainer"
+        check_gpu_share(settings, share, beside, "RLConfig", " (or use vllm_mode 'server')")
 
     @property
     def uses_prm(self) -> bool:

@@ -31,7 +31,7 @@ from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.trajectory import ActionRecord, Trajectory
-from prorag.core.config import LATER_FIELDS, setting
+from prorag.core.config import LATER_FIELDS, setting, without_later_fields
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -468,7 +468,10 @@ def _check_resumable(run: Path, config: RFTConfig, prm_digest: str | None = None
     # A setting added after the run was made counts as what the runs before it did: its
     # LATER_FIELDS value (e.g. `sample_streams: batch`), else its default.
     defaults = RFTConfig().sampling_settings()
-    changed = sorted(k for k in now if before.get(k, LATER_FIELDS.get(k, defaults[k])) != now[k])
+    # Inside a block (`rollout`), a LATER_FIELDS setting at its old-behaviour value is what the run had too.
+    changed = sorted(
+        k for k in now if without_later_fields(before.get(k, LATER_FIELDS.get(k, defaults[k]))) != without_later_fields(now[k])
+    )
     if prm_digest is not None and before.get("prm_digest") not in (None, prm_digest):
         changed.append("the PRM (its weights differ)")
     if changed:

@@ -110,3 +110,18 @@ def test_prm_audit_on_vllm_leaves_the_prm_its_share(
         )
     audit = fresh_sample_audit(Scorer(), policy_dir, records, tiny_retriever, samples=2, rollout=greedy)
     assert "auc" in audit and len(fake_vllm.LLM.instances) == 1
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs" / "stages").glob("*vllm*.yaml")))
+def test_the_gpu_guides_configs_load(name: str) -> None:
+    """Each vLLM config docs/GPU.md names loads into its stage's config, on the vllm backend."""
+    from prorag.core.config import load_config
+    from prorag.stages.rl import RLConfig
+
+    cls = {"rl": RLConfig, "mcts": MCTSConfig, "eval": EvalConfig}[name.split("_", 1)[0]]
+    cfg = load_config(REPO / "configs" / "stages" / name, cls)
+    assert cfg.rollout.backend == "vllm"
+    assert name in (REPO / "docs" / "GPU.md").read_text()

@@ -190,7 +190,9 @@ class RolloutEngine:
         ``row_seeds`` gives each row its own stream instead (:class:`~prorag.agent.sampling.RowStreams`): a row's
         trajectory then depends only on its prompt, the model and its seed (up to the float noise
         of batched forward passes), whatever batch it is in; ``seed`` is then unused. The RL
-        stage uses it so that a distributed run samples what a single process would.
+        stage uses it so that a distributed run samples what a single process would. On a backend
+        driven one action at a time (``vllm``), each continuation carries a seed
+        (:func:`action_seed`): the row's own with ``row_seeds``, else the batch's plus the row's index.
         """
         if prompts is not None and len(prompts) != len(records):
             raise ValueError(f"{len(prompts)} prompts for {len(records)} records")

@@ -16,6 +16,7 @@ Writes ``rft_config.json``, ``samples.jsonl``, ``kept.jsonl``, ``rft_counts.json
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 
 from prorag.agent.context_budget import drop_over_long
 from prorag.agent.rollout import RolloutEngine
-from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig, check_gpu_share
 from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_seed
 from prorag.agent.trajectory import ActionRecord, Trajectory
 from prorag.core.config import LATER_FIELDS, setting, without_later_fields
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Correctness = Literal["em", "f1"]
+
+#: The least share of the GPU a standalone vLLM engine (``rollout.backend: vllm``) must leave to the
+#: policy RFT fine-tunes after sampling and to the PRM scoring the samples (docs/GPU.md).
+RFT_GPU_SHARE = 0.3
 
 
 @dataclass
@@ -510,10 +515,14 @@ def run_rft(
     run.mkdir(parents=True, exist_ok=True)
     _check_resumable(run, config, prm_digest)
     write_json(run / "rft_config.json", {**asdict(config), "prm_digest": prm_digest})
+    if sampler is None and config.rollout.backend != "hf":
+        # A standalone engine (vLLM) samples beside the policy it fine-tunes next and the PRM that scores.
+        check_gpu_share(config.rollout.vllm, RFT_GPU_SHARE, "the policy and the PRM", "RFTConfig")
     engine = sampler or RolloutEngine(model, tokenizer, retriever, config.rollout)
     prm = scorer if scorer is not None else load_scorer()  # type: ignore[misc]
     collect_rft_samples(config, run, engine, records, prm, progress=progress)
-    del prm
+    del prm, engine  # a standalone engine's GPU memory goes back before the fine-tuning
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return finetune_rft(config, run, model, tokenizer, list(read_jsonl(run / "kept.jsonl")))

@@ -108,6 +108,7 @@ class RolloutEngine:
         eos = _eos_ids(generation_config, tokenizer)
         self.stop_ids = torch.tensor(sorted(eos | {self.tag_ids[t] for t in (SUBQUERY_CLOSE, SUBANSWER_CLOSE, ANSWER_CLOSE)}))
         self.eos_ids = eos
+        self._stop_tuple = tuple(int(i) for i in self.stop_ids.tolist())
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         self.pad_id = int(pad)
         self.blank_ids = _blank_token_ids(tokenizer)
@@ -153,7 +154,7 @@ class RolloutEngine:
     def sampling(self) -> Sampling:
         """The backend's sampling settings: the config's, with the ids that end an action."""
         cfg = self.config
-        return Sampling(cfg.temperature, cfg.top_p, cfg.decodes_greedily, tuple(self.stop_ids.tolist()))
+        return Sampling(cfg.temperature, cfg.top_p, cfg.decodes_greedily, self._stop_tuple)
 
     def prompt_ids(self, question: str) -> list[int]:
         return prompt_token_ids(self.tokenizer, question, self.config.prompt_style)

@@ -111,6 +111,8 @@ class RolloutEngine:
         self._stop_tuple = tuple(int(i) for i in self.stop_ids.tolist())
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         self.pad_id = int(pad)
+        if isinstance(self.backend, HFBackend):
+            self.backend.pad_id = self.pad_id
         self.blank_ids = _blank_token_ids(tokenizer)
 
     @property

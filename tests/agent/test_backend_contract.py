@@ -177,8 +177,7 @@ def test_continue_batch_stops_on_a_stop_id_or_the_cap(
     sampling = engine.sampling
     assert v["</subquery>"] in sampling.stop_ids and world_tokenizer.eos_token_id in sampling.stop_ids
     requests = [Continuation((word, word), 5), Continuation((word, v["<step>"]), 5), Continuation((word,), 2)]
-    kw = {"pad_id": engine.pad_id} if backend == "hf" else {}
-    done = engine.backend.continue_batch(requests, sampling, **kw)
+    done = engine.backend.continue_batch(requests, sampling)
     assert [d.ids for d in done] == [[word] * 5, [v["</subquery>"]], [word] * 2]
     assert [d.finish for d in done] == ["length", "stop", "length"]
     assert all(len(d.logprobs) == len(d.ids) and all(abs(x) < 1e-6 for x in d.logprobs) for d in done)

@@ -243,3 +243,23 @@ def test_error_line_maps_the_expected_errors_and_leaves_bugs() -> None:
     undecodable = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
     assert error_line(undecodable) == "input is not UTF-8 text (invalid start byte at byte 0)"
     assert error_line(RuntimeError("a bug")) is None and error_line(KeyError("k")) is None
+
+
+# ----------------------------------------------------------------------------- a backend that is not installed
+
+
+@pytest.mark.parametrize("command", ["rl", "mcts", "eval"])
+def test_vllm_backend_without_vllm_stops_before_any_work(
+    command: str, records: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rollout.backend: vllm`` where vLLM is not installed: exit 2 with one line naming the extra
+    (``pip install 'prorag[vllm]'``), before any model loads or run folder is written."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    monkeypatch.setattr("prorag.agent.backends.installed", lambda package: False)
+    run = tmp_path / "run"
+    inputs = ["--policy", str(tmp_path / "policy"), "--data", str(records), "--index", str(tmp_path / "idx")]
+    place = ["--run-dir", str(run)] if command != "eval" else ["--out", str(run)]
+    fails_with_one_line([command, *place, *inputs, "--set", "rollout.backend=vllm"], "pip install 'prorag[vllm]'")
+    assert not run.exists()

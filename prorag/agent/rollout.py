@@ -108,8 +108,11 @@ class RolloutEngine:
         eos = _eos_ids(generation_config, tokenizer)
         self.stop_ids = torch.tensor(sorted(eos | {self.tag_ids[t] for t in (SUBQUERY_CLOSE, SUBANSWER_CLOSE, ANSWER_CLOSE)}))
         self.eos_ids = eos
+        self._stop_tuple = tuple(int(i) for i in self.stop_ids.tolist())
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
         self.pad_id = int(pad)
+        if isinstance(self.backend, HFBackend):
+            self.backend.pad_id = self.pad_id
         self.blank_ids = _blank_token_ids(tokenizer)
 
     @property
@@ -153,7 +156,7 @@ class RolloutEngine:
     def sampling(self) -> Sampling:
         """The backend's sampling settings: the config's, with the ids that end an action."""
         cfg = self.config
-        return Sampling(cfg.temperature, cfg.top_p, cfg.decodes_greedily, tuple(self.stop_ids.tolist()))
+        return Sampling(cfg.temperature, cfg.top_p, cfg.decodes_greedily, self._stop_tuple)
 
     def prompt_ids(self, question: str) -> list[int]:
         return prompt_token_ids(self.tokenizer, question, self.config.prompt_style)
@@ -190,7 +193,9 @@ class RolloutEngine:
         ``row_seeds`` gives each row its own stream instead (:class:`~prorag.agent.sampling.RowStreams`): a row's
         trajectory then depends only on its prompt, the model and its seed (up to the float noise
         of batched forward passes), whatever batch it is in; ``seed`` is then unused. The RL
-        stage uses it so that a distributed run samples what a single process would.
+        stage uses it so that a distributed run samples what a single process would. On a backend
+        driven one action at a time (``vllm``), each continuation carries a seed
+        (:func:`action_seed`): the row's own with ``row_seeds``, else the batch's plus the row's index.
         """
         if prompts is not None and len(prompts) != len(records):
             raise ValueError(f"{len(prompts)} prompts for {len(records)} records")

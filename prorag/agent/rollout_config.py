@@ -49,6 +49,18 @@ class VLLMSettings:
             raise ValueError(f"rollout.vllm.max_model_len must be >= 1 (or null), got {self.max_model_len}")
 
 
+def check_gpu_share(settings: VLLMSettings, needed: float, beside: str, owner: str, hint: str = "") -> None:
+    """Refuse a vLLM engine (``settings``) that leaves less than ``needed`` of its GPU to what shares
+    it (``beside``: a trainer, a PRM). vLLM takes ``gpu_memory_utilization`` of the GPU for the
+    policy's weights and its KV cache; the rest is all the others get."""
+    left = 1 - settings.gpu_memory_utilization
+    if left < needed - 1e-9:
+        raise ValueError(
+            f"{owner}.rollout.vllm.gpu_memory_utilization {settings.gpu_memory_utilization} leaves {left:.2f} of the GPU "
+            f"to {beside}, which needs at least {needed}: set it to <= {1 - needed:.2f}{hint}; see docs/GPU.md"
+        )
+
+
 @dataclass
 class RolloutConfig:
     """Settings of the rollout engine (defaults: inference, METHOD.md section 1)."""

@@ -170,7 +170,8 @@ class ConfigSource:
     def load(self, options: Mapping[str, Any] | None = None) -> Any:
         """The config: defaults < file < ``options`` (shortcut flag -> value; None = not given; a
         callable gets the config so far) < ``--set``. Each shortcut flag names its field in
-        :attr:`shortcuts`."""
+        :attr:`shortcuts`. A config whose ``rollout.backend`` is not installed is refused here
+        (one line naming the extra), before the command does any work."""
         from prorag.core.config import apply_overrides, load_config, replace_field
 
         cls = _load_class(self.target)
@@ -180,7 +181,11 @@ class ConfigSource:
                 value = value(config)
             if value is not None:
                 config = replace_field(config, self.shortcuts[flag], _plain(value), flag)
-        return apply_overrides(config, [self._strip_section(a, cls) for a in self.assignments])
+        config = apply_overrides(config, [self._strip_section(a, cls) for a in self.assignments])
+        from prorag.agent.backends import check_available
+
+        check_available(config)  # a backend whose package is missing stops here, before any work
+        return config
 
     def _strip_section(self, assignment: str, cls: type) -> str:
         head, dot, rest = assignment.partition(".")

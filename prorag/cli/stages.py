@@ -362,6 +362,10 @@ def prm_audit(
     top_k: Annotated[int, typer.Option(help="Documents per search.")] = 3,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
+    backend: Annotated[str, typer.Option(help="What samples the trajectories: hf (default) or vllm (rollout.backend).")] = "hf",
+    gpu_memory_utilization: Annotated[
+        float, typer.Option(help="backend vllm: vLLM's share of the GPU, beside the PRM (at most 0.8).")
+    ] = 0.5,
     summary: Annotated[
         bool,
         typer.Option(
@@ -375,6 +379,8 @@ def prm_audit(
     of each class above 0), beside the policy's own step likelihood as a baseline."""
     import json
 
+    from prorag.agent.backends import check_available
+    from prorag.agent.rollout_config import RolloutConfig, VLLMSettings
     from prorag.data.jsonl import write_json
     from prorag.data.records import read_records
     from prorag.retrieval.index import open_retriever
@@ -382,10 +388,12 @@ def prm_audit(
     from prorag.supervision.reward_model import ProcessRewardModel, model_folder
 
     _check_limit(limit)
+    rollout = RolloutConfig(top_k=top_k, backend=backend, vllm=VLLMSettings(gpu_memory_utilization=gpu_memory_utilization))
+    check_available(rollout)
     records = read_records(data)[:limit] if limit is not None else read_records(data)
     scorer = ProcessRewardModel.load(prm, device=device)
     audit = fresh_sample_audit(
-        scorer, policy, records, open_retriever(index), samples=samples, top_k=top_k, seed=seed, device=device
+        scorer, policy, records, open_retriever(index), samples=samples, top_k=top_k, seed=seed, device=device, rollout=rollout
     )
     write_json(out, audit)
     typer.echo(json.dumps({k: round(v, 4) for k, v in audit.items()}))

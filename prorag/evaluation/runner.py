@@ -29,7 +29,7 @@ def evaluate_files(
     """``prorag eval``: load a policy (checkpoint folder or hub id) or a served model, the records and
     the index, evaluate; then judge ``acc_l`` when ``config.judge`` is set. A record file without a
     record is refused before anything is written."""
-    from prorag.models.checkpoints import load_policy
+    from prorag.models.checkpoints import load_sampler
     from prorag.retrieval.index import open_retriever
 
     cfg = config or EvalConfig()
@@ -42,7 +42,7 @@ def evaluate_files(
         generator = cfg.generator.build(policy, device=device)
         metrics = evaluate_generator(generator, records, retriever, out_dir, cfg)
     else:
-        model, tokenizer = load_policy(policy, device=device)
+        model, tokenizer = load_sampler(policy, cfg.rollout_config(), device=device)
         metrics = evaluate(model, tokenizer, records, retriever, out_dir, cfg)
     if cfg.judge is not None:
         from prorag.evaluation.llm_judge import add_acc_l

@@ -15,6 +15,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +153,49 @@ def load_policy(
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+@dataclass
+class PolicyFolder:
+    """A policy that a backend loads itself (vLLM): its folder, config (its context length) and
+    generation config (its end-of-sequence ids), without its weights in this process."""
+
+    name_or_path: str
+    config: Any
+    generation_config: Any
+
+
+def load_sampler(
+    name_or_path: str, rollout: Any, *, dtype: str | torch.dtype = "auto", device: str | None = None
+) -> tuple[Any, PreTrainedTokenizerBase]:
+    """The policy and tokenizer a stage samples with on ``rollout.backend``: :func:`load_policy` for a
+    backend that runs the model in this process (``hf``), else a :class:`PolicyFolder` (no weights
+    loaded: the backend's engine loads them, so the GPU holds them once) and the folder's tokenizer,
+    which must already hold the trajectory tags (a policy saved by a prorag stage)."""
+    from prorag.agent.backends import ROLLOUT_BACKENDS
+
+    if ROLLOUT_BACKENDS.get(rollout.backend).in_process:
+        return load_policy(name_or_path, dtype=dtype, device=device)
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    path = resolve_policy_path(name_or_path)
+    check_folder(path, remedy=POLICY_REMEDY)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    missing = unregistered_tags(tokenizer)
+    if missing:
+        raise DataError(
+            path,
+            f"rollout.backend {rollout.backend!r} needs a policy whose tokenizer holds the trajectory tags (one a "
+            f"prorag stage saved, e.g. `prorag sft`'s policy/); missing {missing}",
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    config = AutoConfig.from_pretrained(path)
+    try:
+        generation = GenerationConfig.from_pretrained(path)
+    except OSError:
+        generation = GenerationConfig.from_model_config(config)
+    return PolicyFolder(path, config, generation), tokenizer
 
 
 def fresh_dir(beside: Path, kind: str) -> Path:

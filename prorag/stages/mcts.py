@@ -159,7 +159,11 @@ class TreeSearch:
         from prorag.agent.rollout import RolloutEngine  # the engine imports torch: not at import (--help)
 
         self.expander = RolloutEngine(model, tokenizer, retriever, replace(sampling, max_actions=1))
-        self.simulator = RolloutEngine(model, tokenizer, retriever, replace(sampling, greedy=cfg.simulation == "greedy"))
+        # One generation engine for both, where it is not the in-process model's (vLLM's holds the weights once).
+        shared = None if self.expander.steps_tokens else self.expander.backend
+        self.simulator = RolloutEngine(
+            model, tokenizer, retriever, replace(sampling, greedy=cfg.simulation == "greedy"), backend=shared
+        )
 
     def new_tree(self, record: Record) -> SearchTree:
         return SearchTree(record=record.to_dict(), prompt_ids=self.expander.prompt_ids(record.question))
@@ -443,11 +447,11 @@ def run_mcts_files(
     device: str | None = None,
 ) -> MCTSSummary:
     """``prorag mcts``: load the policy, the records and the index, and search."""
-    from prorag.models.checkpoints import load_policy
+    from prorag.models.checkpoints import load_sampler
     from prorag.retrieval.index import open_retriever
 
     records, retriever = read_records(data), open_retriever(index)  # bad input refused before the model loads
-    model, tokenizer = load_policy(policy, device=device)
+    model, tokenizer = load_sampler(policy, (config or MCTSConfig()).rollout, device=device)
     search = TreeSearch(model, tokenizer, retriever, config)
     provenance = {"policy": str(policy), "data": str(data), "index": str(index)}
     return run_mcts(records, run_dir, search, provenance=provenance, limit=limit)

@@ -16,6 +16,7 @@ Writes ``rft_config.json``, ``samples.jsonl``, ``kept.jsonl``, ``rft_counts.json
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -28,9 +29,10 @@ from tqdm.auto import tqdm
 
 from prorag.agent.context_budget import drop_over_long
 from prorag.agent.rollout import RolloutEngine
+from prorag.agent.rollout_config import check_gpu_share
 from prorag.agent.sampling import SampleStreams, stream_seed
 from prorag.agent.trajectory import ActionRecord, Trajectory
-from prorag.core.config import LATER_FIELDS
+from prorag.core.config import LATER_FIELDS, without_later_fields
 from prorag.core.metrics import exact_match, f1_score
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.data.records import Record, read_records
@@ -46,6 +48,10 @@ if TYPE_CHECKING:
     from prorag.supervision.reward_model import StepScorer
 
 log = logging.getLogger(__name__)
+
+#: The least share of the GPU a standalone vLLM engine (``rollout.backend: vllm``) must leave to the
+#: policy RFT fine-tunes after sampling and to the PRM scoring the samples (docs/GPU.md).
+RFT_GPU_SHARE = 0.3
 
 
 @dataclass
@@ -385,7 +391,10 @@ def _check_resumable(run: Path, config: RFTConfig, prm_digest: str | None = None
     # A setting added after the run was made counts as what the runs before it did: its
     # LATER_FIELDS value (e.g. `sample_streams: batch`), else its default.
     defaults = RFTConfig().sampling_settings()
-    changed = sorted(k for k in now if before.get(k, LATER_FIELDS.get(k, defaults[k])) != now[k])
+    # Inside a block (`rollout`), a LATER_FIELDS setting at its old-behaviour value is what the run had too.
+    changed = sorted(
+        k for k in now if without_later_fields(before.get(k, LATER_FIELDS.get(k, defaults[k]))) != without_later_fields(now[k])
+    )
     if prm_digest is not None and before.get("prm_digest") not in (None, prm_digest):
         changed.append("the PRM (its weights differ)")
     if changed:
@@ -424,10 +433,14 @@ def run_rft(
     run.mkdir(parents=True, exist_ok=True)
     _check_resumable(run, config, prm_digest)
     write_json(run / "rft_config.json", {**asdict(config), "prm_digest": prm_digest})
+    if sampler is None and config.rollout.backend != "hf":
+        # A standalone engine (vLLM) samples beside the policy it fine-tunes next and the PRM that scores.
+        check_gpu_share(config.rollout.vllm, RFT_GPU_SHARE, "the policy and the PRM", "RFTConfig")
     engine = sampler or RolloutEngine(model, tokenizer, retriever, config.rollout)
     prm = scorer if scorer is not None else load_scorer()  # type: ignore[misc]
     collect_rft_samples(config, run, engine, records, prm, progress=progress)
-    del prm
+    del prm, engine  # a standalone engine's GPU memory goes back before the fine-tuning
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return finetune_rft(config, run, model, tokenizer, list(read_jsonl(run / "kept.jsonl")))

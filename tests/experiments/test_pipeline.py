@@ -188,7 +188,27 @@ ADDED_SINCE = {
     "eval.over_long": ("str", "skip"),
     "sft_data.max_chars": ("int", 65_536),
     "index.faiss": ("NoneType", None),
+    # the generation backend (issue 68): hf, with the vLLM block it does not read at its defaults
+    **{
+        f"{block}.{key}": value
+        for block in ("eval.rollout", "mcts.rollout", "rft.rollout", "rl.rollout", "rl.outcome_reward.p2s.synthesis")
+        for key, value in {
+            "backend": ("str", "hf"),
+            "vllm.tensor_parallel_size": ("int", 1),
+            "vllm.gpu_memory_utilization": ("float", 0.3),
+            "vllm.max_model_len": ("NoneType", None),
+            "vllm.dtype": ("str", "auto"),
+            "vllm.enforce_eager": ("bool", False),
+            "vllm.enable_prefix_caching": ("bool", True),
+        }.items()
+    },
+    "rl.vllm_mode": ("str", "colocate"),
+    "rl.vllm_server_url": ("str", "http://127.0.0.1:8000"),
+    "rl.vllm_sleep_mode": ("bool", False),
 }
+
+#: Fields added after every synthetic marker below was written (issue 68's generation backend).
+BACKEND_FIELDS = {"backend", "vllm", "vllm_mode", "vllm_server_url", "vllm_sleep_mode"}
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, tuple[str, Any]]:
@@ -218,7 +238,14 @@ def test_the_demo_config_is_the_frozen_one_field_by_field(quick: bool) -> None:
         now_part = dataclasses.asdict(getattr(loaded, part))
         for key in ADDED_SINCE:
             if key.startswith(part + "."):
-                del now_part[key.split(".", 1)[1]]
+                *path, leaf = key.split(".")[1:]
+                blocks = [now_part]
+                for name in path:
+                    blocks.append(blocks[-1][name])
+                del blocks[-1][leaf]
+                for name, outer in zip(reversed(path), reversed(blocks[:-1]), strict=True):
+                    if outer[name] == {}:  # a block whose every field came later (rollout.vllm)
+                        del outer[name]
         assert fingerprint(now_part) == fingerprint(frozen[part]), part
     assert load_config(demo_config_file(quick), PipelineConfig) == loaded  # what `prorag pipeline --config FILE` runs
 
@@ -380,7 +407,7 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
 
     assert LATER_FIELDS["question_filter"] == "none"
     config = RLConfig(learning_rate=2e-4)
-    before = _without_keys(dataclasses.asdict(config), set(LATER_FIELDS))
+    before = _without_keys(dataclasses.asdict(config), set(LATER_FIELDS))  # (BACKEND_FIELDS among them)
     assert without_later_fields(config) == before
     _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
@@ -393,7 +420,8 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     # `screening_strata` (and the rollout settings added after it): it holds the first two, not the rest.
     between = _without_keys(
         dataclasses.asdict(config),
-        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"},
+        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"}
+        | BACKEND_FIELDS,
     )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
@@ -417,11 +445,11 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     assert list(LATER_FIELDS)[3:5] == ["decode_graphs", "resume_early"] and LATER_FIELDS["sample_streams"] == "batch"
     config = MCTSConfig(sample_streams="batch")
     settings = dataclasses.asdict(config)
-    before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams", "compile_decode"})
+    before = _without_keys(settings, {"decode_graphs", "resume_early", "sample_streams", "compile_decode"} | BACKEND_FIELDS)
     assert before != settings
     _write_marker(tmp_path, "mcts", before)
     # A marker written after `decode_graphs` and before `resume_early`.
-    between = _without_keys(settings, {"resume_early", "sample_streams", "compile_decode"})
+    between = _without_keys(settings, {"resume_early", "sample_streams", "compile_decode"} | BACKEND_FIELDS)
     _write_marker(tmp_path, "mcts-between", between)
     calls: list[str] = []
     run = Run(tmp_path, PipelineConfig(), progress=lambda _: None)
@@ -437,7 +465,8 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
 
     rl = RLConfig(learning_rate=2e-4)
     old_rl = _without_keys(
-        dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"}
+        dataclasses.asdict(rl),
+        {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"} | BACKEND_FIELDS,
     )
     _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
@@ -456,7 +485,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     grpo = RLConfig(learning_rate=2e-4)
     assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
-    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode"})  # which came after it
+    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode"} | BACKEND_FIELDS)  # which came after it
     del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
     _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
@@ -477,7 +506,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     # A P2S run from before: its candidates came from one generator per call.
     p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
-    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode"})
+    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode"} | BACKEND_FIELDS)
     del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
     _write_marker(tmp_path, "rl-p2s-seed0", old_p2s)
     run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))

@@ -23,11 +23,14 @@ from prorag.core.registry import Registry
 class BackendEntry:
     """A registered backend: ``build(model, config)`` makes it (``model``: what the caller
     holds, a Hugging Face model or a path, ``config``: the :class:`~prorag.agent.rollout_config.RolloutConfig`),
-    ``package`` is the module it needs and ``install`` how to get it."""
+    ``package`` is the module it needs and ``install`` how to get it; ``in_process``: whether it
+    generates with the Hugging Face model loaded in this process (else it loads the policy's folder
+    itself, and a stage loads no weights for it: :func:`~prorag.models.checkpoints.load_sampler`)."""
 
     build: Callable[[Any, Any], Any]
     package: str | None = None
     install: str = ""
+    in_process: bool = True
 
 
 #: Generation backends by name (``rollout.backend``).
@@ -52,13 +55,18 @@ ROLLOUT_BACKENDS.register(
 ROLLOUT_BACKENDS.register(
     "vllm",
     help="vLLM's offline engine (prefix caching; in RL the engine TRL owns); needs `pip install 'prorag[vllm]'`",
-)(BackendEntry(_build_vllm, package="vllm", install="pip install 'prorag[vllm]'"))
+)(BackendEntry(_build_vllm, package="vllm", install="pip install 'prorag[vllm]'", in_process=False))
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found without importing it)."""
+    return package in sys.modules or importlib.util.find_spec(package) is not None
 
 
 def missing_package(name: str) -> str | None:
     """The one-line reason backend ``name`` cannot run here (its package is not installed), else ``None``."""
     entry = ROLLOUT_BACKENDS.get(name)
-    if entry.package is None or entry.package in sys.modules or importlib.util.find_spec(entry.package) is not None:
+    if entry.package is None or installed(entry.package):
         return None
     return f"rollout.backend {name!r} needs {entry.package}, which is not installed: {entry.install}"
 
@@ -84,5 +92,6 @@ __all__ = [
     "ROLLOUT_BACKENDS",
     "BackendEntry",
     "check_available",
+    "installed",
     "missing_package",
 ]

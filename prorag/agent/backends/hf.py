@@ -33,6 +33,9 @@ class HFBackend:
         """Whether batches run on the engine's :class:`~prorag.agent.kv_cache.SlotCache` (set False to use the model's own cache)."""
         self.graphs: DecodeGraphs | None = None
         """The decode graphs of this model, kept across batches and calls (see :meth:`decode_graphs_for`)."""
+        pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+        self.pad_id = int(pad) if pad is not None else 0
+        """The id padding is written with (the rollout engine sets its tokenizer's)."""
 
     @property
     def device(self) -> torch.device:
@@ -98,7 +101,7 @@ class HFBackend:
             uniforms=uniforms,
         )
 
-    def continue_batch(self, requests: Sequence[Continuation], sampling: Sampling, pad_id: int = 0) -> list[Continued]:
+    def continue_batch(self, requests: Sequence[Continuation], sampling: Sampling) -> list[Continued]:
         """Continue every request until a stop id or its cap (one batch, one KV cache). Rows with
         seeds sample from their own streams (:class:`~prorag.agent.sampling.RowStreams`), so a row's
         continuation does not depend on its batch; without seeds one generator (seed 0) samples."""
@@ -117,7 +120,7 @@ class HFBackend:
         ids: list[list[int]] = [[] for _ in requests]
         lps: list[list[float]] = [[] for _ in requests]
         with self.generating():
-            state = self.open_state(len(requests), pad_id, max(len(r.ids) for r in requests) + cap, self.config)
+            state = self.open_state(len(requests), self.pad_id, max(len(r.ids) for r in requests) + cap, self.config)
             logits = state.feed([list(r.ids) for r in requests])
             live = torch.ones(len(requests), dtype=torch.bool, device=dev)
             written = torch.zeros(len(requests), dtype=torch.long, device=dev)

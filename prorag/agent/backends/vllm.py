@@ -80,10 +80,13 @@ def standalone_backend(model: Any, config: Any) -> VLLMBackend:
     vllm = import_vllm()
     path = model_path(model)
     llm = vllm.LLM(model=path, **engine_arguments(config.vllm, config.seed))
-    return VLLMBackend(llm, generation_config=_generation_config(path))
+    return VLLMBackend(llm, generation_config=getattr(model, "generation_config", None) or _generation_config(path))
 
 
 def _generation_config(path: str) -> Any:
+    """The generation config saved in the policy's folder (``None`` for a hub name or a folder without one)."""
+    if not os.path.isdir(path):
+        return None
     try:
         from transformers import GenerationConfig
 

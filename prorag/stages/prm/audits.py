@@ -34,6 +34,10 @@ from prorag.supervision.reward_model import (
     truncate_left,
 )
 
+#: The least share of a GPU a vLLM engine must leave to the PRM scored beside it (inference only:
+#: its weights and one scoring batch's activations); docs/GPU.md.
+PRM_GPU_SHARE = 0.2
+
 
 @torch.inference_mode()
 def policy_step_likelihoods(
@@ -138,6 +142,7 @@ def fresh_sample_audit(
     top_k: int = 3,
     seed: int = 0,
     device: str | None = None,
+    rollout: Any = None,
 ) -> dict[str, float]:
     """:func:`step_ranking_audit` on ``samples`` fresh trajectories per record sampled from
     ``policy`` (pi_sft) through the rollout engine: how the PRM ranks the valid against the
@@ -145,15 +150,22 @@ def fresh_sample_audit(
     PRM saw). Also ``policy_likelihood_auc``: the same steps ranked by the policy's own mean
     step log-probability, as recorded at sampling time (the baseline of
     ``eval_policy_likelihood_auc``), and ``policy_likelihood_within_question_auc``, its ranking
-    within each question's samples."""
+    within each question's samples.
+
+    ``rollout``: the engine's settings (default ``RolloutConfig(top_k=top_k)``); on ``backend: vllm``
+    the engine runs beside the PRM already loaded on the GPU, whose share it must leave
+    (:func:`~prorag.agent.rollout_config.check_gpu_share`)."""
     from prorag.agent.context_budget import drop_over_long
     from prorag.agent.rollout import RolloutEngine
-    from prorag.agent.rollout_config import RolloutConfig
+    from prorag.agent.rollout_config import RolloutConfig, check_gpu_share
     from prorag.agent.sampling import stream_seed
-    from prorag.models.checkpoints import load_policy
+    from prorag.models.checkpoints import load_sampler
 
-    model, tokenizer = load_policy(str(policy), device=device)
-    engine = RolloutEngine(model, tokenizer, retriever, RolloutConfig(top_k=top_k))
+    rollout = rollout or RolloutConfig(top_k=top_k)
+    if rollout.backend != "hf":
+        check_gpu_share(rollout.vllm, PRM_GPU_SHARE, "the PRM", "prm-audit")
+    model, tokenizer = load_sampler(str(policy), rollout, device=device)
+    engine = RolloutEngine(model, tokenizer, retriever, rollout)
     records = drop_over_long(records, model, tokenizer, engine.config, "PRM audit")
     repeated = [r for r in records for _ in range(samples)]
     # Sample k of a question draws from its own stream: the audit does not change with the batching.

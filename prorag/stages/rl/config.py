@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.rollout_config import RolloutConfig, check_gpu_share
 from prorag.core.config import method_settings, setting
 from prorag.core.setting_checks import check_temperature
 from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
@@ -46,6 +46,17 @@ from prorag.supervision import hiprag, p2s, step_rewards  # noqa: F401  (their m
 
 #: What ``policy/`` holds (:attr:`RLConfig.select_policy`).
 POLICY_SELECTIONS: tuple[str, ...] = ("last", "best_dev")
+
+#: Where TRL runs vLLM with ``rollout.backend: vllm`` (:attr:`RLConfig.vllm_mode`): in the training
+#: processes, sharing their GPUs (``colocate``), or as a ``trl vllm-serve`` server on GPUs of its own.
+VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+
+#: The least share of a GPU a colocated vLLM must leave to the trainer (the policy being trained, its
+#: optimiser state and activations), and to the trainer with a learned PRM scored on the same GPU.
+#: Rough floors for LoRA on an 8B policy on 80-141 GiB GPUs (docs/GPU.md), not guarantees: they refuse
+#: the settings that cannot fit, not every one that will.
+TRAINER_GPU_SHARE = 0.2
+TRAINER_WITH_PRM_GPU_SHARE = 0.3
 
 
 @dataclass
@@ -151,6 +162,19 @@ class RLConfig(TrainingConfig):
         factory=lambda: RolloutConfig(max_actions=11, batch_size=64),
         help="The engine's sampling settings (METHOD.md: 11 actions during RL; `temperature` > 0); its `seed` and "
         "`greedy` are not used: `seed` drives the sampling.",
+    )
+
+    vllm_mode: str = setting(
+        "colocate",
+        help="With `rollout.backend: vllm`: `colocate` runs TRL's vLLM engine in each training process, sharing "
+        "its GPU (`rollout.vllm.gpu_memory_utilization` is vLLM's share); `server` drives a `trl vllm-serve` "
+        "server on GPUs of its own (at `vllm_server_url`). Either way weight sync, sleep mode and LoRA are TRL's.",
+    )
+    vllm_server_url: str = setting("http://127.0.0.1:8000", help="`vllm_mode: server`: base URL of the `trl vllm-serve` server.")
+    vllm_sleep_mode: bool = setting(
+        False,
+        help="`vllm_mode: colocate`: TRL's sleep mode, vLLM's weights and KV cache off the GPU during the optimiser "
+        "step (less memory, slower steps).",
     )
 
     # --- rewards and advantages
@@ -355,9 +379,28 @@ class RLConfig(TrainingConfig):
                 f"advantage='zero' (got {self.advantage!r}), beta_kl=0 (got {self.beta_kl}) and sft_replay.coef > 0 "
                 f"(got {self.sft_replay.coef})"
             )
+        self._check_vllm()
         if self.select_policy == "best_dev" and not self.eval_every:
             # eval_file is checked when the trainer is built: the pipeline fills in its dev split
             raise ValueError("RLConfig.select_policy='best_dev' needs dev evaluations: set `eval_every` (> 0) and `eval_file`")
+
+    def _check_vllm(self) -> None:
+        """With ``rollout.backend: vllm``: a known ``vllm_mode``, one GPU per colocated engine, and a
+        colocated engine that leaves the trainer (and a learned PRM) its share of the GPU."""
+        if self.vllm_mode not in VLLM_MODES:
+            raise ValueError(f"RLConfig.vllm_mode must be one of {VLLM_MODES}, got {self.vllm_mode!r}")
+        if self.rollout.backend != "vllm" or self.vllm_mode != "colocate":
+            return
+        settings = self.rollout.vllm
+        if settings.tensor_parallel_size != 1:
+            raise ValueError(
+                "RLConfig.rollout.vllm.tensor_parallel_size must be 1 with vllm_mode 'colocate' (each process drives its "
+                f"own engine turn by turn), got {settings.tensor_parallel_size}; shard a larger policy with vllm_mode 'server'"
+            )
+        prm = self.process_reward in step_rewards.LEARNED_PRM_SOURCES
+        share = TRAINER_WITH_PRM_GPU_SHARE if prm else TRAINER_GPU_SHARE
+        beside = "the trainer and the PRM it scores with" if prm else "the trainer"
+        check_gpu_share(settings, share, beside, "RLConfig", " (or use vllm_mode 'server')")
 
     @property
     def uses_prm(self) -> bool:
@@ -376,11 +419,17 @@ class RLConfig(TrainingConfig):
 
     def dev_eval_config(self) -> EvalConfig:
         """The evaluation of ``eval_every``: :attr:`rollout`'s caps and documents, greedy (the
-        evaluation harness's inference setting), the first ``eval_questions``."""
-        return EvalConfig(limit=self.eval_questions, rollout=EvalRolloutConfig(**{**asdict(self.rollout), "greedy": True}))
+        evaluation harness's inference setting), the first ``eval_questions``; on the ``hf`` backend,
+        which decodes the weights being trained as they are in memory."""
+        return EvalConfig(
+            limit=self.eval_questions, rollout=EvalRolloutConfig(**{**asdict(self.rollout), "greedy": True, "backend": "hf"})
+        )
 
 
 __all__ = [
     "POLICY_SELECTIONS",
+    "TRAINER_GPU_SHARE",
+    "TRAINER_WITH_PRM_GPU_SHARE",
+    "VLLM_MODES",
     "RLConfig",
 ]

@@ -66,7 +66,9 @@ def screening_keys(config: RLConfig) -> list[str]:
 
     policy = resolve_policy_path(config.policy) if config.policy is not None else None
     weights = weights_digest(policy) if policy is not None else None
-    rollout = asdict(config.rollout)
+    # Screening samples on the hf backend whatever `rollout.backend` says (train_rl): the backend and its
+    # vLLM block change nothing it samples, so they stay out of the key (which stays the one earlier versions wrote).
+    rollout = {k: v for k, v in asdict(config.rollout).items() if k not in ("backend", "vllm")}
     keys: list[str] = []
     for form in [rollout, *earlier_forms(rollout)]:
         what = {"policy": weights or policy, "seed": config.seed, "group_size": config.group_size, "rollout": form}

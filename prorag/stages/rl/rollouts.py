@@ -4,16 +4,22 @@
 and its ``env_mask``, which TRL reads as ``tool_mask``: retrieved tokens get no loss. Each row
 samples from a stream keyed by (seed, optimiser step, the row's index in the *global* generation
 batch), so N processes sample what one process would (:func:`local_rows`, :func:`row_seed`).
+
+With ``rollout.backend: vllm`` the loop drives the vLLM engine TRL owns (``trainer.vllm_generation``:
+its colocated ``LLM``, or the client of ``trl vllm-serve``), which TRL keeps in sync with the trained
+weights; the sampled log-probabilities go to TRL's importance-sampling correction.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trl.models import unwrap_model_for_generation
 
+from prorag.agent.backends.vllm import VLLMBackend, VLLMServerBackend
 from prorag.agent.rollout import RolloutEngine
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.agent.sampling import stream_seed
@@ -82,14 +88,18 @@ class EngineRollout:
         acc = trainer.accelerator
         seeds = generation_row_seeds(self.config.seed, trainer.state.global_step, acc.process_index, len(rows))
         start = time.perf_counter()
-        with unwrap_model_for_generation(
-            trainer.model_wrapped, acc, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
-        ) as model:
-            if self._engine is None or self._engine.model is not model or self._engine.config is not self.config:
-                # One engine per model, kept across steps: its decode graphs (CUDA) are captured once.
-                self._engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
-            engine = self._engine
-            trajs = engine.rollout(records, row_seeds=seeds)
+        if getattr(trainer, "use_vllm", False):
+            with trl_engine_awake(trainer.vllm_generation):
+                trajs = self._vllm_engine(trainer).rollout(records, row_seeds=seeds)
+        else:
+            with unwrap_model_for_generation(
+                trainer.model_wrapped, acc, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+            ) as model:
+                if self._engine is None or self._engine.model is not model or self._engine.config is not self.config:
+                    # One engine per model, kept across steps: its decode graphs (CUDA) are captured once.
+                    self._engine = RolloutEngine(model, trainer.processing_class, self.retriever, self.config)
+                engine = self._engine
+                trajs = engine.rollout(records, row_seeds=seeds)
         self.seconds = time.perf_counter() - start
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
@@ -99,10 +109,58 @@ class EngineRollout:
             "trajectory": trajs,
         }
 
+    def _vllm_engine(self, trainer: Any) -> RolloutEngine:
+        """The rollout engine on the vLLM engine TRL owns, made once: the colocated ``LLM``, or the
+        ``trl vllm-serve`` server (through TRL's client on the main process, a client of its own on
+        the others: each process drives the server with its own rows)."""
+        if self._engine is None:
+            generation = trainer.vllm_generation
+            policy = trainer.accelerator.unwrap_model(trainer.model)
+            eos = getattr(policy, "generation_config", None)
+            if generation.mode == "colocate":
+                backend: Any = VLLMBackend(generation.llm, generation_config=eos)
+            else:
+                backend = VLLMServerBackend(server_client(generation), generation_config=eos)
+            self._engine = RolloutEngine(policy, trainer.processing_class, self.retriever, self.config, backend=backend)
+        return self._engine
+
+
+def server_client(generation: Any) -> Any:
+    """TRL's client of the vLLM server: the trainer's own (main process), else a new one on the same
+    server (a client needs no weight-sync communicator to generate)."""
+    client = getattr(generation, "vllm_client", None)
+    if client is not None:
+        return client
+    from trl.generation.vllm_client import VLLMClient
+
+    base_url = generation.server_base_url or f"http://{generation.server_host}:{generation.server_port}"
+    generation.vllm_client = VLLMClient(base_url=base_url, connection_timeout=generation.server_timeout)
+    return generation.vllm_client
+
+
+@contextlib.contextmanager
+def trl_engine_awake(generation: Any) -> Iterator[None]:
+    """TRL's colocated engine ready to generate for the duration, as TRL's own ``generate`` does it:
+    under sleep mode, weights pushed back if they were discarded and the KV cache woken, then the
+    engine put back to sleep (level 2) after. Nothing to do in server mode or without sleep mode."""
+    sleeping = generation.mode == "colocate" and generation.enable_sleep_mode
+    if sleeping:
+        if getattr(generation, "_llm_weights_sleeping", False):
+            generation.sync_weights()
+        generation.llm.wake_up(tags=["kv_cache"])
+    try:
+        yield
+    finally:
+        if sleeping:
+            generation.llm.sleep(level=2)
+            generation._llm_weights_sleeping = True
+
 
 __all__ = [
     "EngineRollout",
     "generation_row_seeds",
     "local_rows",
     "row_seed",
+    "server_client",
+    "trl_engine_awake",
 ]

@@ -64,7 +64,29 @@ def rl_training_args(config: RLConfig, run_dir: str | Path) -> GRPOConfig:
         scale_rewards=scale_name(config.scale_advantages),
         remove_unused_columns=False,
         log_completions=False,
+        **trl_vllm_arguments(config),
     )
+
+
+def trl_vllm_arguments(config: RLConfig) -> dict[str, Any]:
+    """TRL's vLLM settings for ``rollout.backend: vllm`` (none otherwise): ``use_vllm`` in
+    ``config.vllm_mode``, so that TRL builds the engine (colocated) or the client of ``trl vllm-serve``,
+    syncs the weights after each optimiser step (LoRA merged), sleeps it if asked, and corrects the
+    loss by the importance ratio between the trained policy and the sampler's log-probabilities
+    (which the rollouts return); the rollout loop then drives that engine (:class:`EngineRollout`)."""
+    if config.rollout.backend != "vllm":
+        return {}
+    settings = config.rollout.vllm
+    return {
+        "use_vllm": True,
+        "vllm_mode": config.vllm_mode,
+        "vllm_server_base_url": config.vllm_server_url if config.vllm_mode == "server" else None,
+        "vllm_tensor_parallel_size": settings.tensor_parallel_size,
+        "vllm_gpu_memory_utilization": settings.gpu_memory_utilization,
+        "vllm_max_model_length": settings.max_model_len,
+        "vllm_enable_sleep_mode": config.vllm_sleep_mode,
+        "vllm_importance_sampling_correction": True,
+    }
 
 
 def make_rl_trainer(
@@ -203,7 +225,7 @@ def train_rl(
                 model,
                 tokenizer,
                 retriever,
-                config.rollout_config(),
+                replace(config.rollout_config(), backend="hf"),  # before TRL builds its vLLM engine: on the model in memory
                 group_size=config.group_size,
                 sample_seed=functools.partial(row_seed, config.seed, SCREENING_STEP),
                 keep=config.limit,
@@ -238,4 +260,5 @@ __all__ = [
     "make_rl_trainer",
     "rl_training_args",
     "train_rl",
+    "trl_vllm_arguments",
 ]

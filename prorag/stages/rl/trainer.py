@@ -11,7 +11,10 @@ every RL loss (InstructGPT's ptx), logged as ``replay_nll``; ``replay_only`` tra
 generates nothing. Logged beside TRL's metrics: ``clip_fraction``, ``kl_to_init`` (:func:`k3_kl`
 against a frozen copy, or the adapter off with LoRA), ``groups_em_agree`` and ``groups_reward_agree``
 (groups that gave GRPO nothing to learn from) and what the advantages are made of
-(``advantage_abs_mean``, ``advantage_process_share``, ``advantage_silent_share``).
+(``advantage_abs_mean``, ``advantage_process_share``, ``advantage_silent_share``). With vLLM
+generating (``rollout.backend: vllm``, TRL's ``use_vllm``), the mismatch between the sampler and the
+trained policy on the policy's tokens: ``sampler_logratio_mean`` and ``sampler_logratio_max`` (the
+mean of ``log pi_theta - log pi_vllm`` and the largest ``|log pi_theta - log pi_vllm|``).
 """
 
 from __future__ import annotations
@@ -180,6 +183,8 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
             loss_mask = loss_mask * output["tool_mask"]
         output["advantages"] = self._advantages(trajectories, scored, groups, loss_mask)
         self._log_rollout_metrics(scored, groups)
+        if getattr(self, "use_vllm", False):
+            self._log_sampler_mismatch(output, loss_mask)
         if self.rl_config.log_kl_to_init:
             self._log_kl_to_init(output, loss_mask)
         return output
@@ -365,6 +370,24 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         total = self.accelerator.gather(torch.stack([(kl * mask).sum(), mask.sum()]).double().view(1, 2)).sum(0)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["kl_to_init"].append((total[0] / total[1].clamp(min=1)).item())
+
+    def _log_sampler_mismatch(self, output: dict[str, Any], loss_mask: torch.Tensor) -> None:
+        """Log ``sampler_logratio_mean`` and ``sampler_logratio_max`` over every process's policy tokens:
+        the per-token log-ratio between the trained policy (TRL's ``old_per_token_logps``, recomputed at
+        the sampling temperature) and vLLM's sampled log-probabilities, which TRL's importance-sampling
+        correction divides out. Tokens vLLM gave no log-probability for are left out."""
+        old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
+        if old is None or sampled is None:
+            return
+        ratio = (old - sampled).float()
+        keep = loss_mask.to(ratio.device).bool() & ~torch.isnan(ratio)
+        values = ratio[keep]
+        largest = values.abs().max() if values.numel() else values.new_zeros(())
+        stats = torch.stack([values.sum(), values.new_tensor(float(values.numel())), largest]).double().view(1, 3)
+        total = self.accelerator.gather(stats.to(self.accelerator.device))
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["sampler_logratio_mean"].append((total[:, 0].sum() / total[:, 1].sum().clamp(min=1)).item())
+        self._metrics[mode]["sampler_logratio_max"].append(total[:, 2].max().item())
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's log, plus ``clip_fraction`` (TRL's ``clip_ratio/region_mean`` under a plain name)

@@ -7,9 +7,9 @@ passed (nor a cache): transformers then reads the sequences' boundaries off the 
 flash attention, which it detects in a single row only). Two layouts follow from that:
 
 * mask-building kernels: sequences are first-fit, longest first, into rows of ``row_tokens`` (never
-  less than the longest sequence). A row's attention costs its length squared whatever the mask, so
-  one row holding the whole batch would cost far more than the padding saved; rows as long as the
-  longest sequence cost no more than the padded batch's rows;
+  less than the longest sequence), by default the padded batch's width. A row's attention costs its
+  length squared whatever the mask, so one row holding the whole batch would cost far more than the
+  padding saved; rows no wider than the padded batch's, and fewer of them, never cost more;
 * flash attention: the whole batch in one row (varlen attention costs each sequence's own length).
 
 A packed row's trailing padding is a sequence of its own (positions from 0), which no real token reads.
@@ -110,14 +110,14 @@ def first_fit_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
 
 def pack_layout(attention_mask: torch.Tensor, row_tokens: int | None = None, *, one_row: bool = False) -> PackedLayout:
     """The packed layout of a padded batch (``attention_mask`` ``(B, L)``, 1 on real tokens): its
-    sequences first-fit into rows of ``row_tokens`` tokens (``None``: the longest sequence's length),
+    sequences first-fit into rows of ``row_tokens`` tokens (``None``: ``L``, the padded rows' width),
     or all in one row (``one_row``, for flash attention)."""
     start, end = real_spans(attention_mask)
     lengths = [e - s for s, e in zip(start, end, strict=True)]
     total = sum(lengths)
     if row_tokens is not None and row_tokens < 1:
         raise ValueError(f"row_tokens must be >= 1 (or None: the longest sequence), got {row_tokens}")
-    capacity = total if one_row else (row_tokens or max(lengths, default=0))
+    capacity = total if one_row else (row_tokens or attention_mask.shape[1])
     rows = first_fit_rows(lengths, capacity) or [[]]
     width = max(max(sum(lengths[i] for i in row) for row in rows), 1)
     B, L = attention_mask.shape

@@ -168,8 +168,8 @@ class RLConfig(TrainingConfig):
         None,
         help="With `packed_scoring` and a mask-building attention (sdpa, eager): tokens per packed row, the "
         "trajectories first-fit into rows this long (never shorter than the longest one); a row's attention "
-        "costs its length squared, so rows stay short on CPU. None: the longest trajectory of the batch. Flash "
-        "attention takes the whole batch in one row.",
+        "costs its length squared, so rows stay short on CPU. None: the padded batch's width (fewer rows, none "
+        "wider: never more work than padding). Flash attention takes the whole batch in one row.",
     )
     logprob_chunk: int | None = setting(
         None,

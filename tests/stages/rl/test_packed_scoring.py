@@ -59,7 +59,9 @@ def test_packed_scoring_equals_the_padded_path(
     # tokens hold the whole batch: every trajectory shares its row with others.
     adapter = LoRAConfig(enabled=True, r=4, alpha=8, dropout=0.0) if lora else LoRAConfig()
     cfg = fast_config(rollout=GOLD_ROLLOUT, num_iterations=2, beta_kl=beta_kl, lora=adapter, packed_row_tokens=row_tokens)
-    trainer = make_rl_trainer(cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM())
+    trainer = make_rl_trainer(
+        cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM()
+    )
     trainer.current_gradient_accumulation_steps = 1
     model = trainer.model
     with torch.no_grad():  # the policy moved away from pi_init (and a LoRA adapter away from 0)

@@ -187,6 +187,9 @@ ADDED_SINCE = {
     "primary_contrasts": ("NoneType", None),
     "eval.over_long": ("str", "skip"),
     "sft_data.max_chars": ("int", 65_536),
+    "rl.packed_scoring": ("bool", False),
+    "rl.packed_row_tokens": ("NoneType", None),
+    "rl.logprob_chunk": ("NoneType", None),
 }
 
 

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
         [--repeats 3] [--threads N] [--sampled] [--prm-kind head|likelihood] [--out results.json]
         [--process-reward prm|cpsearch|... --advantage dual|cpgrpo|...] [--outcome-reward hiprag|p2s]
-        [--packed [--packed-row-tokens N]]
+        [--packed [--packed-row-tokens N] [--packed-rows N]]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -39,7 +39,8 @@ in "scoring, other"; the rows of a group are identical here, so identical passes
 and the number of passes asked and computed is printed (a batch of distinct rows computes all).
 ``--packed`` times the process side alone, its scoring padded (as TRL pads) against packed
 (``rl.packed_scoring``, rows of ``--packed-row-tokens``), and prints the batch's padding share and
-packed over padded for the forwards packing changes (``kl_to_init``, the loss) and for the whole step.
+packed over padded for the forwards packing changes (``kl_to_init``, the loss) and for the whole step;
+``--packed-rows N`` adds both again with ``rl.scoring_rows`` N.
 """
 
 from __future__ import annotations
@@ -260,6 +261,9 @@ def parser() -> argparse.ArgumentParser:
         help="time the process side with padded against packed scoring (rl.packed_scoring) instead of against outcome-only GRPO",
     )
     ap.add_argument("--packed-row-tokens", type=int, default=None, help="rl.packed_row_tokens of the packed side")
+    ap.add_argument(
+        "--packed-rows", type=int, default=None, help="with --packed: both sides again with rl.scoring_rows of this many rows"
+    )
     ap.add_argument("--out", type=Path, default=None)
     return ap
 
@@ -271,15 +275,20 @@ PACKED_PARTS = ("generation", "prm", "scoring_other", "kl_to_init", "loss", "opt
 def packed_against_padded(args: argparse.Namespace) -> None:
     """``--packed``: the process side's step with padded scoring against packed scoring (the same
     trainer, batch and weights, alternating, best of ``--repeats`` each); the forwards packing changes
-    are ``kl_to_init`` (pi_init's) and the loss's forward and backward."""
+    are ``kl_to_init`` (pi_init's) and the loss's forward and backward. With ``--packed-rows N`` both
+    are timed again with ``rl.scoring_rows`` N (rows in length groups cut to their span; packed rows
+    fullest first, each forward cut to its fullest row)."""
     with tempfile.TemporaryDirectory() as tmp:
         sides, optimizers, rows, policy, prm_side, _ = build_sides(args, tmp)
         trainer = sides["process"]
         optimizer = optimizers[id(trainer)]
-        configs = {
-            "padded": replace(trainer.rl_config, packed_scoring=False),
-            "packed": replace(trainer.rl_config, packed_scoring=True, packed_row_tokens=args.packed_row_tokens),
-        }
+        base = replace(trainer.rl_config, packed_row_tokens=args.packed_row_tokens)
+        configs = {"padded": replace(base, packed_scoring=False), "packed": replace(base, packed_scoring=True)}
+        if args.packed_rows:
+            configs |= {
+                f"padded, rows of {args.packed_rows}": replace(base, packed_scoring=False, scoring_rows=args.packed_rows),
+                f"packed, rows of {args.packed_rows}": replace(base, packed_scoring=True, scoring_rows=args.packed_rows),
+            }
         best: dict[str, dict[str, float]] = {}
         for config in configs.values():  # warm-up
             trainer.rl_config = config
@@ -295,38 +304,40 @@ def packed_against_padded(args: argparse.Namespace) -> None:
         batch = trainer._generate_and_score_completions([dict(r) for r in rows])
     attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
     layout = pack_layout(attention, args.packed_row_tokens)
-    padded, packed = best["padded"], best["packed"]
     share = padding_share(attention)
+    first = best["padded"]
     print(
         f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters), {len(rows)} trajectories, "
-        f"padded batch {tuple(attention.shape)}: {padded['sequence_tokens']} real positions of {padded['positions']} "
+        f"padded batch {tuple(attention.shape)}: {first['sequence_tokens']} real positions of {first['positions']} "
         f"({share:.1%} padding); packed: {tuple(layout.source.shape)} = {layout.source.numel()} slots "
         f"(rows of {args.packed_row_tokens or attention.shape[1]} tokens), {torch.get_num_threads()} torch thread(s), "
         f"best of {args.repeats}, on {machine_name()}"
     )
-    print(f"{'part':<16}{'padded (s)':>12}{'share':>8}{'packed (s)':>12}{'share':>8}")
-    for part in PACKED_PARTS:
-        print(
-            f"{part:<16}{padded[part]:>12.3f}{padded[part] / padded['total']:>8.1%}"
-            f"{packed[part]:>12.3f}{packed[part] / packed['total']:>8.1%}"
+    print(f"{'part':<16}" + "".join(f"{name + ' (s)':>24}{'share':>7}" for name in configs))
+    for part in (*PACKED_PARTS, "total"):
+        cells = "".join(
+            f"{best[name][part]:>24.3f}" + (f"{best[name][part] / best[name]['total']:>7.1%}" if part != "total" else " " * 7)
+            for name in configs
         )
-    print(f"{'total':<16}{padded['total']:>12.3f}{'':>8}{packed['total']:>12.3f}")
-    forwards = packed["forwards"] / padded["forwards"]
-    step = packed["total"] / padded["total"]
-    print(
-        f"packed / padded: scoring forwards (kl_to_init + loss) {forwards:.3f}x ({1 / forwards:.2f}x faster; target >= 1.3x "
-        f"faster: {'met' if 1 / forwards >= 1.3 else 'NOT met'}), whole step {step:.3f}x, at {share:.1%} padding"
-    )
+        print(f"{part:<16}{cells}")
+    ratios = {}
+    for padded_name, packed_name in zip(list(configs)[::2], list(configs)[1::2], strict=True):
+        padded, packed = best[padded_name], best[packed_name]
+        forwards, step = packed["forwards"] / padded["forwards"], packed["total"] / padded["total"]
+        ratios[packed_name] = {"forwards_ratio": forwards, "step_ratio": step}
+        print(
+            f"{packed_name} / {padded_name}: scoring forwards (kl_to_init + loss) {forwards:.3f}x ({1 / forwards:.2f}x "
+            f"faster; target >= 1.3x faster: {'met' if 1 / forwards >= 1.3 else 'NOT met'}), whole step {step:.3f}x, "
+            f"at {share:.1%} padding"
+        )
     if args.out:
         args.out.write_text(
             json.dumps(
                 {
-                    "padded": padded,
-                    "packed": packed,
+                    "steps": best,
+                    "ratios": ratios,
                     "padding_share": share,
                     "packed_slots": layout.source.numel(),
-                    "forwards_ratio": forwards,
-                    "step_ratio": step,
                     "machine": machine_name(),
                     "args": vars(args) | {"out": str(args.out)},
                 },

@@ -164,26 +164,36 @@ def packed_label_logprobs(
     """Each label's log-probability (and entropy, where ``forward`` gives one) over a padded batch
     computed on its packed layout: ``(B, L - 1)``, entry ``t`` for ``labels[:, t + 1]`` and 0 where that
     label is ``-100`` (the layout of TRL's fused LM head, so either path's output serves the same code).
-    ``rows``: packed rows per forward (``None``: all). A sequence's first token is never a label (the
-    token before it belongs to another sequence)."""
+    A sequence's first token is never a label (the token before it belongs to another sequence).
+
+    ``rows``: packed rows per forward (``None``: all in one), taken fullest first and each forward cut
+    to its fullest row: rows that hold one long sequence (which nothing else fits beside) then carry
+    little padding either."""
     ids = layout.pack(input_ids, 0)
     packed_labels = layout.pack(labels, IGNORE).masked_fill(layout.position_ids == 0, IGNORE)
+    fill = layout.real.sum(1)
+    order = torch.argsort(fill, descending=True, stable=True)
     step = rows or ids.shape[0]
+    width = ids.shape[1]
     logps, entropies = [], []
-    for s in range(0, ids.shape[0], step):
+    for s in range(0, len(order), step):
+        index = order[s : s + step]
+        cut = max(int(fill[index].max()), 1)
         logp, entropy = forward(
-            input_ids=ids[s : s + step],
-            position_ids=layout.position_ids[s : s + step],
-            labels=packed_labels[s : s + step],
+            input_ids=ids[index, :cut],
+            position_ids=layout.position_ids[index, :cut],
+            labels=packed_labels[index, :cut],
             use_cache=False,  # transformers reads packed sequences off the position ids only without a cache
         )
-        logps.append(logp)
-        entropies.append(entropy)
-    # Column c scores the label at c + 1: shifted to the label's own column, unpacked, shifted back.
-    logp = layout.unpack(torch.nn.functional.pad(torch.cat(logps), (1, 0)), 0.0)[:, 1:]
+        # Column c scores the label at c + 1: moved to the label's own column, over the full width.
+        logps.append(torch.nn.functional.pad(logp, (1, width - cut)))
+        entropies.append(None if entropy is None else torch.nn.functional.pad(entropy, (1, width - cut)))
+    back = torch.argsort(order)
+    logp = layout.unpack(torch.cat(logps).index_select(0, back.to(logps[0].device)), 0.0)[:, 1:]
     if any(e is None for e in entropies):
         return logp, None
-    return logp, layout.unpack(torch.nn.functional.pad(torch.cat(entropies), (1, 0)), 0.0)[:, 1:]
+    entropy = layout.unpack(torch.cat(entropies).index_select(0, back.to(entropies[0].device)), 0.0)[:, 1:]
+    return logp, entropy
 
 
 def padding_share(attention_mask: torch.Tensor) -> float:

@@ -42,7 +42,8 @@ def packed_forwards(trainer: Any) -> list[tuple[bool, int]]:
 
 
 @pytest.mark.parametrize(
-    ("lora", "beta_kl", "row_tokens"), [(False, 0.0, None), (True, 0.0, 4096), (False, 0.3, 4096), (True, 0.3, None)]
+    ("lora", "beta_kl", "row_tokens", "scoring_rows"),
+    [(False, 0.0, None, 1), (True, 0.0, 4096, None), (False, 0.3, 4096, None), (True, 0.3, None, None)],
 )
 def test_packed_scoring_equals_the_padded_path(
     tmp_path: Path,
@@ -53,12 +54,21 @@ def test_packed_scoring_equals_the_padded_path(
     lora: bool,
     beta_kl: float,
     row_tokens: int | None,
+    scoring_rows: int | None,
 ) -> None:
     # num_iterations 2: TRL scores pi_old; beta_kl > 0: it scores the reference (a frozen copy, or the
     # adapter off), which kl_to_init then reuses; else kl_to_init scores pi_init itself. Rows of 4096
-    # tokens hold the whole batch: every trajectory shares its row with others.
+    # tokens hold the whole batch: every trajectory shares its row with others; scoring_rows 1: one
+    # packed row per forward, each cut to its own fill.
     adapter = LoRAConfig(enabled=True, r=4, alpha=8, dropout=0.0) if lora else LoRAConfig()
-    cfg = fast_config(rollout=GOLD_ROLLOUT, num_iterations=2, beta_kl=beta_kl, lora=adapter, packed_row_tokens=row_tokens)
+    cfg = fast_config(
+        rollout=GOLD_ROLLOUT,
+        num_iterations=2,
+        beta_kl=beta_kl,
+        lora=adapter,
+        packed_row_tokens=row_tokens,
+        scoring_rows=scoring_rows,
+    )
     trainer = make_rl_trainer(
         cfg, tmp_path, make_tiny_model(world_tokenizer), world_tokenizer, records, tiny_retriever, FakePRM()
     )
@@ -96,8 +106,8 @@ def test_packed_scoring_equals_the_padded_path(
         loss = trainer.compute_loss(model, dict(batch))
         loss.backward()
         assert len(forwards) > start and all(packed == on for packed, _ in forwards[start:])
-        if on and row_tokens:
-            assert all(rows == 1 for _, rows in forwards[start:]), "the batch's four trajectories in one row"
+        if on and (row_tokens or scoring_rows):
+            assert all(rows == 1 for _, rows in forwards[start:]), "one packed row per forward"
         with trainer._scoring(mask):
             init = trainer._init_logps(batch) if not beta_kl else None
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -1,10 +1,10 @@
 """Padding-free scoring: the real tokens of a padded batch packed end to end into few rows.
 
 A padded row's real tokens must be one span (left-padded prompt and right-padded completion, or
-right padding). Each sequence keeps its own position ids, restarting at 0, and no attention mask is
-passed (nor a cache): transformers then reads the sequences' boundaries off the position ids and keeps them apart
-(a block-diagonal causal mask for ``sdpa``, ``eager`` and ``flex_attention``; varlen kernels for
-flash attention, which it detects in a single row only). Two layouts follow from that:
+right padding). Each sequence keeps its own position ids, restarting at 0, and neither an attention
+mask nor a cache is passed: transformers then reads the sequences' boundaries off the position ids
+and keeps them apart (a block-diagonal causal mask for ``sdpa``, ``eager`` and ``flex_attention``;
+varlen kernels for flash attention, which it detects in a single row only). Two layouts follow:
 
 * mask-building kernels: sequences are first-fit, longest first, into rows of ``row_tokens`` (never
   less than the longest sequence), by default the padded batch's width. A row's attention costs its

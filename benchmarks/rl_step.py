@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/rl_step.py [--questions 4] [--group 8] [--size tiny]
         [--repeats 3] [--threads N] [--sampled] [--prm-kind head|likelihood] [--out results.json]
         [--process-reward prm|cpsearch|... --advantage dual|cpgrpo|...] [--outcome-reward hiprag|p2s]
+        [--packed [--packed-row-tokens N] [--packed-rows N]]
 
 Both trainers (:class:`~prorag.stages.rl.ProcessSupervisedGRPOTrainer`, one with a PRM and
 ``beta = 0.3``, one with ``process_reward="none"``) train the same policy on the same questions
@@ -36,6 +37,10 @@ trajectory reaches, so every group is unsolved and every trajectory gets the pat
 (K gold-path candidates steered along the gold trajectories, the answer and suffix likelihood passes),
 in "scoring, other"; the rows of a group are identical here, so identical passes are computed once
 and the number of passes asked and computed is printed (a batch of distinct rows computes all).
+``--packed`` times the process side alone, its scoring padded (as TRL pads) against packed
+(``rl.packed_scoring``, rows of ``--packed-row-tokens``), and prints the batch's padding share and
+packed over padded for the forwards packing changes (``kl_to_init``, the loss) and for the whole step;
+``--packed-rows N`` adds both again with ``rl.scoring_rows`` N.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from prorag.core.kernels import training_attention
 from prorag.data.records import read_passages, read_records
 from prorag.data.world import build_world
 from prorag.models.checkpoints import save_policy
+from prorag.models.packing import pack_layout, padding_share
 from prorag.models.tiny import make_tiny_model
 from prorag.models.world_tokenizer import train_world_tokenizer, world_tokenizer_texts
 from prorag.retrieval.bm25 import BM25Retriever
@@ -85,8 +91,20 @@ def time_step(
     part's peak memory."""
     end = part_end or (lambda _: None)
     trainer.model.train()
+    kl_seconds = [0.0]
+    log_kl = trainer._log_kl_to_init
+
+    def timed_kl(*args: Any, **kwargs: Any) -> None:  # pi_init's forward, inside "scoring, other"
+        start = time.perf_counter()
+        log_kl(*args, **kwargs)
+        kl_seconds[0] += time.perf_counter() - start
+
+    trainer._log_kl_to_init = timed_kl
     t0 = time.perf_counter()
-    batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    try:
+        batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    finally:
+        del trainer._log_kl_to_init  # the instance attribute: the class's method again
     end("scoring")
     t1 = time.perf_counter()
     # The loss's forward and backward under the attention kernels the trainer's own training_step
@@ -110,6 +128,8 @@ def time_step(
         "loss": t2 - t1,
         "optimizer": t3 - t2,
         "total": t3 - t0,
+        "kl_to_init": kl_seconds[0],
+        "positions": batch["prompt_mask"].numel() + batch["completion_mask"].numel(),
         "tokens": int(batch["completion_mask"].sum()),
         "sequence_tokens": int(batch["prompt_mask"].sum() + batch["completion_mask"].sum()),
         "model_tokens": int((batch["completion_mask"] * batch["tool_mask"]).sum()),
@@ -236,8 +256,95 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--outcome-reward", default=None, help="time this outcome reward (OUTCOME_REWARDS, e.g. hiprag) instead of a step reward"
     )
+    ap.add_argument(
+        "--packed",
+        action="store_true",
+        help="time the process side with padded against packed scoring (rl.packed_scoring) instead of against outcome-only GRPO",
+    )
+    ap.add_argument("--packed-row-tokens", type=int, default=None, help="rl.packed_row_tokens of the packed side")
+    ap.add_argument(
+        "--packed-rows", type=int, default=None, help="with --packed: both sides again with rl.scoring_rows of this many rows"
+    )
     ap.add_argument("--out", type=Path, default=None)
     return ap
+
+
+#: The parts of ``--packed``'s table: pi_init's forward (``kl_to_init``) apart from the rest of the scoring.
+PACKED_PARTS = ("generation", "prm", "scoring_other", "kl_to_init", "loss", "optimizer")
+
+
+def packed_against_padded(args: argparse.Namespace) -> None:
+    """``--packed``: the process side's step with padded scoring against packed scoring (the same
+    trainer, batch and weights, alternating, best of ``--repeats`` each); the forwards packing changes
+    are ``kl_to_init`` (pi_init's) and the loss's forward and backward. With ``--packed-rows N`` both
+    are timed again with ``rl.scoring_rows`` N (rows in length groups cut to their span; packed rows
+    fullest first, each forward cut to its fullest row)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sides, optimizers, rows, policy, prm_side, _ = build_sides(args, tmp)
+        trainer = sides["process"]
+        optimizer = optimizers[id(trainer)]
+        base = replace(trainer.rl_config, packed_row_tokens=args.packed_row_tokens)
+        configs = {"padded": replace(base, packed_scoring=False), "packed": replace(base, packed_scoring=True)}
+        if args.packed_rows:
+            configs |= {
+                f"padded, rows of {args.packed_rows}": replace(base, packed_scoring=False, scoring_rows=args.packed_rows),
+                f"packed, rows of {args.packed_rows}": replace(base, packed_scoring=True, scoring_rows=args.packed_rows),
+            }
+        best: dict[str, dict[str, float]] = {}
+        for config in configs.values():  # warm-up
+            trainer.rl_config = config
+            time_step(trainer, rows, optimizer)
+        for _ in range(args.repeats):
+            for name, config in configs.items():
+                trainer.rl_config = config
+                t = time_step(trainer, rows, optimizer)
+                t["scoring_other"] -= t["kl_to_init"]
+                t["forwards"] = t["kl_to_init"] + t["loss"]
+                if name not in best or t["total"] < best[name]["total"]:
+                    best[name] = t
+        batch = trainer._generate_and_score_completions([dict(r) for r in rows])
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    layout = pack_layout(attention, args.packed_row_tokens)
+    share = padding_share(attention)
+    first = best["padded"]
+    print(
+        f"{args.size} policy ({sum(p.numel() for p in policy.parameters()):,} parameters), {len(rows)} trajectories, "
+        f"padded batch {tuple(attention.shape)}: {first['sequence_tokens']} real positions of {first['positions']} "
+        f"({share:.1%} padding); packed: {tuple(layout.source.shape)} = {layout.source.numel()} slots "
+        f"(rows of {args.packed_row_tokens or attention.shape[1]} tokens), {torch.get_num_threads()} torch thread(s), "
+        f"best of {args.repeats}, on {machine_name()}"
+    )
+    print(f"{'part':<16}" + "".join(f"{name + ' (s)':>24}{'share':>7}" for name in configs))
+    for part in (*PACKED_PARTS, "total"):
+        cells = "".join(
+            f"{best[name][part]:>24.3f}" + (f"{best[name][part] / best[name]['total']:>7.1%}" if part != "total" else " " * 7)
+            for name in configs
+        )
+        print(f"{part:<16}{cells}")
+    ratios = {}
+    for padded_name, packed_name in zip(list(configs)[::2], list(configs)[1::2], strict=True):
+        padded, packed = best[padded_name], best[packed_name]
+        forwards, step = packed["forwards"] / padded["forwards"], packed["total"] / padded["total"]
+        ratios[packed_name] = {"forwards_ratio": forwards, "step_ratio": step}
+        print(
+            f"{packed_name} / {padded_name}: scoring forwards (kl_to_init + loss) {forwards:.3f}x ({1 / forwards:.2f}x "
+            f"faster; target >= 1.3x faster: {'met' if 1 / forwards >= 1.3 else 'NOT met'}), whole step {step:.3f}x, "
+            f"at {share:.1%} padding"
+        )
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "steps": best,
+                    "ratios": ratios,
+                    "padding_share": share,
+                    "packed_slots": layout.source.numel(),
+                    "machine": machine_name(),
+                    "args": vars(args) | {"out": str(args.out)},
+                },
+                indent=2,
+            )
+        )
 
 
 def main() -> None:
@@ -247,6 +354,9 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
+    if args.packed:
+        packed_against_padded(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         sides, optimizers, rows, policy, prm_side, passes = build_sides(args, tmp)
         best: dict[str, dict[str, float]] = {}

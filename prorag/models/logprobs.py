@@ -28,7 +28,9 @@ DEFAULT_CHUNK = 1024
 LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
 
-def _piece(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, targets: torch.Tensor, inv_t: float) -> torch.Tensor:
+def _piece(
+    head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, targets: torch.Tensor, inv_t: float
+) -> torch.Tensor:
     """``log softmax(head(hidden) / T)[targets]`` of one chunk, float32."""
     logits = head(hidden).float()
     if inv_t != 1.0:
@@ -56,9 +58,13 @@ def chunked_logprobs(
     inv_t = 1.0 / float(temperature)
     step = chunk or max(1, hidden.shape[0])
     if hidden.shape[0] <= step or not torch.is_grad_enabled():
-        return torch.cat([_piece(head, hidden[s : s + step], targets[s : s + step], inv_t) for s in range(0, hidden.shape[0], step)])
+        return torch.cat(
+            [_piece(head, hidden[s : s + step], targets[s : s + step], inv_t) for s in range(0, hidden.shape[0], step)]
+        )
     pieces = [
-        checkpoint(_piece, head, hidden[s : s + step], targets[s : s + step], inv_t, use_reentrant=False, preserve_rng_state=False)
+        checkpoint(
+            _piece, head, hidden[s : s + step], targets[s : s + step], inv_t, use_reentrant=False, preserve_rng_state=False
+        )
         for s in range(0, hidden.shape[0], step)
     ]
     return torch.cat(pieces)

@@ -1,15 +1,15 @@
 """Padding-free scoring: the real tokens of a padded batch packed end to end into few rows.
 
 A padded row's real tokens must be one span (left-padded prompt and right-padded completion, or
-right padding). Each sequence keeps its own position ids, restarting at 0, and no attention mask is
-passed (nor a cache): transformers then reads the sequences' boundaries off the position ids and keeps them apart
-(a block-diagonal causal mask for ``sdpa``, ``eager`` and ``flex_attention``; varlen kernels for
-flash attention, which it detects in a single row only). Two layouts follow from that:
+right padding). Each sequence keeps its own position ids, restarting at 0, and neither an attention
+mask nor a cache is passed: transformers then reads the sequences' boundaries off the position ids
+and keeps them apart (a block-diagonal causal mask for ``sdpa``, ``eager`` and ``flex_attention``;
+varlen kernels for flash attention, which it detects in a single row only). Two layouts follow:
 
 * mask-building kernels: sequences are first-fit, longest first, into rows of ``row_tokens`` (never
-  less than the longest sequence). A row's attention costs its length squared whatever the mask, so
-  one row holding the whole batch would cost far more than the padding saved; rows as long as the
-  longest sequence cost no more than the padded batch's rows;
+  less than the longest sequence), by default the padded batch's width. A row's attention costs its
+  length squared whatever the mask, so one row holding the whole batch would cost far more than the
+  padding saved; rows no wider than the padded batch's, and fewer of them, never cost more;
 * flash attention: the whole batch in one row (varlen attention costs each sequence's own length).
 
 A packed row's trailing padding is a sequence of its own (positions from 0), which no real token reads.
@@ -110,14 +110,14 @@ def first_fit_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
 
 def pack_layout(attention_mask: torch.Tensor, row_tokens: int | None = None, *, one_row: bool = False) -> PackedLayout:
     """The packed layout of a padded batch (``attention_mask`` ``(B, L)``, 1 on real tokens): its
-    sequences first-fit into rows of ``row_tokens`` tokens (``None``: the longest sequence's length),
+    sequences first-fit into rows of ``row_tokens`` tokens (``None``: ``L``, the padded rows' width),
     or all in one row (``one_row``, for flash attention)."""
     start, end = real_spans(attention_mask)
     lengths = [e - s for s, e in zip(start, end, strict=True)]
     total = sum(lengths)
     if row_tokens is not None and row_tokens < 1:
         raise ValueError(f"row_tokens must be >= 1 (or None: the longest sequence), got {row_tokens}")
-    capacity = total if one_row else (row_tokens or max(lengths, default=0))
+    capacity = total if one_row else (row_tokens or attention_mask.shape[1])
     rows = first_fit_rows(lengths, capacity) or [[]]
     width = max(max(sum(lengths[i] for i in row) for row in rows), 1)
     B, L = attention_mask.shape
@@ -164,26 +164,36 @@ def packed_label_logprobs(
     """Each label's log-probability (and entropy, where ``forward`` gives one) over a padded batch
     computed on its packed layout: ``(B, L - 1)``, entry ``t`` for ``labels[:, t + 1]`` and 0 where that
     label is ``-100`` (the layout of TRL's fused LM head, so either path's output serves the same code).
-    ``rows``: packed rows per forward (``None``: all). A sequence's first token is never a label (the
-    token before it belongs to another sequence)."""
+    A sequence's first token is never a label (the token before it belongs to another sequence).
+
+    ``rows``: packed rows per forward (``None``: all in one), taken fullest first and each forward cut
+    to its fullest row: rows that hold one long sequence (which nothing else fits beside) then carry
+    little padding either."""
     ids = layout.pack(input_ids, 0)
     packed_labels = layout.pack(labels, IGNORE).masked_fill(layout.position_ids == 0, IGNORE)
+    fill = layout.real.sum(1)
+    order = torch.argsort(fill, descending=True, stable=True)
     step = rows or ids.shape[0]
+    width = ids.shape[1]
     logps, entropies = [], []
-    for s in range(0, ids.shape[0], step):
+    for s in range(0, len(order), step):
+        index = order[s : s + step]
+        cut = max(int(fill[index].max()), 1)
         logp, entropy = forward(
-            input_ids=ids[s : s + step],
-            position_ids=layout.position_ids[s : s + step],
-            labels=packed_labels[s : s + step],
+            input_ids=ids[index, :cut],
+            position_ids=layout.position_ids[index, :cut],
+            labels=packed_labels[index, :cut],
             use_cache=False,  # transformers reads packed sequences off the position ids only without a cache
         )
-        logps.append(logp)
-        entropies.append(entropy)
-    # Column c scores the label at c + 1: shifted to the label's own column, unpacked, shifted back.
-    logp = layout.unpack(torch.nn.functional.pad(torch.cat(logps), (1, 0)), 0.0)[:, 1:]
+        # Column c scores the label at c + 1: moved to the label's own column, over the full width.
+        logps.append(torch.nn.functional.pad(logp, (1, width - cut)))
+        entropies.append(None if entropy is None else torch.nn.functional.pad(entropy, (1, width - cut)))
+    back = torch.argsort(order)
+    logp = layout.unpack(torch.cat(logps).index_select(0, back.to(logps[0].device)), 0.0)[:, 1:]
     if any(e is None for e in entropies):
         return logp, None
-    return logp, layout.unpack(torch.nn.functional.pad(torch.cat(entropies), (1, 0)), 0.0)[:, 1:]
+    entropy = layout.unpack(torch.cat(entropies).index_select(0, back.to(entropies[0].device)), 0.0)[:, 1:]
+    return logp, entropy
 
 
 def padding_share(attention_mask: torch.Tensor) -> float:

@@ -93,20 +93,29 @@ class SFTReplay:
         return self.collate([self.examples[i] for i in picked])
 
     def loss(
-        self, model: Any, draw: int, *, fused: bool, packed: bool = False, row_tokens: int | None = None, chunk: int | None = None
+        self,
+        model: Any,
+        draw: int,
+        *,
+        fused: bool,
+        packed: bool = False,
+        row_tokens: int | None = None,
+        rows: int | None = None,
+        chunk: int | None = None,
     ) -> torch.Tensor:
         """The format-aware SFT loss of draw ``draw`` under ``model`` (a scalar with its graph).
         ``fused``: through TRL's fused LM head (its temperature must be 1), else the LM head in chunks of
         ``chunk`` tokens (:func:`~prorag.models.logprobs.causal_lm_label_logprobs`; ``None``: the full
         logits). ``packed``: the batch's trajectories packed into rows of ``row_tokens``
-        (:func:`~prorag.models.packing.pack_layout`), equal to the padded batch up to float rounding."""
+        (:func:`~prorag.models.packing.pack_layout`), ``rows`` of them per forward, equal to the padded
+        batch up to float rounding."""
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in self.batch(draw).items()}
         ids, mask, weights = batch["input_ids"], batch["attention_mask"], batch["loss_weights"]
         labels = torch.where(weights > 0, ids, torch.full_like(ids, IGNORE))
         if packed:
             layout = pack_layout(mask, row_tokens, one_row=packs_in_one_row(model))
-            logp, _ = packed_label_logprobs(replay_forward(model, fused, chunk), layout, ids, labels)
+            logp, _ = packed_label_logprobs(replay_forward(model, fused, chunk), layout, ids, labels, rows=rows)
             nll = -logp
         elif fused or chunk is None:
             nll, _, _ = target_nll(model, ids, mask, weights, fused=fused)

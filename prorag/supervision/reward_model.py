@@ -144,12 +144,23 @@ def split_rows(flat: Sequence[float], sizes: Sequence[int]) -> list[list[float]]
     return out
 
 
-def token_logprobs(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def token_logprobs(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, chunk: int | None = None
+) -> torch.Tensor:
     """``(B, T)`` float32: entry ``t`` is ``log p(input_ids[:, t] | input_ids[:, :t])`` under the
     causal LM ``model`` (entry 0, which nothing predicts, is 0). Position ids count real tokens
-    only, as in :func:`last_token_rewards`, so any padding leaves the real entries unchanged."""
+    only, as in :func:`last_token_rewards`, so any padding leaves the real entries unchanged.
+    ``chunk``: the real tokens through the LM head ``chunk`` at a time, without the ``(B, T, V)``
+    logits (:func:`~prorag.models.logprobs.causal_lm_label_logprobs`; padding entries are then 0);
+    ``None``: the full logits."""
     mask = attention_mask.to(input_ids.device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if chunk is not None:
+        from prorag.models.logprobs import causal_lm_label_logprobs
+
+        labels = input_ids.masked_fill(mask == 0, -100)
+        logp = causal_lm_label_logprobs(model, input_ids, labels, chunk=chunk, attention_mask=mask, position_ids=positions)
+        return torch.nn.functional.pad(logp, (1, 0))
     logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False).logits[:, :-1]
     return torch.nn.functional.pad(target_logprobs(logits, input_ids[:, 1:]), (1, 0))
 

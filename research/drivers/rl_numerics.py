@@ -100,7 +100,7 @@ def scored(
 
     trainer = types.SimpleNamespace(
         compact_logps=True,
-        rl_config=types.SimpleNamespace(scoring_rows=scoring_rows),
+        rl_config=types.SimpleNamespace(scoring_rows=scoring_rows, packed_scoring=False, packed_row_tokens=None),
         score_mask=batch["score"],
         accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext),
         cudnn_attention=False,  # the trainer's default (TrainingConfig.cudnn_attention)

@@ -205,6 +205,9 @@ ADDED_SINCE = {
     "rl.vllm_mode": ("str", "colocate"),
     "rl.vllm_server_url": ("str", "http://127.0.0.1:8000"),
     "rl.vllm_sleep_mode": ("bool", False),
+    "rl.packed_scoring": ("bool", False),
+    "rl.packed_row_tokens": ("NoneType", None),
+    "rl.logprob_chunk": ("NoneType", None),
 }
 
 #: Fields added after every synthetic marker below was written (issue 68's generation backend).
@@ -398,6 +401,10 @@ def _without_keys(value: Any, names: set[str]) -> Any:
     return value
 
 
+#: RL's scoring settings added after the launch settings (``packed_scoring`` and its two companions).
+PACKED = ("packed_scoring", "packed_row_tokens", "logprob_chunk")
+
+
 def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_old_value(tmp_path: Path) -> None:
     """An RL stage fingerprinted before ``question_filter`` existed is skipped while the new
     field keeps its old-behaviour value (``none``), and counts as changed with any other."""
@@ -422,6 +429,7 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
         dataclasses.asdict(config),
         {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"}
         | BACKEND_FIELDS,
+        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED},
     )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
@@ -467,6 +475,7 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     old_rl = _without_keys(
         dataclasses.asdict(rl),
         {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"} | BACKEND_FIELDS,
+        dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED}
     )
     _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
@@ -486,6 +495,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
     grpo = RLConfig(learning_rate=2e-4)
     assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
     before = _without_keys(dataclasses.asdict(grpo), {"compile_decode"} | BACKEND_FIELDS)  # which came after it
+    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode", *PACKED})  # which came after it
     del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
     _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
@@ -507,6 +517,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
     # A P2S run from before: its candidates came from one generator per call.
     p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
     old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode"} | BACKEND_FIELDS)
+    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode", *PACKED})
     del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
     _write_marker(tmp_path, "rl-p2s-seed0", old_p2s)
     run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))

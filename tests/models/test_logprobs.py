@@ -90,7 +90,9 @@ def labelled_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return ids, attention, labels
 
 
-def model_logprobs(model: Any, ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+def model_logprobs(
+    model: Any, ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> torch.Tensor:
     """The direct computation: the model's full logits, log-softmax, the labels gathered."""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / temperature
     picked = torch.log_softmax(logits, -1).gather(-1, labels[:, 1:].clamp(min=0)[..., None]).squeeze(-1)

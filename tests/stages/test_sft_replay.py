@@ -118,6 +118,34 @@ def test_replay_loss_is_the_sft_stages_loss_on_the_drawn_batch(world_tokenizer: 
     assert other.item() != pytest.approx(expected.item(), rel=1e-4), "another draw holds other trajectories"
 
 
+@pytest.mark.parametrize(("fused", "chunk"), [(True, None), (False, None), (False, 5)], ids=["fused", "full-logits", "chunked"])
+def test_packed_and_chunked_replay_losses_equal_the_padded_one(
+    world_tokenizer: Any, replay_file: Path, fused: bool, chunk: int | None
+) -> None:
+    # The loss and its gradients: the padded batch as before (TRL's fused head, or the full logits),
+    # against the LM head in chunks of `chunk` tokens, and against packed rows (of the padded width,
+    # and of 4096 tokens: the whole batch in one row).
+    from trl.trainer.utils import add_fused_lm_head
+
+    replay = load_replay(SFTReplayConfig(file=str(replay_file), coef=1.0, batch_size=4), world_tokenizer, seed=5)
+    lengths = replay.batch(1)["attention_mask"].sum(1)
+    assert lengths.min() < lengths.max(), "a padded batch"
+    model = make_tiny_model(world_tokenizer)
+    if fused:
+        add_fused_lm_head(model)
+    results = []
+    for packed, row_tokens, size in ((False, None, None), (False, None, chunk), (True, None, chunk), (True, 4096, chunk)):
+        model.zero_grad(set_to_none=True)
+        loss = replay.loss(model, 1, fused=fused, packed=packed, row_tokens=row_tokens, chunk=size)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (want, want_grads), *others = results
+    for got, grads in others:
+        assert got.item() == pytest.approx(want.item(), rel=1e-5)
+        for name, g in grads.items():
+            assert torch.allclose(g, want_grads[name], rtol=1e-4, atol=1e-6), name
+
+
 def test_load_replay_renders_record_files_and_refuses_an_empty_set(
     tmp_path: Path, world_tokenizer: Any, tiny_world: Path, tiny_retriever: BM25Retriever, replay_file: Path
 ) -> None:

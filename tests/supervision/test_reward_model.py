@@ -352,3 +352,27 @@ def test_target_logprobs_in_slices_equal_a_full_log_softmax() -> None:
     full = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     for chunk in (1, 4, 11, 64):
         torch.testing.assert_close(target_logprobs(logits, targets, chunk=chunk), full, rtol=0, atol=1e-5)
+
+
+def test_token_logprobs_in_chunks_equal_the_full_logits(world_tokenizer: Any) -> None:
+    """The LM head ``chunk`` tokens at a time gives the full logits' entries on real tokens (left and
+    right padding), and their gradients; padding entries are 0."""
+    from prorag.supervision.reward_model import token_logprobs
+
+    model = make_tiny_model(world_tokenizer)
+    ids = torch.randint(0, len(world_tokenizer), (3, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[0, :3] = 0
+    mask[2, 6:] = 0
+    real = mask.bool() & (torch.arange(9) > mask.argmax(-1, keepdim=True))  # predicted real tokens
+    results = []
+    for chunk in (None, 4):
+        model.zero_grad(set_to_none=True)
+        logp = token_logprobs(model, ids, mask, chunk=chunk)
+        logp[real].sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    (full, full_grads), (chunked, grads) = results
+    torch.testing.assert_close(chunked[real], full[real], rtol=0, atol=1e-5)
+    assert (chunked[~mask.bool()] == 0).all()
+    for g, want in zip(grads, full_grads, strict=True):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-6)

@@ -222,7 +222,8 @@ class RLConfig(TrainingConfig):
         None,
         help="Rows per forward when the policy's log-probabilities are computed (loss, pi_old, pi_init): rows "
         "sorted by length, each forward cut to its rows' own span, so short trajectories carry less padding "
-        "(faster scoring); None (default): TRL's micro-batches as they come, as runs made before the setting "
+        "(faster scoring); with `packed_scoring`, packed rows per forward, fullest first, each forward cut to "
+        "its fullest row. None (default): TRL's micro-batches as they come, as runs made before the setting "
         "existed did. Equal per step up to float rounding, which RL amplifies: runs whose numerics differ can "
         "end far apart, so compare runs with the same setting.",
     )
@@ -230,8 +231,8 @@ class RLConfig(TrainingConfig):
         False,
         help="Padding-free scoring: every forward of the RL step (the loss, pi_old, pi_init for `beta_kl` and "
         "`kl_to_init`, the SFT replay) packs its trajectories end to end, each with its own positions, kept apart "
-        "by a block-diagonal mask (sdpa, eager) or varlen flash attention, and scores the policy's tokens only; "
-        "`scoring_rows` is then unused. Off by default: it equals the padded path only up to float rounding "
+        "by a block-diagonal mask (sdpa, eager) or varlen flash attention, and scores the policy's tokens only "
+        "(`scoring_rows` packed rows per forward). Off by default: it equals the padded path only up to float rounding "
         "(other matrix shapes; tests/stages/rl/test_packed_scoring.py), which RL amplifies, so runs made before "
         "it keep their numbers; compare runs with the same setting.",
     )
@@ -239,8 +240,8 @@ class RLConfig(TrainingConfig):
         None,
         help="With `packed_scoring` and a mask-building attention (sdpa, eager): tokens per packed row, the "
         "trajectories first-fit into rows this long (never shorter than the longest one); a row's attention "
-        "costs its length squared, so rows stay short on CPU. None: the longest trajectory of the batch. Flash "
-        "attention takes the whole batch in one row.",
+        "costs its length squared, so rows stay short on CPU. None: the padded batch's width (fewer rows, none "
+        "wider: never more work than padding). Flash attention takes the whole batch in one row.",
     )
     logprob_chunk: int | None = setting(
         None,

@@ -228,7 +228,13 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
         rl = self.rl_config
         with torch.set_grad_enabled(cfg.coef > 0), compact_fused_head(), self.accelerator.autocast():
             nll = self.replay.loss(
-                model, draw, fused=fused, packed=rl.packed_scoring, row_tokens=rl.packed_row_tokens, chunk=rl.logprob_chunk
+                model,
+                draw,
+                fused=fused,
+                packed=rl.packed_scoring,
+                row_tokens=rl.packed_row_tokens,
+                rows=rl.scoring_rows,
+                chunk=rl.logprob_chunk,
             )
         self._metrics["train"]["replay_nll"].append(self.accelerator.gather(nll.detach().view(1)).mean().item())
         if cfg.coef == 0:
@@ -328,16 +334,19 @@ class ProcessSupervisedGRPOTrainer(TrainerKernels, GRPOTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
         """:meth:`_get_per_token_logps_and_entropies` under ``packed_scoring``: the rows' real tokens
         packed (:func:`~prorag.models.packing.pack_layout`, rows of ``packed_row_tokens``, one row for
-        flash attention), ``batch_size`` packed rows per forward through the compact fused LM head."""
+        flash attention), ``batch_size`` packed rows per forward (at most ``scoring_rows``, each forward
+        cut to its fullest row) through the compact fused LM head."""
 
         def forward(**inputs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
             with self.accelerator.autocast():
                 out = model(**inputs, fused_lm_head=True)
             return out.log_probs, out.entropy if compute_entropy else None
 
-        layout = pack_layout(attention_mask, self.rl_config.packed_row_tokens, one_row=packs_in_one_row(model))
+        cfg = self.rl_config
+        layout = pack_layout(attention_mask, cfg.packed_row_tokens, one_row=packs_in_one_row(model))
+        rows = min(x for x in (batch_size, cfg.scoring_rows, layout.source.shape[0]) if x)
         with compact_fused_head(), training_attention(self.cudnn_attention):
-            logp, entropy = packed_label_logprobs(forward, layout, input_ids, labels, rows=batch_size)
+            logp, entropy = packed_label_logprobs(forward, layout, input_ids, labels, rows=rows)
         return logp[:, -logits_to_keep:], entropy[:, -logits_to_keep:] if compute_entropy else None, None
 
     def _init_logps(self, output: dict[str, Any]) -> torch.Tensor:

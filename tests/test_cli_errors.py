@@ -257,7 +257,7 @@ def test_vllm_backend_without_vllm_stops_before_any_work(
     import sys
 
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    monkeypatch.setattr("prorag.agent.backends.installed", lambda package: False)
+    monkeypatch.setattr("prorag.agent.backends.has_module", lambda package: False)
     run = tmp_path / "run"
     inputs = ["--policy", str(tmp_path / "policy"), "--data", str(records), "--index", str(tmp_path / "idx")]
     place = ["--run-dir", str(run)] if command != "eval" else ["--out", str(run)]

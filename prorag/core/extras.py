@@ -9,6 +9,7 @@ left to fail where it is first imported, with its own error.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 
 class MissingExtraError(ValueError):
@@ -16,7 +17,10 @@ class MissingExtraError(ValueError):
 
 
 def has_module(module: str) -> bool:
-    """Whether ``module`` (a top-level name such as ``"vllm"``) can be imported, without importing it."""
+    """Whether ``module`` (a top-level name such as ``"vllm"``) can be imported, without importing it
+    (one imported already counts, also a stand-in a test put in ``sys.modules`` without a spec)."""
+    if module in sys.modules:
+        return True
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package that fails to import, or a stub with no spec
@@ -31,4 +35,9 @@ def require_extra(module: str, extra: str, *, needed_by: str, package: str | Non
     ``rollout.backend: vllm needs vLLM: pip install 'prorag[vllm]'``.
     """
     if not has_module(module):
-        raise MissingExtraError(f"{needed_by} needs {package or module}: pip install 'prorag[{extra}]'")
+        raise MissingExtraError(missing_extra_line(module, extra, needed_by=needed_by, package=package))
+
+
+def missing_extra_line(module: str, extra: str, *, needed_by: str, package: str | None = None) -> str:
+    """The one line :func:`require_extra` says: ``NEEDED_BY needs PACKAGE: pip install 'prorag[EXTRA]'``."""
+    return f"{needed_by} needs {package or module}: pip install 'prorag[{extra}]'"

@@ -278,7 +278,7 @@ def test_vllm_missing_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPat
     import sys
 
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    monkeypatch.setattr("prorag.agent.backends.installed", lambda package: False)
+    monkeypatch.setattr("prorag.agent.backends.has_module", lambda package: False)
     assert missing_package("hf") is None
     reason = missing_package("vllm")
     assert reason is not None and "pip install 'prorag[vllm]'" in reason and "\n" not in reason

@@ -10,12 +10,11 @@ extra to install, before a stage does any work.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from prorag.core.extras import has_module, missing_extra_line
 from prorag.core.registry import Registry
 
 
@@ -23,13 +22,13 @@ from prorag.core.registry import Registry
 class BackendEntry:
     """A registered backend: ``build(model, config)`` makes it (``model``: what the caller
     holds, a Hugging Face model or a path, ``config``: the :class:`~prorag.agent.rollout_config.RolloutConfig`),
-    ``package`` is the module it needs and ``install`` how to get it; ``in_process``: whether it
+    ``package`` is the module it needs and ``extra`` prorag's extra that installs it; ``in_process``: whether it
     generates with the Hugging Face model loaded in this process (else it loads the policy's folder
     itself, and a stage loads no weights for it: :func:`~prorag.models.checkpoints.load_sampler`)."""
 
     build: Callable[[Any, Any], Any]
     package: str | None = None
-    install: str = ""
+    extra: str = ""
     in_process: bool = True
 
 
@@ -55,20 +54,16 @@ ROLLOUT_BACKENDS.register(
 ROLLOUT_BACKENDS.register(
     "vllm",
     help="vLLM's offline engine (prefix caching; in RL the engine TRL owns); needs `pip install 'prorag[vllm]'`",
-)(BackendEntry(_build_vllm, package="vllm", install="pip install 'prorag[vllm]'", in_process=False))
-
-
-def installed(package: str) -> bool:
-    """Whether ``package`` can be imported here (found without importing it)."""
-    return package in sys.modules or importlib.util.find_spec(package) is not None
+)(BackendEntry(_build_vllm, package="vllm", extra="vllm", in_process=False))
 
 
 def missing_package(name: str) -> str | None:
-    """The one-line reason backend ``name`` cannot run here (its package is not installed), else ``None``."""
+    """The one-line reason backend ``name`` cannot run here (its package is not installed, :mod:`prorag.core.extras`),
+    else ``None``."""
     entry = ROLLOUT_BACKENDS.get(name)
-    if entry.package is None or installed(entry.package):
+    if entry.package is None or has_module(entry.package):
         return None
-    return f"rollout.backend {name!r} needs {entry.package}, which is not installed: {entry.install}"
+    return missing_extra_line(entry.package, entry.extra, needed_by=f"rollout.backend: {name}", package=entry.package)
 
 
 def check_available(config: Any) -> None:
@@ -92,6 +87,5 @@ __all__ = [
     "ROLLOUT_BACKENDS",
     "BackendEntry",
     "check_available",
-    "installed",
     "missing_package",
 ]

@@ -33,9 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prorag.agent.backends.base import Continuation, Continued, FinishReason, Sampling, finish_of
+from prorag.core.extras import missing_extra_line
 
 #: What ``rollout.backend: vllm`` without vLLM says (one line; the CLI exits 2 with it).
-MISSING_VLLM = "rollout.backend 'vllm' needs vllm, which is not installed: pip install 'prorag[vllm]'"
+MISSING_VLLM = missing_extra_line("vllm", "vllm", needed_by="rollout.backend: vllm", package="vllm")
 
 
 def import_vllm() -> Any:

@@ -9,7 +9,7 @@ import csv
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -425,11 +425,40 @@ def test_one_and_two_processes_train_alike(
     """
     from safetensors.torch import load_file
 
+    from tests.stages.test_sft_cli import assert_same_training, step_metrics
+
+    policy, runs = one_and_two_process_runs(tmp_path, tiny_world, world_tokenizer, tiny_retriever, lambda n: "", port=29531)
+    rows = step_metrics(runs[2])
+    assert [r["step"] for r in rows] == [1, 2]  # written once (by the main process)
+    assert all(r["grad_norm"] > 0 and r["searches_per_trajectory"] > 0 for r in rows), "both steps must carry signal"
+    assert (runs[2] / "policy" / "config.json").is_file() and (runs[2] / "learning_curve.csv").is_file()
+    keys = (
+        "loss", "grad_norm", "outcome_reward", "process_reward", "searches_per_trajectory", "format_valid_rate",
+        "answer_f1", "entropy", "num_tokens", "completions/mean_length",
+    )  # fmt: skip
+    # Adam's step is g / (|g| + eps): a weight whose gradient is near 0 moves by a share of the
+    # learning rate that float noise in g can change (up to 6e-5 seen here); a different sample
+    # or batch moves weights by about the learning rate (3e-3).
+    assert_same_training(runs[1], runs[2], load_file(policy / "model.safetensors"), keys, weight_atol=3e-4)
+
+
+def one_and_two_process_runs(
+    tmp_path: Path,
+    tiny_world: Path,
+    world_tokenizer: Any,
+    tiny_retriever: BM25Retriever,
+    extra: Callable[[int], str],
+    port: int,
+) -> tuple[Path, dict[int, Path]]:
+    """A briefly fine-tuned policy and its PRM, then `prorag rl` on one process (8 trajectories per
+    device) and under `torchrun --nproc_per_node 2` on CPU (gloo, 4 per device), groups of 4, two
+    optimiser steps; ``extra(n)`` adds YAML lines to the run on ``n`` processes. Returns the policy
+    folder and each run's folder."""
     from prorag.retrieval.index import build_index
     from prorag.stages.sft import train_sft
     from prorag.stages.sft_config import SFTConfig
     from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
-    from tests.stages.test_sft_cli import assert_same_training, run_cli, step_metrics
+    from tests.stages.test_sft_cli import run_cli
 
     sft = SFTConfig(
         model="tiny", per_device_batch_size=8, learning_rate=2e-2, max_steps=12, warmup_ratio=0.0, logging_steps=100,
@@ -446,7 +475,7 @@ def test_one_and_two_processes_train_alike(
     runs = {}
     for n in (1, 2):
         config = tmp_path / f"rl{n}.yaml"
-        config.write_text(fields + f"per_device_batch_size: {8 // n}\n")
+        config.write_text(fields + f"per_device_batch_size: {8 // n}\n" + extra(n))
         runs[n] = tmp_path / f"run{n}"
         run_cli(
             [
@@ -454,20 +483,9 @@ def test_one_and_two_processes_train_alike(
                 "--index", str(tmp_path / "bm25"), "--run-dir", str(runs[n]), "--config", str(config), "--max-steps", "2",
             ],
             processes=n,
-            port=29531,
+            port=port,
         )  # fmt: skip
-    rows = step_metrics(runs[2])
-    assert [r["step"] for r in rows] == [1, 2]  # written once (by the main process)
-    assert all(r["grad_norm"] > 0 and r["searches_per_trajectory"] > 0 for r in rows), "both steps must carry signal"
-    assert (runs[2] / "policy" / "config.json").is_file() and (runs[2] / "learning_curve.csv").is_file()
-    keys = (
-        "loss", "grad_norm", "outcome_reward", "process_reward", "searches_per_trajectory", "format_valid_rate",
-        "answer_f1", "entropy", "num_tokens", "completions/mean_length",
-    )  # fmt: skip
-    # Adam's step is g / (|g| + eps): a weight whose gradient is near 0 moves by a share of the
-    # learning rate that float noise in g can change (up to 6e-5 seen here); a different sample
-    # or batch moves weights by about the learning rate (3e-3).
-    assert_same_training(runs[1], runs[2], load_file(policy / "model.safetensors"), keys, weight_atol=3e-4)
+    return policy, runs
 
 
 # ----------------------------------------------------------------------------- registries

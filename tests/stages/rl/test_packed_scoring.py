@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import torch
 
-from prorag.agent.gold import render_gold
 from prorag.data.records import Record, read_records
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
@@ -133,36 +132,13 @@ def test_two_packed_processes_train_as_one_padded_process(
     tests/stages/test_rl.py::test_one_and_two_processes_train_alike, whose setting this is)."""
     from safetensors.torch import load_file
 
-    from prorag.retrieval.index import build_index
-    from prorag.stages.sft import SFTConfig, train_sft
-    from prorag.supervision.reward_model import ProcessRewardModel, reward_model_from_policy
-    from tests.stages.test_sft_cli import assert_same_training, run_cli, step_metrics
+    from tests.stages.test_rl import one_and_two_process_runs
+    from tests.stages.test_sft_cli import assert_same_training, step_metrics
 
-    sft = SFTConfig(
-        model="tiny", per_device_batch_size=8, learning_rate=2e-2, max_steps=12, warmup_ratio=0.0, logging_steps=100,
-        save_steps=100, eval_fraction=0.0, eval_samples=0, max_length=512,
-    )  # fmt: skip
-    gold = render_gold(read_records(tiny_world / "train.jsonl")[:64], tiny_retriever, k=3)
-    policy = train_sft(sft, tmp_path / "sft", tokenizer=world_tokenizer, trajectories=gold)
-    ProcessRewardModel(*reward_model_from_policy(policy)).save(tmp_path / "prm")
-    build_index(tiny_world / "corpus.jsonl", tmp_path / "bm25")
-    fields = (
-        "group_size: 4\nrollout:\n  max_action_tokens: 16\n  max_actions: 3\n  max_completion_tokens: 160\n"
-        "learning_rate: 3.0e-3\nsave_steps: 1\nlimit: 8\nnum_iterations: 2\n"
-    )
-    runs = {}
-    for n in (1, 2):
-        config = tmp_path / f"rl{n}.yaml"
-        config.write_text(fields + f"per_device_batch_size: {8 // n}\npacked_scoring: {'true' if n == 2 else 'false'}\n")
-        runs[n] = tmp_path / f"run{n}"
-        run_cli(
-            [
-                "rl", "--policy", str(policy), "--prm", str(tmp_path / "prm"), "--data", str(tiny_world / "train.jsonl"),
-                "--index", str(tmp_path / "bm25"), "--run-dir", str(runs[n]), "--config", str(config), "--max-steps", "2",
-            ],
-            processes=n,
-            port=29547,
-        )  # fmt: skip
+    def extra(n: int) -> str:  # pi_old scored too; packed on two processes, padded on one
+        return f"num_iterations: 2\npacked_scoring: {'true' if n == 2 else 'false'}\n"
+
+    policy, runs = one_and_two_process_runs(tmp_path, tiny_world, world_tokenizer, tiny_retriever, extra, port=29547)
     rows = step_metrics(runs[2])
     assert [r["step"] for r in rows] == [1, 2] and all(r["grad_norm"] > 0 for r in rows), "both steps carry signal"
     keys = ("loss", "grad_norm", "entropy")  # logged at every step (the rest with each rollout batch)

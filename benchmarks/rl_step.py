@@ -92,19 +92,21 @@ def time_step(
     end = part_end or (lambda _: None)
     trainer.model.train()
     kl_seconds = [0.0]
-    log_kl = trainer._log_kl_to_init
+    log_kl = getattr(trainer, "_log_kl_to_init", None)
 
     def timed_kl(*args: Any, **kwargs: Any) -> None:  # pi_init's forward, inside "scoring, other"
         start = time.perf_counter()
         log_kl(*args, **kwargs)
         kl_seconds[0] += time.perf_counter() - start
 
-    trainer._log_kl_to_init = timed_kl
+    if log_kl is not None:
+        trainer._log_kl_to_init = timed_kl
     t0 = time.perf_counter()
     try:
         batch = trainer._generate_and_score_completions([dict(r) for r in rows])
     finally:
-        del trainer._log_kl_to_init  # the instance attribute: the class's method again
+        if log_kl is not None:
+            del trainer._log_kl_to_init  # the instance attribute: the class's method again
     end("scoring")
     t1 = time.perf_counter()
     # The loss's forward and backward under the attention kernels the trainer's own training_step

@@ -119,6 +119,21 @@ def test_benchmark_script_runs_small_and_writes_its_numbers(script: str, tmp_pat
 
 
 @pytest.mark.slow
+def test_rl_step_packed_runs_small(tmp_path: Path) -> None:
+    """``rl_step.py --packed``: padded against packed scoring, and both in rows of one: finite ratios,
+    the batch's padding share, and no more packed slots than padded positions."""
+    out = tmp_path / "out.json"
+    args = ["--packed", "--packed-rows", "1", "--questions", "1", "--group", "2", "--repeats", "1", "--out", str(out)]
+    done = _run("rl_step.py", args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert sorted(data["steps"]) == ["packed", "packed, rows of 1", "padded", "padded, rows of 1"]
+    assert all(_finite_positive(r["forwards_ratio"]) and _finite_positive(r["step_ratio"]) for r in data["ratios"].values())
+    assert 0 <= data["padding_share"] < 1 and data["packed_slots"] <= data["steps"]["padded"]["positions"]
+    assert "packed / padded: scoring forwards" in done.stdout
+
+
+@pytest.mark.slow
 def test_rl_step_profile_runs_small() -> None:
     """The profile prints its table (it writes no JSON): three sides, each with a finite total."""
     done = _run("rl_step_profile.py", ["--questions", "1", "--group", "2", "--repeats", "1", "--scoring-rows", "1"])

@@ -34,7 +34,8 @@ from machine import machine_name  # noqa: E402 - benchmarks/machine.py, beside t
 from prorag.data.records import Record  # noqa: E402
 from prorag.evaluation.eval_config import EvalConfig  # noqa: E402
 from prorag.evaluation.generator_eval import evaluate_generator  # noqa: E402
-from prorag.models.served import ServedConfig, ServedGenerator  # noqa: E402
+from prorag.models.endpoint_config import ServedConfig
+from prorag.models.served import ServedGenerator  # noqa: E402
 from tests.evaluation.conftest import LoggingRetriever  # noqa: E402
 from tests.fake_chat_server import FakeChatServer, Reply, user_text  # noqa: E402
 

@@ -54,7 +54,7 @@ class GeneratorConfig:
             raise ValueError(f"generator.batch_size must be >= 1, got {self.batch_size}")
         if self.served:  # its keys and their types now (a typo, a bad timeout), not when the first request goes out
             from prorag.core.config import coerce_fields
-            from prorag.models.served import ServedConfig
+            from prorag.models.endpoint_config import ServedConfig
 
             coerce_fields(ServedConfig, dict(self.served), "generator.served")
 
@@ -64,7 +64,8 @@ class GeneratorConfig:
             if not self.served:
                 raise ValueError("generator.kind is served but generator.served is empty (base_url, model, ...)")
             from prorag.core.config import config_from_dict
-            from prorag.models.served import ServedConfig, ServedGenerator
+            from prorag.models.endpoint_config import ServedConfig
+            from prorag.models.served import ServedGenerator
 
             return ServedGenerator(config_from_dict(ServedConfig, dict(self.served), "generator.served"))
         if policy is None:

@@ -24,7 +24,6 @@ from typing import Any
 from prorag.core.config import config_from_dict, setting
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from prorag.supervision.equivalence import prompt_template
-from prorag.supervision.llm_teacher import request_key
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,8 @@ class JudgeConfig:
         self.template()
         if not self.served:
             raise ValueError("judge.served is empty: give the judge endpoint (base_url, model, ...)")
-        from prorag.models.served import ServedConfig, ServedGenerator
+        from prorag.models.endpoint_config import ServedConfig
+        from prorag.models.served import ServedGenerator
 
         return ServedGenerator(config_from_dict(ServedConfig, dict(self.served), "judge.served"))
 
@@ -89,6 +89,8 @@ def parse_verdict(reply: str) -> bool | None:
 
 
 def _cache_key(model: str, prompt: str) -> str:
+    from prorag.models.served import request_key  # with the client (asyncio): imported when a judge runs
+
     return request_key({"judge_model": model, "prompt": prompt})
 
 

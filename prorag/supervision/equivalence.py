@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from prorag.core.metrics import exact_match
 from prorag.method.rewards.hiprag import EquivalenceEndpointConfig, OverSearchJudgeConfig
-from prorag.models.served import ServedGenerator
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,11 @@ class LLMEquivalence:
     def __init__(self, config: EquivalenceEndpointConfig, generator: Any = None) -> None:
         self.config = config
         self.template = judge_template(config)
-        self.generator = generator if generator is not None else ServedGenerator(config)
+        if generator is None:
+            from prorag.models.served import ServedGenerator  # the client (httpx, asyncio): when a judge is built
+
+            generator = ServedGenerator(config)
+        self.generator = generator
         self.asked = 0
         self.unparsable = 0
 

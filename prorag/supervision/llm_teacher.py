@@ -37,17 +37,8 @@ from prorag.core.metrics import normalize_answer
 from prorag.core.setting_checks import check_temperature
 from prorag.data.jsonl import JsonlAppender, read_jsonl
 from prorag.data.records import Record
-from prorag.models.served import (
-    EndpointConfig,
-    RequestCounts,
-    Retry,
-    api_key,
-    backoff_delay,
-    parse_retry_after,
-    post,
-    request_key,
-    retrying,
-)
+from prorag.models.endpoint_config import EndpointConfig
+from prorag.models.served import RequestCounts, Retry, api_key, backoff_delay, parse_retry_after, post, request_key, retrying
 from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
 
@@ -70,7 +61,7 @@ _TAG_LIKE = re.compile(r"<\s*/?\s*(?:" + "|".join(sorted({re.escape(t.strip("</>
 @dataclass
 class LLMTeacherConfig(EndpointConfig):
     """Settings of the LLM teacher (``prorag sft-data --teacher llm``): the endpoint's (shared with the
-    served generator, :class:`~prorag.models.served.EndpointConfig`), with the defaults of a hosted
+    served generator, :class:`~prorag.models.endpoint_config.EndpointConfig`), with the defaults of a hosted
     chat API, and how thoughts are asked for, accepted and priced."""
 
     api_key_env: str | None = setting(

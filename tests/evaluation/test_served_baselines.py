@@ -12,7 +12,8 @@ from prorag.data.jsonl import read_jsonl
 from prorag.data.records import Record
 from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
 from prorag.evaluation.generator_eval import evaluate_generator
-from prorag.models.served import ServedConfig, ServedGenerator
+from prorag.models.endpoint_config import ServedConfig
+from prorag.models.served import ServedGenerator
 from tests.fake_chat_server import FakeChatServer, Reply, user_text
 
 BASELINES = ("naive", "standard-rag", "iter-retgen", "ircot", "flare", "search-o1")

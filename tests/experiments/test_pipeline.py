@@ -475,7 +475,8 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     old_rl = _without_keys(
         dataclasses.asdict(rl),
         {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"} | BACKEND_FIELDS,
-        dataclasses.asdict(rl), {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED}
+        dataclasses.asdict(rl),
+        {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED},
     )
     _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))

@@ -16,17 +16,9 @@ import pytest
 
 from prorag.core.config import load_config
 from prorag.core.errors import DataError, ServiceUnavailableError
+from prorag.models.endpoint_config import ServedConfig
 from prorag.models.generator import Generation, Sampling, ScriptedGenerator
-from prorag.models.served import (
-    ReplyTooLarge,
-    RequestCounts,
-    Retry,
-    ServedConfig,
-    ServedError,
-    ServedGenerator,
-    post,
-    retrying,
-)
+from prorag.models.served import ReplyTooLarge, RequestCounts, Retry, ServedError, ServedGenerator, post, retrying
 from tests.fake_chat_server import COMPLETION_TOKENS, PROMPT_TOKENS, FakeChatServer, Reply, user_text
 
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from prorag.agent.schema import Action, ActionKind
 from prorag.core.config import setting
-from prorag.models.served import ServedConfig
+from prorag.models.endpoint_config import ServedConfig
 
 StepCount = Literal["all", "search"]
 STEP_COUNTS: tuple[str, ...] = ("all", "search")
@@ -30,7 +30,7 @@ EQUIVALENCE_JUDGES: tuple[str, ...] = ("oracle", "llm")
 
 @dataclass
 class EquivalenceEndpointConfig(ServedConfig):
-    """The LLM judge of over-search: an OpenAI-compatible endpoint (:class:`~prorag.models.served.ServedConfig`:
+    """The LLM judge of over-search: an OpenAI-compatible endpoint (:class:`~prorag.models.endpoint_config.ServedConfig`:
     key from ``api_key_env``, retries, reply cache keyed by the hash of model and prompt), chat by default."""
 
     api: Literal["completions", "chat"] = setting(

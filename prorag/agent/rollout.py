@@ -38,7 +38,7 @@ from prorag.agent.backends.hf import HFBackend
 from prorag.agent.decode_graphs import DecodeGraphs
 from prorag.agent.kv_cache import BatchState, SlotState
 from prorag.agent.prompts import prompt_token_ids
-from prorag.agent.rollout_config import RolloutConfig
+from prorag.agent.rollout_config import DecodeGraphsMode, RolloutConfig  # noqa: F401  (re-exported: moved there)
 from prorag.agent.sampling import RowStreams, stream_seed
 from prorag.agent.schema import (
     ANSWER_CLOSE,
@@ -51,7 +51,7 @@ from prorag.agent.schema import (
     parse_trajectory,
     render_env_turn,
 )
-from prorag.agent.trajectory import ActionRecord, Trajectory, decode_completion
+from prorag.agent.trajectory import ActionRecord, Trajectory, decode_completion, perplexity  # noqa: F401  (re-exported: moved there)
 from prorag.data.records import Record
 from prorag.retrieval.base import Hit, Retriever
 

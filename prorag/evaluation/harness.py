@@ -35,7 +35,7 @@ from prorag.core.metrics import answer_metrics, retrieval_recall, rouge1_f1, yes
 from prorag.core.statistics import mean_and_spread, paired_t_test
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_json
 from prorag.data.records import Record
-from prorag.evaluation.eval_config import EvalConfig
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig, GeneratorConfig  # noqa: F401  (re-exported: moved there)
 from prorag.evaluation.step_errors import STEP_VALIDITY_RATES, step_validity_fields
 from prorag.method.rewards.hiprag import SearchCounts
 from prorag.retrieval.base import Retriever

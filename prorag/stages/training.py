@@ -22,6 +22,7 @@ from prorag.core.kernels import compile_norms as compile_model_norms
 from prorag.core.kernels import training_attention
 from prorag.data.jsonl import JsonlAppender, read_jsonl, write_jsonl
 from prorag.data.safetensors_files import folder_damage
+from prorag.stages.training_config import LoRAConfig, TrainingConfig, use_bf16  # noqa: F401  (re-exported: moved there)
 
 log = logging.getLogger(__name__)
 

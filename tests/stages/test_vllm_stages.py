@@ -14,7 +14,8 @@ import pytest
 
 from prorag.agent.rollout_config import RolloutConfig, VLLMSettings
 from prorag.data.records import Record, read_records
-from prorag.evaluation.harness import EvalConfig, EvalRolloutConfig, evaluate
+from prorag.evaluation.eval_config import EvalConfig, EvalRolloutConfig
+from prorag.evaluation.harness import evaluate
 from prorag.models.checkpoints import PolicyFolder, load_policy, load_sampler, save_policy
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever

@@ -16,7 +16,7 @@ from prorag.data.records import Record, read_records
 from prorag.models.tiny import make_tiny_model
 from prorag.retrieval.bm25 import BM25Retriever
 from prorag.stages.rl import make_rl_trainer
-from prorag.stages.training import LoRAConfig
+from prorag.stages.training_config import LoRAConfig
 from tests.stages.test_rl import GOLD_ROLLOUT, FakePRM, fast_config, replayed, two_groups  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -427,9 +427,8 @@ def test_a_marker_from_before_a_later_setting_still_matches_while_it_keeps_its_o
     # `screening_strata` (and the rollout settings added after it): it holds the first two, not the rest.
     between = _without_keys(
         dataclasses.asdict(config),
-        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"}
+        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED}
         | BACKEND_FIELDS,
-        {"screening_strata", "decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED},
     )
     assert list(LATER_FIELDS)[2] == "screening_strata" and without_later_fields(config, 2) == between
     assert without_later_fields(config) != between  # stripping every later field would miss it
@@ -474,9 +473,7 @@ def test_a_marker_from_before_the_launch_settings_still_matches(tmp_path: Path) 
     rl = RLConfig(learning_rate=2e-4)
     old_rl = _without_keys(
         dataclasses.asdict(rl),
-        {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode"} | BACKEND_FIELDS,
-        dataclasses.asdict(rl),
-        {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED},
+        {"decode_graphs", "resume_early", "scoring_rows", "sample_streams", "compile_decode", *PACKED} | BACKEND_FIELDS,
     )
     _write_marker(tmp_path, "rl-grpo-seed0", old_rl)
     run.stage("rl-grpo-seed0", rl, lambda: calls.append("rerun"))
@@ -495,8 +492,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     grpo = RLConfig(learning_rate=2e-4)
     assert grpo.outcome_reward.form != "p2s" and grpo.outcome_reward.p2s.sample_streams == "row"
-    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode"} | BACKEND_FIELDS)  # which came after it
-    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode", *PACKED})  # which came after it
+    before = _without_keys(dataclasses.asdict(grpo), {"compile_decode", *PACKED} | BACKEND_FIELDS)  # which came after it
     del before["outcome_reward"]["p2s"]["sample_streams"]  # what the version before it wrote
     _write_marker(tmp_path, "rl-grpo-seed0", before)
     calls: list[str] = []
@@ -517,8 +513,7 @@ def test_a_later_field_of_p2s_keeps_the_markers_of_runs_that_do_not_use_p2s(tmp_
 
     # A P2S run from before: its candidates came from one generator per call.
     p2s = apply_overrides(grpo, ["outcome_reward.form=p2s"])
-    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode"} | BACKEND_FIELDS)
-    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode", *PACKED})
+    old_p2s = _without_keys(dataclasses.asdict(p2s), {"compile_decode", *PACKED} | BACKEND_FIELDS)
     del old_p2s["outcome_reward"]["p2s"]["sample_streams"]
     _write_marker(tmp_path, "rl-p2s-seed0", old_p2s)
     run.stage("rl-p2s-seed0", apply_overrides(p2s, ["outcome_reward.p2s.sample_streams=batch"]), lambda: calls.append("p2s"))

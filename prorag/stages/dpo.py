@@ -25,7 +25,7 @@ from trl import DPOTrainer
 from prorag.data.jsonl import write_json, write_jsonl
 from prorag.stages.dpo_config import DPOConfig
 from prorag.stages.prm import StepPair, check_vocabulary, pair_stage_inputs
-from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy
+from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy, time_budget
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def make_dpo_trainer(
         args=dpo_training_args(config, run),
         train_dataset=Dataset.from_list([{c: e[c] for c in ID_COLUMNS} for e in examples]),
         processing_class=tokenizer,
-        callbacks=[MetricsFile(run / "metrics.jsonl"), *config.time_budget()],
+        callbacks=[MetricsFile(run / "metrics.jsonl"), *time_budget(config)],
         peft_config=config.lora.peft_config(),
     )
 

@@ -47,7 +47,7 @@ from prorag.method.losses import (
 )
 from prorag.retrieval.base import Retriever
 from prorag.stages.sft_config import BUILTIN_MODELS, SFTConfig, SFTTrainingConfig
-from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy
+from prorag.stages.training import MetricsFile, TrainerKernels, resume_training, save_trained_policy, time_budget
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def make_sft_trainer(
 
         ids = sorted(tag_weights) if tag_weights else sorted(tag_token_ids(tokenizer).values())
         peft_config = config.lora.peft_config(trainable_token_indices={"embed_tokens": ids})
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *time_budget(config)]
     return WeightedSFTTrainer(
         model=model,
         **config.kernel_settings(),

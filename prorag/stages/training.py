@@ -63,6 +63,11 @@ class MetricsFile(TrainerCallback):
             out.append({"step": state.global_step, "epoch": state.epoch, **logs})
 
 
+def time_budget(config: TrainingConfig) -> list[TrainerCallback]:
+    """The :class:`TimeBudget` callback when ``config.max_minutes`` is set, else nothing."""
+    return [TimeBudget(config.max_minutes)] if config.max_minutes is not None else []
+
+
 class TimeBudget(TrainerCallback):
     """Stops training (with a checkpoint) once ``minutes`` of training have passed."""
 

@@ -19,7 +19,6 @@ from prorag.core.setting_checks import check_learning_rate
 
 if TYPE_CHECKING:
     import torch
-    from transformers import TrainerCallback
 else:
     torch = lazy_module("torch")
 
@@ -120,12 +119,6 @@ class TrainingConfig:
             logging_first_step=True,
             report_to=self.report_to,
         )
-
-    def time_budget(self) -> list[TrainerCallback]:
-        """The :class:`TimeBudget` callback when ``max_minutes`` is set, else nothing."""
-        from prorag.stages.training import TimeBudget  # a transformers callback: imported when training starts
-
-        return [TimeBudget(self.max_minutes)] if self.max_minutes is not None else []
 
 
 @dataclass

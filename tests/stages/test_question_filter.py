@@ -89,7 +89,7 @@ def test_mixed_questions_hand_computed() -> None:
 def test_screening_keeps_the_disagreeing_questions_and_resumes(
     tmp_path: Path, records: list[Record], world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(question_filter, "RolloutEngine", CountingEngine)
+    monkeypatch.setattr("prorag.agent.rollout.RolloutEngine", CountingEngine)  # imported where the screening runs
     path = tmp_path / "screening.jsonl"
     kept = screen(records, world, path=path)
     rows = list(read_jsonl(path))
@@ -247,7 +247,7 @@ def test_screening_rows_keyed_before_the_rollouts_scheduling_settings_are_reused
     hotter = RLConfig(policy=None, seed=3, rollout=dataclasses.replace(config.rollout, temperature=0.7))
     assert not set(screening_keys(hotter)) & set(keys)
 
-    monkeypatch.setattr(question_filter, "RolloutEngine", CountingEngine)
+    monkeypatch.setattr("prorag.agent.rollout.RolloutEngine", CountingEngine)  # imported where the screening runs
     path = tmp_path / "screening.jsonl"
     kept = screen(records, world, path=path, key=old_key)
     CountingEngine.rows = 0

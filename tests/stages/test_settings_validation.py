@@ -49,7 +49,7 @@ def test_a_learning_rate_of_zero_is_refused_except_as_rls_frozen_control(cls: ty
 def test_a_yaml_learning_rate_of_nan_is_refused_with_the_file_named(tmp_path: Path) -> None:
     config = tmp_path / "sft.yaml"
     config.write_text("max_steps: 2\nlearning_rate: .nan\n")
-    with pytest.raises(DataError, match=rf"^{config}: SFTConfig.learning_rate must be a finite number > 0, got nan$"):
+    with pytest.raises(DataError, match=rf"^{config}:2: field 'learning_rate': expected a number, not NaN, got float nan$"):
         load_config(config, SFTConfig)
 
 
@@ -157,7 +157,7 @@ def refused(args: list[str], expected: str) -> str:
             ["--set", "rollout.top_p=1.5"],
             "--set rollout.top_p=1.5: RolloutConfig.top_p must be in (0, 1] (1.0: no nucleus cut), got 1.5",
         ),
-        (["--set", "learning_rate=nan"], "--set learning_rate=nan: RLConfig.learning_rate must be a finite number >= 0"),
+        (["--set", "learning_rate=nan"], "--set learning_rate=nan: field 'learning_rate': expected a number, not NaN"),
         (["--set", "rl.learning_rate=-1"], "RLConfig.learning_rate must be a finite number >= 0 (0: the frozen control"),
         (
             ["--set", "process_reward=orcale"],
@@ -180,7 +180,12 @@ def test_rl_refuses_bad_settings_before_writing_anything(option: list[str], expe
 def test_sft_refuses_a_bad_learning_rate_before_writing_anything(value: str, records: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = ["sft", "--trajectories", str(records), "--run-dir", str(run), "--set", f"learning_rate={value}"]
-    refused(args, f"--set learning_rate={value}: SFTConfig.learning_rate must be a finite number > 0")
+    expected = (
+        "field 'learning_rate': expected a number, not NaN"
+        if value == "nan"
+        else "SFTConfig.learning_rate must be a finite number > 0"
+    )
+    refused(args, f"--set learning_rate={value}: {expected}")
     assert not run.exists()
 
 

@@ -12,7 +12,7 @@ from prorag.data.jsonl import read_jsonl
 from prorag.stages.prm import PRMConfig
 from prorag.stages.rl import RLConfig
 from prorag.stages.sft_config import SFTConfig
-from prorag.stages.training import TimeBudget, TrainerKernels, last_complete_checkpoint, truncate_metrics
+from prorag.stages.training import TimeBudget, TrainerKernels, last_complete_checkpoint, time_budget, truncate_metrics
 from prorag.stages.training_config import LoRAConfig, TrainingConfig
 
 
@@ -50,8 +50,8 @@ def test_training_arguments_map_the_fields_as_before(tmp_path: Path) -> None:
         "logging_first_step": True,
         "report_to": ["tensorboard"],
     }
-    assert TrainingConfig().time_budget() == []
-    assert isinstance(TrainingConfig(max_minutes=1.0).time_budget()[0], TimeBudget)
+    assert time_budget(TrainingConfig()) == []
+    assert isinstance(time_budget(TrainingConfig(max_minutes=1.0))[0], TimeBudget)
 
 
 def test_stage_defaults_are_unchanged() -> None:

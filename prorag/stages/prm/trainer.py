@@ -21,7 +21,7 @@ from prorag.data.jsonl import JsonlAppender
 from prorag.stages.prm.config import PRMConfig
 from prorag.stages.prm.data import PairCollator, StepPair
 from prorag.stages.prm.loss import pair_metrics, pair_wins, prm_loss
-from prorag.stages.training import MetricsFile, TrainerKernels
+from prorag.stages.training import MetricsFile, TrainerKernels, time_budget
 from prorag.supervision.reward_model import ProcessRewardModel
 
 
@@ -137,7 +137,7 @@ def make_prm_trainer(
     run = Path(run_dir)
     if not config.train_backbone:
         scorer.freeze_backbone()
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget(), *extra_callbacks]
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *time_budget(config), *extra_callbacks]
     return PairwiseRewardTrainer(
         model=scorer.model,
         **config.kernel_settings(),

@@ -36,7 +36,7 @@ from prorag.stages.rl.rewards import outcome
 from prorag.stages.rl.rollouts import EngineRollout, row_seed
 from prorag.stages.rl.trainer import ProcessSupervisedGRPOTrainer
 from prorag.stages.sft_replay import load_replay
-from prorag.stages.training import MetricsFile, resume_training, save_trained_policy
+from prorag.stages.training import MetricsFile, resume_training, save_trained_policy, time_budget
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def make_rl_trainer(
 
     run = Path(run_dir)
     peft_config = config.lora.peft_config()
-    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *config.time_budget()]
+    callbacks: list[TrainerCallback] = [MetricsFile(run / "metrics.jsonl"), *time_budget(config)]
     reward = functools.partial(outcome, tokenizer=tokenizer, config=config.outcome_reward)
     dev = read_records(config.eval_file) if config.eval_every and config.eval_file else None
     if config.eval_every and dev is None:

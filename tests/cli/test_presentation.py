@@ -88,8 +88,8 @@ def test_flags_show_no_type() -> None:
 
 def test_shortcut_options_list_their_choices() -> None:
     text = " ".join(runner.invoke(app, ["eval", "--help"], terminal_width=400).output.replace("│", " ").split())
-    listed = text.split("Choices: ", 1)[1].split(".", 1)[0].split(", ")  # a test's plugin baseline may follow
-    assert listed[:6] == ["naive", "standard-rag", "iter-retgen", "ircot", "flare", "search-o1"]
+    listed = text.split("Choices: ", 1)[1].split(".", 1)[0].split(", ")  # in registration order; a test's plugin may add one
+    assert {"naive", "standard-rag", "iter-retgen", "ircot", "flare", "search-o1"} <= set(listed)
 
 
 def test_unwrap_joins_lines_within_a_paragraph_only() -> None:

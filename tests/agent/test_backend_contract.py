@@ -116,17 +116,9 @@ def _tiny_llama(world_tokenizer: Any) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(world_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        pad_token_id=world_tokenizer.pad_token_id,
-        eos_token_id=world_tokenizer.eos_token_id,
-    )
+    from tests.agent.test_rollout import _tiny_config  # the random test models' shape, shared
+
+    cfg = LlamaConfig(**_tiny_config(world_tokenizer))
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         v = world_tokenizer.get_vocab()

@@ -57,7 +57,7 @@ def help_text(path: tuple[str, ...]) -> str:
 
     from prorag.cli import app
 
-    result = CliRunner().invoke(app, [*path, "--help"], prog_name="prorag")
+    result = CliRunner().invoke(app, [*path, "--help"], prog_name="prorag", terminal_width=100)
     if result.exit_code != 0:
         raise RuntimeError(f"prorag {' '.join(path)} --help exited {result.exit_code}: {result.output}")
     return "\n".join(line.rstrip() for line in result.output.splitlines()).strip("\n")
@@ -73,7 +73,7 @@ def render() -> str:
         "# Command line reference\n\n"
         f"<!-- Written by docs/scripts/gen_cli.py from the commands' own --help: run `{REGENERATE}` after changing a command. -->\n\n"
         "Every command's `--help`, as a 100-column terminal shows it. A command configured by a config class\n"
-        "takes `--config FILE` and repeatable `--set KEY=VALUE` over every field listed under its options;\n"
+        "takes `--config FILE` and repeatable `--set KEY=VALUE` over every field listed under its Settings;\n"
         "`python -m prorag.cli` is the same program as `prorag`.\n\n"
         f"{toc}\n"
     )

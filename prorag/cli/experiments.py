@@ -46,8 +46,10 @@ def demo_cmd(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: all cores).")] = None,
 ) -> None:
     """ProRAG's four stages on the built-in world with the tiny model, on the CPU, no network:
-    prints the paper's Table 2 for this world and writes the report. Its settings:
-    prorag/experiments/configs/demo.yaml (with --quick, demo_quick.yaml: smaller budgets over it)."""
+    prints the paper's Table 2 for this world and writes the report.
+
+    Its settings: prorag/experiments/configs/demo.yaml (with --quick, demo_quick.yaml: smaller
+    budgets over it)."""
     import torch
 
     from prorag.experiments.pipeline import demo_config, results_table, run_pipeline
@@ -159,9 +161,10 @@ def compare_cmd(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the statistics, arms, seeds and command as JSON here.")] = None,
 ) -> None:
-    """Compare arms from their evaluation folders, one per seed: EM and F1 mean ± 95% CI over seeds, and
-    each arm against the reference (and its control) paired by seed and by seed-averaged question, as
-    `prorag ablate --what process` does, for runs made one at a time."""
+    """Compare arms from their evaluation folders, one per seed: EM and F1 mean ± 95% CI over seeds.
+
+    Each arm is tested against the reference (and its control) paired by seed and by seed-averaged
+    question, as `prorag ablate --what process` does, for runs made one at a time."""
     import shlex
 
     from prorag.data.jsonl import write_json

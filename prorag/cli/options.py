@@ -24,7 +24,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from prorag.cli.presentation import ProragGroup, field_choices, with_choices
+from prorag.cli.presentation import ProragGroup, SubGroup, field_choices, with_choices
 from prorag.core.errors import DataError, ServiceUnavailableError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,10 +46,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: see prorag/cli/presentation.py
+    context_settings={"max_content_width": 100},  # help as wide as the terminal, up to 100 columns
 )
-data_app = typer.Typer(help="Convert benchmark files to prorag records.", no_args_is_help=True)
-corpus_app = typer.Typer(help="Build retrieval corpora.", no_args_is_help=True)
-models_app = typer.Typer(help="Models: offline checkpoints.", no_args_is_help=True)
+#: Each sub-app's settings: plain help (see prorag/cli/presentation.py), whole first sentences.
+_SUB_APP: dict[str, Any] = {"cls": SubGroup, "no_args_is_help": True, "rich_markup_mode": None}
+data_app = typer.Typer(help="Convert benchmark files to prorag records.", **_SUB_APP)
+corpus_app = typer.Typer(help="Build retrieval corpora.", **_SUB_APP)
+models_app = typer.Typer(help="Models: offline checkpoints.", **_SUB_APP)
 app.add_typer(data_app, name="data")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(models_app, name="models")
@@ -193,10 +197,10 @@ class ConfigSource:
         return rest if dot and head == self.section and head not in names and "=" in rest else assignment
 
 
-def field_lines(cls: type, expand: bool = True) -> list[str]:
-    """One line per settable field of ``cls``: ``name (type, default D): help``
+def field_rows(cls: type, expand: bool = True) -> list[tuple[str, str]]:
+    """``(name, "(type, default D) help")`` per settable field of ``cls``
     (:func:`~prorag.core.config.field_help`); nested configs field by field (``rollout.top_k``)
-    when ``expand``, else as one line each."""
+    when ``expand``, else as one row each."""
     from prorag.core.config import field_help
 
     rows = field_help(cls)
@@ -205,16 +209,7 @@ def field_lines(cls: type, expand: bool = True) -> list[str]:
         rows = [r for r in rows if not any(n.startswith(r[0] + ".") for n in names)]
     else:
         rows = [r for r in rows if "." not in r[0]]
-    return [f"{name} ({tp}, default {default or tp})" + (f": {text}" if text else "") for name, tp, default, text in rows]
-
-
-def _escape(text: str) -> str:
-    """Rich reads ``[...]`` in help as markup; shown literally instead (plain text without rich)."""
-    try:
-        from rich.markup import escape
-    except ImportError:  # pragma: no cover - typer without rich prints help as plain text
-        return text
-    return escape(text)
+    return [(name, f"({tp}, default {default or tp}) {text}".strip()) for name, tp, default, text in rows]
 
 
 def _config_command_class(target: str, section: str, expand: bool, shortcuts: Mapping[str, str]) -> type[TyperCommand]:
@@ -235,14 +230,12 @@ def _config_command_class(target: str, section: str, expand: bool, shortcuts: Ma
                         param.help = with_choices(param.help, choices)
             return params
 
-        @property  # type: ignore[override]
-        def epilog(self) -> str:
-            head = f"Settable with --set KEY=VALUE (KEY may start with '{section}.'); precedence: {PRECEDENCE}."
-            return _escape(head + "\n\n" + "\n".join(field_lines(_load_class(target), expand)))
-
-        @epilog.setter
-        def epilog(self, value: str | None) -> None:
-            pass
+        def format_epilog(self, ctx: Any, formatter: Any) -> None:
+            """The settings section: every field ``--set`` reaches, one row each, after the options."""
+            with formatter.section(f"Settings (--set KEY=VALUE; KEY may start with '{section}.')"):
+                formatter.write_text(f"Precedence: {PRECEDENCE}.")
+                formatter.write_paragraph()
+                formatter.write_dl(field_rows(_load_class(target), expand))
 
     return ConfigCommand
 
@@ -348,7 +341,7 @@ __all__ = [
     "corpus_app",
     "data_app",
     "error_line",
-    "field_lines",
+    "field_rows",
     "friendly_errors",
     "llm_endpoint_options",
     "models_app",

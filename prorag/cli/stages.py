@@ -374,9 +374,11 @@ def prm_audit(
         ),
     ] = True,
 ) -> None:
-    """Stage 2 check: sample fresh trajectories from pi_sft, label every step with the oracle
-    judge, and report how the PRM ranks the valid against the invalid steps (ROC AUC, the share
-    of each class above 0), beside the policy's own step likelihood as a baseline."""
+    """Stage 2 check: how well the PRM ranks valid above invalid steps of fresh trajectories.
+
+    Samples fresh trajectories from pi_sft, labels every step with the oracle judge, and reports
+    how the PRM ranks the valid against the invalid steps (ROC AUC, the share of each class above
+    0), beside the policy's own step likelihood as a baseline."""
     import json
 
     from prorag.agent.backends import check_available
@@ -441,8 +443,9 @@ def rft(
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... for the policy and the PRM.")] = None,
 ) -> None:
     """Stage 3: sample N trajectories per question from pi_sft, keep the correct ones, keep their
-    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft). --policy is
-    pi_sft; the run folder gets samples.jsonl, kept.jsonl, rft_counts.json and policy/."""
+    actions the PRM scores above the threshold, and fine-tune pi_sft on them (pi_rft).
+
+    --policy is pi_sft; the run folder gets samples.jsonl, kept.jsonl, rft_counts.json and policy/."""
     from prorag.data.jsonl import read_json
     from prorag.stages.rft import RFTCounts, run_rft_files
 

@@ -24,12 +24,16 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
-
-import yaml
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from prorag.core.errors import DataError, decode_utf8
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.registry import Entry, Registry
+
+if TYPE_CHECKING:
+    import yaml
+else:
+    yaml = lazy_module("yaml")  # read when a file or a --set value is parsed, not for --help
 
 C = TypeVar("C")
 

@@ -20,7 +20,6 @@ helpers (:func:`post`, :func:`retrying`, ...) also serve the LLM teacher's chat 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import email.utils
 import hashlib
@@ -43,8 +42,11 @@ from prorag.models.endpoint_config import MAX_REPLY_BYTES, EndpointConfig, Serve
 from prorag.models.generator import Generation, Sampling, TextGenerator, over_long_generation
 
 if TYPE_CHECKING:
+    import asyncio
+
     import httpx
 else:
+    asyncio = lazy_module("asyncio")  # 40 ms: imported by the first request, not for --help
     httpx = lazy_module("httpx")  # imported by the first request: --help stays fast
 
 log = logging.getLogger(__name__)
@@ -363,12 +365,12 @@ class ServedGenerator(TextGenerator):
         self,
         config: ServedConfig,
         *,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.usage = ServedUsage()
-        self._sleep = sleep
+        self._sleep = sleep or asyncio.sleep  # None: the real one
         self._rng = rng or random.Random()
         self._key = api_key(config.api_key_env, ServedError)
         self._cache: dict[str, Generation] = {}

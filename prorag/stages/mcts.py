@@ -21,9 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
-
-from tqdm.auto import tqdm
+from typing import TYPE_CHECKING, Any, Literal
 
 from prorag.agent.context_budget import drop_over_long
 from prorag.agent.rollout_config import RolloutConfig
@@ -31,6 +29,7 @@ from prorag.agent.sampling import SampleStreams, check_sample_streams, stream_se
 from prorag.agent.schema import parse_token_actions
 from prorag.agent.trajectory import Trajectory
 from prorag.core.config import setting
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.metrics import exact_match, f1_score
 from prorag.core.setting_checks import check_temperature
 from prorag.data.jsonl import JsonlAppender, read_json, read_jsonl, write_json
@@ -47,6 +46,11 @@ from prorag.method.search_tree import (
     tree_to_dict,
 )
 from prorag.retrieval.base import Retriever
+
+if TYPE_CHECKING:
+    from tqdm import auto as tqdm_auto
+else:
+    tqdm_auto = lazy_module("tqdm.auto")  # 50 ms (asyncio): imported when a bar starts
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +183,7 @@ class TreeSearch:
         handed to ``on_tree`` as each batch finishes, and returned in input order."""
         cfg = self.config
         out: list[SearchTree] = []
-        bar = tqdm(total=len(records) * cfg.simulations, desc="mcts", unit="sim", disable=not progress, smoothing=0.1)
+        bar = tqdm_auto.tqdm(total=len(records) * cfg.simulations, desc="mcts", unit="sim", disable=not progress, smoothing=0.1)
         try:
             for start in range(0, len(records), cfg.trees_per_batch):
                 batch = list(records[start : start + cfg.trees_per_batch])

@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
 from prorag.agent.rollout_config import RolloutConfig
 from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import JsonlAppender, read_jsonl
@@ -33,8 +31,10 @@ from prorag.method.rewards.outcome import trajectory_em
 
 if TYPE_CHECKING:
     import torch
+    from tqdm import auto as tqdm_auto
 else:
     torch = lazy_module("torch")
+    tqdm_auto = lazy_module("tqdm.auto")  # 50 ms (asyncio): imported when a bar starts
 
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def screen_questions(
     starts = range(0, len(records), chunk_questions)
     appender = JsonlAppender(path) if path is not None else None
     try:
-        for start in tqdm(starts, desc="rl screening", unit="chunk", disable=not progress):
+        for start in tqdm_auto.tqdm(starts, desc="rl screening", unit="chunk", disable=not progress):
             if keep is not None and len(kept) >= keep:
                 break  # with strata: the quotas sum to keep, so every one is met
             chunk = list(records[start : start + chunk_questions])

@@ -16,18 +16,23 @@ the history (:func:`answer_grounded`: a right guess is a hallucination); malform
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prorag.agent.gold import gold_hops
 from prorag.agent.schema import parse_trajectory
+from prorag.core.lazy_modules import lazy_module
 from prorag.core.metrics import exact_match, normalize_answer
 from prorag.data.records import Record
 from prorag.supervision.llm_teacher import ChatClient, LLMTeacherConfig, LLMTeacherError, LLMUsage
+
+if TYPE_CHECKING:
+    import asyncio
+else:
+    asyncio = lazy_module("asyncio")  # 40 ms: imported by the first judged batch, not for --help
 
 
 @dataclass(frozen=True)

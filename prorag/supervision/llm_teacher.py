@@ -17,7 +17,6 @@ key comes from ``api_key_env`` at request time and is never logged, cached or sh
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import random
@@ -43,8 +42,11 @@ from prorag.models.served import token_count as _count
 from prorag.retrieval.base import Hit, format_documents
 
 if TYPE_CHECKING:
+    import asyncio
+
     import httpx
 else:
+    asyncio = lazy_module("asyncio")  # 40 ms: imported by the first request, not for --help
     httpx = lazy_module("httpx")  # imported by the first request: --help stays fast
 
 log = logging.getLogger(__name__)
@@ -307,12 +309,12 @@ class ChatClient:
         config: LLMTeacherConfig,
         *,
         usage: LLMUsage | None = None,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.usage = usage or LLMUsage()
-        self._sleep = sleep
+        self._sleep = sleep or asyncio.sleep  # None: the real one
         self._rng = rng or random.Random()
         self._cache: dict[str, str] = {}
         if config.cache_path and Path(config.cache_path).is_file():

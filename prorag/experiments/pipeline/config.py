@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from prorag.core.config import setting
 from prorag.core.lazy_modules import lazy_module
 from prorag.data.jsonl import atomic_writer
@@ -35,7 +33,9 @@ from prorag.stages.sft_data import SFTDataConfig
 
 if TYPE_CHECKING:
     import torch
+    import yaml
 else:
+    yaml = lazy_module("yaml")  # written when the config is saved, not for --help
     torch = lazy_module("torch")
 
 

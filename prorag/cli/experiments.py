@@ -141,22 +141,26 @@ def compare_cmd(
     arm: Annotated[
         list[str],
         typer.Option(
+            metavar="NAME=PATTERN",
             help="NAME=PATTERN, repeated: an arm and its evaluation folders (`prorag eval --out`), with {seed} where the "
-            "seed goes, e.g. grpo='runs/test-grpo-s{seed}'."
+            "seed goes, e.g. grpo='runs/test-grpo-s{seed}'.",
         ),
     ],
     seeds: Annotated[str, typer.Option(help="Seeds to read: 0-4, 0,2,5 or 0-2,5 (ranges inclusive).")],
     reference: Annotated[str | None, typer.Option(help="The arm every other is tested against (default: the first).")] = None,
     control: Annotated[
         list[str] | None,
-        typer.Option(help="ARM=CONTROL, repeated: also test ARM against CONTROL (e.g. its shuffled step rewards)."),
+        typer.Option(
+            metavar="ARM=CONTROL", help="ARM=CONTROL, repeated: also test ARM against CONTROL (e.g. its shuffled step rewards)."
+        ),
     ] = None,
     primary: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="'ARM - OTHER'",
             help="'ARM - OTHER', repeated: a contrast named primary before the runs (OTHER: the reference or ARM's "
             "control), reported with its nominal p; every other test gets its Holm-adjusted p beside the nominal "
-            "one. Default: each arm against the reference, but the controls."
+            "one. Default: each arm against the reference, but the controls.",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the statistics, arms, seeds and command as JSON here.")] = None,

@@ -163,7 +163,8 @@ def eval_cmd(
     seed: Annotated[int | None, typer.Option(help="Sampling seed (greedy decoding by default) (default 0).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: the model's).")] = None,
     compare: Annotated[
-        tuple[Path, Path] | None, typer.Option(help="Compare two predictions.jsonl files with a paired t-test per metric.")
+        tuple[Path, Path] | None,
+        typer.Option(metavar="A B", help="Compare two predictions.jsonl files with a paired t-test per metric."),
     ] = None,
     generator: Annotated[
         str | None,
@@ -482,7 +483,9 @@ def rl_cmd(
     beta: Annotated[float | None, typer.Option(help="Weight of the process advantage (Eq. 8; 0.3).")] = None,
     exclude: Annotated[
         list[Path] | None,
-        typer.Option(help="JSONL files whose question ids are dropped from --data (e.g. the SFT data); repeatable."),
+        typer.Option(
+            metavar="FILE", help="JSONL files whose question ids are dropped from --data (e.g. the SFT data); repeatable."
+        ),
     ] = None,
     max_steps: MaxStepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed (the config's seed).")] = None,

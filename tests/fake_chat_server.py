@@ -15,14 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.local_server import LocalServer
 
 PROMPT_TOKENS = 11
 COMPLETION_TOKENS = 7
@@ -103,16 +104,7 @@ def completion_payload(reply: Reply, body: dict[str, Any], *, chat: bool) -> dic
     }
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the default backlog (5) resets connections when many clients open at once
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # a client that hung up (a timeout, a reply over its cap): expected here
-        super().handle_error(request, client_address)
-
-
-class FakeChatServer:
+class FakeChatServer(LocalServer):
     def __init__(self, behave: Callable[[dict[str, Any], int], Reply] = default_behave) -> None:
         self.behave = behave
         self.seen: list[Seen] = []
@@ -188,22 +180,12 @@ class FakeChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout)
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        return f"{self.root}/v1"
 
     @property
     def n_requests(self) -> int:
         return len(self.seen)
-
-    def __enter__(self) -> FakeChatServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tests import fake_vllm
+from tests.local_server import LocalServer
 
 
-class FakeVLLMServer:
+class FakeVLLMServer(LocalServer):
     """Serves ``llm`` (a :class:`tests.fake_vllm.LLM`) on a free 127.0.0.1 port in a thread."""
 
     def __init__(self, llm: fake_vllm.LLM, model: str = "policy") -> None:
@@ -61,9 +62,8 @@ class FakeVLLMServer:
                     choices = server.complete(body)
                 self._send({"choices": choices})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
+        self.url = self.root
 
     def complete(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         keys = ("n", "temperature", "top_p", "seed", "stop_token_ids", "max_tokens", "logprobs")
@@ -86,11 +86,3 @@ class FakeVLLMServer:
                     }
                 )
         return choices
-
-    def __enter__(self) -> FakeVLLMServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

@@ -63,7 +63,7 @@ def missing_package(name: str) -> str | None:
     entry = ROLLOUT_BACKENDS.get(name)
     if entry.package is None or has_module(entry.package):
         return None
-    return missing_extra_line(entry.package, entry.extra, needed_by=f"rollout.backend: {name}", package=entry.package)
+    return missing_extra_line(entry.package, entry.extra, needed_by=f"rollout.backend: {name}")
 
 
 def check_available(config: Any) -> None:

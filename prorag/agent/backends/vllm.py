@@ -36,7 +36,7 @@ from prorag.agent.backends.base import Continuation, Continued, FinishReason, Sa
 from prorag.core.extras import missing_extra_line
 
 #: What ``rollout.backend: vllm`` without vLLM says (one line; the CLI exits 2 with it).
-MISSING_VLLM = missing_extra_line("vllm", "vllm", needed_by="rollout.backend: vllm", package="vllm")
+MISSING_VLLM = missing_extra_line("vllm", "vllm", needed_by="rollout.backend: vllm")
 
 
 def import_vllm() -> Any:
